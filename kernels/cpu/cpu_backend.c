@@ -1,0 +1,124 @@
+/* cpu_backend.c: the CPU backend table (C + OpenBLAS + OpenMP) and backend
+ * creation by name. */
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_ops.h"
+
+char *openblas_get_corename(void);
+
+static rv_status cpu_alloc(rv_backend *be, size_t bytes, void **ptr)
+{
+    (void)be;
+    *ptr = NULL;
+    if (bytes == 0)
+        return RV_OK;
+    /* 64-byte alignment: whole cache lines and aligned AVX-512 loads. */
+    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!p)
+        return rv_fail(RV_ERR_NOMEM, "cpu backend: cannot allocate %zu bytes", bytes);
+    *ptr = p;
+    return RV_OK;
+}
+
+static void cpu_free(rv_backend *be, void *ptr)
+{
+    (void)be;
+    free(ptr);
+}
+
+static rv_status cpu_copy(rv_backend *be, void *dst, const void *src, size_t bytes,
+                          rv_copy_kind kind)
+{
+    (void)be;
+    (void)kind; /* host and device memory are the same here */
+    if (bytes)
+        memmove(dst, src, bytes);
+    return RV_OK;
+}
+
+static rv_status cpu_synchronize(rv_backend *be)
+{
+    (void)be;
+    return RV_OK;
+}
+
+static void cpu_destroy(rv_backend *be)
+{
+    free(be);
+}
+
+static const rv_backend cpu_table = {
+    /* .name          = */ "cpu",
+    /* .ctx           = */ NULL,
+    /* .threads       = */ 1,
+    /* .alloc         = */ cpu_alloc,
+    /* .free          = */ cpu_free,
+    /* .copy          = */ cpu_copy,
+    /* .gemm          = */ cpu_gemm,
+    /* .bias_add      = */ cpu_bias_add,
+    /* .layernorm_fwd = */ cpu_layernorm_fwd,
+    /* .layernorm_bwd = */ cpu_layernorm_bwd,
+    /* .gelu_fwd      = */ cpu_gelu_fwd,
+    /* .gelu_bwd      = */ cpu_gelu_bwd,
+    /* .softmax_fwd   = */ cpu_softmax_fwd,
+    /* .attn_fwd      = */ cpu_attn_fwd,
+    /* .attn_bwd      = */ cpu_attn_bwd,
+    /* .attn_merge    = */ cpu_attn_merge,
+    /* .synchronize   = */ cpu_synchronize,
+    /* .destroy       = */ cpu_destroy,
+};
+
+int rv_cpu_default_threads(void)
+{
+    int n = omp_get_num_procs();
+    return n > 0 ? n : 1;
+}
+
+const char *rv_blas_corename(void)
+{
+    return openblas_get_corename();
+}
+
+rv_status rv_backend_cpu_create(int threads, rv_backend **out)
+{
+    *out = NULL;
+    rv_backend *be = malloc(sizeof *be);
+    if (!be)
+        return rv_fail(RV_ERR_NOMEM, "cpu backend: out of memory");
+    *be = cpu_table;
+    be->threads = threads > 0 ? threads : rv_cpu_default_threads();
+    *out = be;
+    return RV_OK;
+}
+
+rv_status rv_backend_create(const char *name, int threads, rv_backend **out)
+{
+    *out = NULL;
+    if (!name || strcmp(name, "cpu") == 0)
+        return rv_backend_cpu_create(threads, out);
+    if (strcmp(name, "cuda") == 0)
+        return rv_fail(RV_ERR_UNSUPPORTED,
+                       "backend 'cuda': the CUDA kernels are not part of this build yet");
+    return rv_fail(RV_ERR_INVALID, "unknown backend '%s' (known: cpu, cuda)", name);
+}
+
+void rv_backend_free(rv_backend **be)
+{
+    if (!be || !*be)
+        return;
+    (*be)->destroy(*be);
+    *be = NULL;
+}
+
+rv_status rv_attn_check_dims(int sq, int sk, int heads, int dim, const char *op)
+{
+    if (sq < 0 || sk < 0 || heads <= 0 || dim <= 0)
+        return rv_fail(RV_ERR_INVALID,
+                       "%s: bad shape sq=%d sk=%d heads=%d dim=%d", op, sq, sk, heads, dim);
+    if ((int64_t)heads * dim > (1 << 20))
+        return rv_fail(RV_ERR_INVALID, "%s: heads*dim=%lld is too large", op,
+                       (long long)heads * dim);
+    return RV_OK;
+}

@@ -1,0 +1,31 @@
+/* cpu_ops.h: the CPU backend's op implementations, one file each, gathered into
+ * the backend table by cpu_backend.c. Internal to kernels/. */
+#ifndef RV_CPU_OPS_H
+#define RV_CPU_OPS_H
+
+#include "../rv_backend.h"
+
+rv_status cpu_gemm(rv_backend *be, int trans_a, int trans_b, int m, int n, int k,
+                   float alpha, const float *a, int lda, const float *b, int ldb,
+                   float beta, float *c, int ldc);
+rv_status cpu_bias_add(rv_backend *be, float *x, const float *bias, int rows, int cols);
+rv_status cpu_layernorm_fwd(rv_backend *be, const float *x, const float *w,
+                            const float *b, int rows, int cols, float eps, float *y,
+                            float *mean, float *rstd);
+rv_status cpu_layernorm_bwd(rv_backend *be, const float *dy, const float *x,
+                            const float *w, const float *mean, const float *rstd,
+                            int rows, int cols, float *dx, float *dw, float *db);
+rv_status cpu_gelu_fwd(rv_backend *be, const float *x, float *y, size_t n);
+rv_status cpu_gelu_bwd(rv_backend *be, const float *x, const float *dy, float *dx,
+                       size_t n);
+rv_status cpu_softmax_fwd(rv_backend *be, const float *x, float *y, int rows, int cols);
+rv_status cpu_attn_fwd(rv_backend *be, const rv_attn_fwd_args *a);
+rv_status cpu_attn_bwd(rv_backend *be, const rv_attn_bwd_args *a);
+rv_status cpu_attn_merge(rv_backend *be, float *o, float *lse, const float *o2,
+                         const float *lse2, int sq, int heads, int dim);
+
+/* Shared argument checks of the attention ops (also used by other backends'
+ * host-side wrappers). */
+rv_status rv_attn_check_dims(int sq, int sk, int heads, int dim, const char *op);
+
+#endif

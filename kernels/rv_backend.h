@@ -1,0 +1,126 @@
+/* rv_backend.h: the compute backend table (ggml-backend style). Every op the
+ * encoder needs is one entry; the CPU backend (C + OpenBLAS + OpenMP) is always
+ * built, a CUDA backend fills the same table when CUDA is found. All pointers are
+ * memory of the backend that is called (host memory for "cpu").
+ *
+ * Layouts are row-major. Attention tensors are (tokens, heads, dim): token t,
+ * head h, channel c sits at [(t * heads + h) * dim + c]. Log-sum-exp tensors are
+ * (heads, tokens) in natural log. */
+#ifndef RV_BACKEND_H
+#define RV_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rv_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rv_backend rv_backend;
+
+typedef enum rv_copy_kind {
+    RV_COPY_HOST_TO_DEVICE = 0,
+    RV_COPY_DEVICE_TO_HOST = 1,
+    RV_COPY_DEVICE_TO_DEVICE = 2,
+} rv_copy_kind;
+
+typedef enum rv_mask_kind {
+    RV_MASK_NONE = 0,
+    RV_MASK_CAUSAL = 1, /* key at global position kp is seen by query qp iff kp <= qp */
+} rv_mask_kind;
+
+/* A mask with the global positions of the first query and key rows, so a causal
+ * mask stays right when the query and key chunks come from different ranks. */
+typedef struct rv_attn_mask {
+    rv_mask_kind kind;
+    int64_t q_start; /* global position of query row 0 */
+    int64_t k_start; /* global position of key row 0 */
+} rv_attn_mask;
+
+typedef struct rv_attn_fwd_args {
+    const float *q; /* (sq, heads, dim) */
+    const float *k; /* (sk, heads, dim) */
+    const float *v; /* (sk, heads, dim) */
+    float *o;       /* (sq, heads, dim) out; 0 for a row that sees no key */
+    float *lse;     /* (heads, sq) out; -inf for a row that sees no key */
+    int sq, sk, heads, dim;
+    float scale; /* softmax scale; 0 selects 1/sqrt(dim) */
+    rv_attn_mask mask;
+} rv_attn_fwd_args;
+
+/* Backward of one attention block. o and lse are those of the complete attention
+ * the query rows belong to (after all merges), so the block's share of the
+ * gradient is exact when keys come in several blocks. */
+typedef struct rv_attn_bwd_args {
+    const float *q, *k, *v; /* as in the forward */
+    const float *o;         /* (sq, heads, dim) final output */
+    const float *lse;       /* (heads, sq) final log-sum-exp */
+    const float *dout;      /* (sq, heads, dim) gradient of the output */
+    float *dq;              /* (sq, heads, dim) */
+    float *dk, *dv;         /* (sk, heads, dim) */
+    int sq, sk, heads, dim;
+    float scale; /* 0 selects 1/sqrt(dim) */
+    rv_attn_mask mask;
+    int accumulate; /* 0: overwrite dq, dk, dv; 1: add into them */
+} rv_attn_bwd_args;
+
+struct rv_backend {
+    const char *name;
+    void *ctx; /* backend-private state: thread count, streams, pools */
+    int threads;
+
+    rv_status (*alloc)(rv_backend *be, size_t bytes, void **ptr);
+    void (*free)(rv_backend *be, void *ptr);
+    rv_status (*copy)(rv_backend *be, void *dst, const void *src, size_t bytes,
+                      rv_copy_kind kind);
+
+    /* C (m, n) = alpha * op(A) @ op(B) + beta * C; op(A) is (m, k), op(B) (k, n). */
+    rv_status (*gemm)(rv_backend *be, int trans_a, int trans_b, int m, int n, int k,
+                      float alpha, const float *a, int lda, const float *b, int ldb,
+                      float beta, float *c, int ldc);
+    /* x (rows, cols) += bias (cols) on every row. */
+    rv_status (*bias_add)(rv_backend *be, float *x, const float *bias, int rows, int cols);
+    /* y = (x - mean) * rstd * w + b per row; mean, rstd (rows) are saved. */
+    rv_status (*layernorm_fwd)(rv_backend *be, const float *x, const float *w,
+                               const float *b, int rows, int cols, float eps, float *y,
+                               float *mean, float *rstd);
+    /* dx (rows, cols) is overwritten; dw, db (cols) are accumulated into. */
+    rv_status (*layernorm_bwd)(rv_backend *be, const float *dy, const float *x,
+                               const float *w, const float *mean, const float *rstd,
+                               int rows, int cols, float *dx, float *dw, float *db);
+    /* GELU, erf form: y = x/2 * (1 + erf(x / sqrt 2)). */
+    rv_status (*gelu_fwd)(rv_backend *be, const float *x, float *y, size_t n);
+    rv_status (*gelu_bwd)(rv_backend *be, const float *x, const float *dy, float *dx,
+                          size_t n);
+    /* Row-wise softmax of x (rows, cols); -inf entries get 0, an all -inf row 0. */
+    rv_status (*softmax_fwd)(rv_backend *be, const float *x, float *y, int rows, int cols);
+
+    rv_status (*attn_fwd)(rv_backend *be, const rv_attn_fwd_args *a);
+    rv_status (*attn_bwd)(rv_backend *be, const rv_attn_bwd_args *a);
+    /* (o, lse) <- merge of (o, lse) and (o2, lse2): the attention over the union of
+     * the two key sets. Exact when either side is fully masked (lse = -inf). */
+    rv_status (*attn_merge)(rv_backend *be, float *o, float *lse, const float *o2,
+                            const float *lse2, int sq, int heads, int dim);
+
+    rv_status (*synchronize)(rv_backend *be);
+    void (*destroy)(rv_backend *be);
+};
+
+/* Creates a backend by name ("cpu", or "cuda" where built). threads <= 0 selects
+ * every core (CPU backend). */
+rv_status rv_backend_create(const char *name, int threads, rv_backend **out);
+rv_status rv_backend_cpu_create(int threads, rv_backend **out);
+void rv_backend_free(rv_backend **be);
+
+/* Number of threads the CPU backend uses when asked for 0. */
+int rv_cpu_default_threads(void);
+
+/* Name of the BLAS kernel set in use ("SkylakeX", "Haswell", ...). */
+const char *rv_blas_corename(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

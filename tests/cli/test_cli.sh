@@ -1,0 +1,3 @@
+#!/bin/sh
+# PLACEHOLDER (being written now)
+"$1" >/dev/null
