@@ -1,5 +1,114 @@
-/* cpu_gelu.c: PLACEHOLDER being written now. */
+/* cpu_gelu.c: GELU in its exact (erf) form, forward and backward, elementwise.
+ *
+ *   y     = x * Phi(x),                  Phi(x) = erfc(-x / sqrt 2) / 2
+ *   dy/dx = Phi(x) + x * phi(x),         phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
+ *
+ * libm's erff/erfcf are scalar calls of ~15 ns each (GELU then costs a sizeable
+ * share of the MLP's matrix multiplies), so Phi is computed here in a form GCC
+ * vectorizes (no calls, no branches; ~1.5 ns per element on one core). With z = |x| / sqrt 2 and t = 1 / (1 + z/2):
+ *
+ *   erfc(z) = t * exp(-z^2) * exp(P(t))      (Numerical Recipes' erfcc, a Chebyshev
+ *                                             fit with relative error < 1.2e-7, z >= 0)
+ *
+ * and Phi(x) = erfc(z)/2 for x < 0, 1 - erfc(z)/2 otherwise. The relative error of
+ * erfc stays below 1e-6 far into the tail (x >= -12.5) because z^2 = x^2 / 2 is
+ * split exactly into hi + lo (fma) and exp(-hi) is evaluated without rounding its
+ * argument; so tiny outputs for negative x are accurate too (1 + erf(x / sqrt 2)
+ * would cancel to noise there).
+ * x and y (dy and dx) may be the same array. */
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
 #include "cpu_ops.h"
-#pragma GCC diagnostic ignored "-Wunused-parameter"
-rv_status cpu_gelu_fwd(rv_backend *be, const float *x, float *y, size_t n) { return rv_fail(RV_ERR_UNSUPPORTED, "placeholder"); }
-rv_status cpu_gelu_bwd(rv_backend *be, const float *x, const float *dy, float *dx, size_t n) { return rv_fail(RV_ERR_UNSUPPORTED, "placeholder"); }
+
+/* Below this many elements an OpenMP team costs more than it saves. */
+#define PAR_MIN_ELEMS (32 * 1024)
+
+#define INV_SQRT2 0.70710678118654752440f
+#define INV_SQRT_2PI 0.39894228040143267794f
+
+/* e^a for a <= 1 (a = -inf gives 0; below -87.3, where the result leaves the
+ * normal range, 0 as well; NaN stays NaN). Cody-Waite reduction a = n ln2 + r with
+ * |r| <= ln2/2, a degree-7 Taylor polynomial for e^r (error < 1e-8), and 2^n built
+ * in the exponent bits. Integer work is unsigned, so no input is undefined. */
+static inline float exp_le1(float a)
+{
+    const float shifter = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+    const float ln2_hi = 0.693359375f; /* 9 bits: n * ln2_hi is exact */
+    const float ln2_lo = -2.12194440e-4f;
+    int under = a < -87.3f;
+    float ac = under ? -87.3f : a;
+    float k = ac * 1.44269504f + shifter; /* n = round(a / ln2) sits in k's low bits */
+    float n = k - shifter;
+    float r = ac - n * ln2_hi;
+    r = r - n * ln2_lo;
+    float p = 1.9841270e-4f;
+    p = p * r + 1.3888889e-3f;
+    p = p * r + 8.3333333e-3f;
+    p = p * r + 4.1666667e-2f;
+    p = p * r + 1.6666667e-1f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    union {
+        float f;
+        uint32_t u;
+    } bits = {.f = k}, scale;
+    scale.u = (bits.u - 0x4B400000u + 127u) << 23; /* 2^n */
+    return under ? 0.0f : p * scale.f;
+}
+
+/* Phi(x), and phi(x) through *pdf. */
+static inline float gelu_cdf(float x, float *pdf)
+{
+    float ax = fabsf(x);
+    ax = ax < 14.0f ? ax : 14.0f; /* Phi(-14) < 1e-44; keeps x^2 finite (NaN -> 14) */
+    float t = 1.0f / (1.0f + 0.5f * INV_SQRT2 * ax);
+    /* z^2 = x^2 / 2 = hi + lo exactly, from x itself: rounding z = |x| / sqrt 2
+     * first would cost ~x^2 * 6e-8 relative error in exp(-z^2) (1e-5 at x = 12). */
+    float xx = ax * ax;
+    float hi = 0.5f * xx;
+    float lo = 0.5f * fmaf(ax, ax, -xx);
+    float e = exp_le1(-hi) * (1.0f - lo); /* exp(-z^2) */
+    float p = 0.17087277f;
+    p = p * t - 0.82215223f;
+    p = p * t + 1.48851587f;
+    p = p * t - 1.13520398f;
+    p = p * t + 0.27886807f;
+    p = p * t - 0.18628806f;
+    p = p * t + 0.09678418f;
+    p = p * t + 0.37409196f;
+    p = p * t + 1.00002368f;
+    p = p * t - 1.26551223f; /* P(t) in [-1.27, 3e-8] */
+    float half_erfc = 0.5f * t * e * exp_le1(p);
+    *pdf = INV_SQRT_2PI * e;
+    return x < 0.0f ? half_erfc : 1.0f - half_erfc;
+}
+
+rv_status cpu_gelu_fwd(rv_backend *be, const float *x, float *y, size_t n)
+{
+    if (n > 0 && (!x || !y))
+        return rv_fail(RV_ERR_INVALID, "gelu_fwd: %s is NULL with n=%zu", !x ? "x" : "y", n);
+#pragma omp parallel for num_threads(be->threads) schedule(static) if (n > PAR_MIN_ELEMS)
+    for (size_t i = 0; i < n; i++) {
+        float v = x[i], pdf;
+        y[i] = v * gelu_cdf(v, &pdf);
+    }
+    return RV_OK;
+}
+
+rv_status cpu_gelu_bwd(rv_backend *be, const float *x, const float *dy, float *dx,
+                       size_t n)
+{
+    if (n > 0 && (!x || !dy || !dx))
+        return rv_fail(RV_ERR_INVALID, "gelu_bwd: %s is NULL with n=%zu",
+                       !x ? "x" : !dy ? "dy" : "dx", n);
+#pragma omp parallel for num_threads(be->threads) schedule(static) if (n > PAR_MIN_ELEMS)
+    for (size_t i = 0; i < n; i++) {
+        float v = x[i], pdf;
+        float cdf = gelu_cdf(v, &pdf);
+        dx[i] = dy[i] * (cdf + v * pdf);
+    }
+    return RV_OK;
+}

@@ -1,3 +1,146 @@
 #!/bin/sh
-# PLACEHOLDER (being written now)
-"$1" >/dev/null
+# shellcheck disable=SC2317 # the t_* checks are called indirectly, through check()
+# test_cli.sh EXE: command-line behaviour of the `ringvit` tool: exit codes
+# (0 ok, 1 failure, 2 usage error), help and version output, usage errors, and a
+# tiny `bench attention --json` run whose output must be valid JSON.
+# Run by ctest as `sh test_cli.sh $<TARGET_FILE:ringvit_cli>`; POSIX sh only.
+# Prints one line per check, then "N passed, M failed"; exits 1 on any failure.
+
+EXE=$1
+if [ -z "$EXE" ] || [ ! -x "$EXE" ]; then
+    echo "usage: sh test_cli.sh PATH/TO/ringvit" >&2
+    exit 2
+fi
+
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT INT TERM
+
+pass=0
+fail=0
+failed=""
+rc=0
+why=""
+
+# run_exe ARGS...: runs EXE; stdout to $tmp/out, stderr to $tmp/err, status to rc.
+run_exe() {
+    "$EXE" "$@" >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+}
+want_rc() {
+    [ "$rc" -eq "$1" ] || { why="exit status $rc, want $1"; return 1; }
+}
+want_out() { # extended regular expression expected on stdout
+    grep -Eq -- "$1" "$tmp/out" || { why="stdout lacks /$1/"; return 1; }
+}
+want_err() { # extended regular expression expected on stderr
+    grep -Eq -- "$1" "$tmp/err" || { why="stderr lacks /$1/"; return 1; }
+}
+want_no_out() {
+    [ ! -s "$tmp/out" ] || { why="stdout should be empty"; return 1; }
+}
+want_some_err() {
+    [ -s "$tmp/err" ] || { why="stderr should say what is wrong"; return 1; }
+}
+
+# check NAME FUNCTION: runs one check and records the result.
+check() {
+    why=""
+    if "$2"; then
+        pass=$((pass + 1))
+        echo "ok   $1"
+    else
+        fail=$((fail + 1))
+        failed="$failed $1"
+        echo "FAIL $1: ${why:-check failed}"
+        if [ -s "$tmp/out" ]; then echo "     stdout:"; head -n 20 "$tmp/out" | sed 's/^/     | /'; fi
+        if [ -s "$tmp/err" ]; then echo "     stderr:"; head -n 20 "$tmp/err" | sed 's/^/     | /'; fi
+    fi
+}
+
+# ---- top level ----------------------------------------------------------------
+t_help() { run_exe --help; want_rc 0 && want_out '^usage: ringvit' && want_out '^  bench '; }
+t_help_short() { run_exe -h; want_rc 0 && want_out '^  bench '; }
+t_version() {
+    run_exe --version
+    want_rc 0 && want_out '^ringvit [0-9]+\.[0-9]+\.[0-9]+$' &&
+        want_out '^cuda: (yes|no)$' && want_out '^mpi: (yes|no)$' &&
+        want_out '^blas: ' && want_out '^threads: [1-9]'
+}
+t_no_args() { run_exe; want_rc 2 && want_no_out && want_err '^usage: ringvit'; }
+t_unknown_command() {
+    run_exe nosuch
+    want_rc 2 && want_no_out && want_err "^ringvit: unknown command 'nosuch'; see 'ringvit --help'"
+}
+t_unknown_option() {
+    run_exe --no-such-option
+    want_rc 2 && want_no_out && want_err "^ringvit: unknown option '--no-such-option'"
+}
+t_help_help() { run_exe help; want_rc 0 && want_out '^  bench '; }
+t_help_nosuch() { run_exe help nosuch; want_rc 2 && want_err "^ringvit: unknown command 'nosuch'"; }
+
+# ---- bench --------------------------------------------------------------------
+t_help_bench() { run_exe help bench; want_rc 0 && want_out '^usage: ringvit bench' && want_out 'attention'; }
+t_bench_help_same() {
+    run_exe help bench && cp "$tmp/out" "$tmp/help1" && run_exe bench --help && want_rc 0 &&
+        { cmp -s "$tmp/help1" "$tmp/out" || { why="'help bench' and 'bench --help' differ"; return 1; }; }
+}
+t_bench_no_bench() { run_exe bench; want_rc 2 && want_err 'attention'; }
+t_bench_nosuch() {
+    run_exe bench nosuch
+    want_rc 2 && want_no_out && want_err "^ringvit: bench: unknown bench 'nosuch'"
+}
+t_bench_bad_flag() { run_exe bench --no-such-flag; want_rc 2 && want_no_out && want_some_err; }
+
+# ---- bench attention ----------------------------------------------------------
+t_attn_bad_flag() { run_exe bench attention --no-such-flag; want_rc 2 && want_no_out && want_some_err; }
+t_attn_bad_number() { run_exe bench attention --seq notanumber; want_rc 2 && want_some_err; }
+t_attn_help() { run_exe bench attention --help; want_rc 0 && want_out '--seq'; }
+t_help_attn() { run_exe help bench attention; want_rc 0 && want_out '--seq'; }
+t_attn_json() {
+    run_exe bench attention --seq 64 --heads 2 --dim 32 --json
+    want_rc 0 || return 1
+    # stdout must be exactly one JSON document with a "gflops" key somewhere in it.
+    /usr/bin/python3 -c '
+import json, sys
+doc = json.load(sys.stdin)
+def has(o, key):
+    if isinstance(o, dict):
+        return key in o or any(has(v, key) for v in o.values())
+    if isinstance(o, list):
+        return any(has(v, key) for v in o)
+    return False
+sys.exit(0 if has(doc, "gflops") else 3)
+' <"$tmp/out" 2>"$tmp/pyerr"
+    case $? in
+    0) return 0 ;;
+    3) why="JSON has no \"gflops\" key" ;;
+    *) why="stdout is not valid JSON: $(tail -n 1 "$tmp/pyerr")" ;;
+    esac
+    return 1
+}
+
+check help t_help
+check help-short t_help_short
+check version t_version
+check no-args t_no_args
+check unknown-command t_unknown_command
+check unknown-option t_unknown_option
+check help-alone t_help_help
+check help-nosuch t_help_nosuch
+check help-bench t_help_bench
+check bench-help-same t_bench_help_same
+check bench-no-bench t_bench_no_bench
+check bench-nosuch t_bench_nosuch
+check bench-bad-flag t_bench_bad_flag
+check attention-bad-flag t_attn_bad_flag
+check attention-bad-number t_attn_bad_number
+check attention-help t_attn_help
+check help-bench-attention t_help_attn
+check attention-json t_attn_json
+
+echo "$pass passed, $fail failed"
+if [ "$fail" -ne 0 ]; then
+    echo "failed:$failed"
+    exit 1
+fi
+exit 0

@@ -1,0 +1,27 @@
+/* apps.h: the subcommands of the `ringvit` command. Each subcommand lives in its
+ * own file (apps/cmd_NAME.c) and exports one rv_command; main.c lists them in its
+ * table. Adding a subcommand (probe, frames, tokens, embed, finetune, init):
+ *   1. write apps/cmd_NAME.c defining `const rv_command rv_cmd_NAME = {...};`
+ *   2. declare it below;
+ *   3. add `&rv_cmd_NAME,` to the table in main.c.
+ * Every .c file in apps/ is globbed into the executable, so CMake needs no change. */
+#ifndef RV_APPS_H
+#define RV_APPS_H
+
+typedef struct rv_command {
+    const char *name;    /* "bench" */
+    const char *summary; /* one line for `ringvit --help` */
+    /* argv[0] is the subcommand name; returns an exit code (cli.h: 0, 1, 2).
+     * "-h"/"--help" right after the name never reaches main: main.c prints help. */
+    int (*main)(int argc, char **argv);
+    const char *help; /* full text for `ringvit NAME --help` and `ringvit help NAME` */
+} rv_command;
+
+/* cmd_bench.c: `ringvit bench BENCH ...` */
+extern const rv_command rv_cmd_bench;
+
+/* bench_attention.c: `ringvit bench attention ...`; argv[0] is "attention".
+ * Handles its own --help; returns an exit code. */
+int rv_bench_attention(int argc, char **argv);
+
+#endif

@@ -1,0 +1,357 @@
+/* bench_attention.c: `ringvit bench attention`, the attention block of a compute
+ * backend timed against the same backend's sgemm measured in the same run, so the
+ * ratio (attention GFLOP/s over sgemm GFLOP/s) is comparable across machines.
+ *
+ * One row per sequence length and pass (nccl-tests style): time, GFLOP/s, sgemm
+ * GFLOP/s, ratio, extra memory (peak resident growth during the attention runs),
+ * max error of sampled forward rows against a double-precision recomputation, and
+ * an OK/FAILED footer. FLOPs count 4*d per visible (query, key) pair and head
+ * forward (QK^T and PV) and 10*d backward (the recomputed QK^T plus four GEMMs),
+ * the flash-attention convention. */
+#include <jansson.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "apps.h"
+#include "cli.h"
+#include "rv_backend.h"
+
+#define CMD "bench attention"
+#define MAX_SEQS 16
+
+static const char help_text[] =
+    "usage: ringvit bench attention [--seq S[,S...]] [--heads H] [--dim D] [--causal]\n"
+    "                               [--threads T] [--backward] [--repeat N] [--json]\n"
+    "\n"
+    "Times the attention block (tiled, flash-attention style) of the CPU backend\n"
+    "and, in the same run, the backend's sgemm (2048^3) on the same threads.\n"
+    "\n"
+    "  --seq S[,S...]  sequence lengths, one row each (default 4096)\n"
+    "  --heads H       attention heads (default 4)\n"
+    "  --dim D         head dimension (default 64)\n"
+    "  --causal        causal mask (counts only the visible half of the pairs)\n"
+    "  --threads T     threads (default: every core)\n"
+    "  --backward      also time the backward pass\n"
+    "  --repeat N      timed repetitions per row, the fastest is reported (default 3)\n"
+    "  --json          one JSON object on stdout instead of the table\n"
+    "\n"
+    "Columns: ms per call, GFLOP/s, sgemm GFLOP/s, their ratio, extra MB (peak\n"
+    "resident memory added by the attention calls), max error of 16 sampled query\n"
+    "rows against a double-precision recomputation (forward rows only).\n"
+    "\n"
+    "example:\n"
+    "  ringvit bench attention --seq 8192 --heads 4 --dim 64 --threads 2 --backward\n";
+
+typedef struct bench_opts {
+    int seqs[MAX_SEQS], nseq;
+    int heads, dim, causal, threads, backward, repeat, json;
+} bench_opts;
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static double peak_rss_mb(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss / 1024.0;
+}
+
+static int parse_seqs(const char *text, bench_opts *o)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", text);
+    o->nseq = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        if (o->nseq == MAX_SEQS)
+            return rv_cli_usage_error(CMD, "--seq takes at most %d lengths", MAX_SEQS);
+        int rc = rv_cli_parse_int(CMD, "--seq", tok, 1, 1 << 22, &o->seqs[o->nseq]);
+        if (rc)
+            return rc;
+        o->nseq++;
+    }
+    if (o->nseq == 0)
+        return rv_cli_usage_error(CMD, "--seq wants a comma-separated list of lengths");
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, bench_opts *o)
+{
+    *o = (bench_opts){.seqs = {4096}, .nseq = 1, .heads = 4, .dim = 64, .repeat = 3};
+    int rc = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (rv_cli_flag_is(a, "--seq")) {
+            const char *v = rv_cli_flag_value(CMD, argc, argv, &i);
+            if (!v)
+                return RV_EXIT_USAGE;
+            rc = parse_seqs(v, o);
+        } else if (rv_cli_flag_is(a, "--heads")) {
+            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1024, &o->heads);
+        } else if (rv_cli_flag_is(a, "--dim")) {
+            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1024, &o->dim);
+        } else if (rv_cli_flag_is(a, "--threads")) {
+            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 4096, &o->threads);
+        } else if (rv_cli_flag_is(a, "--repeat")) {
+            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1000, &o->repeat);
+        } else if (strcmp(a, "--causal") == 0) {
+            o->causal = 1;
+        } else if (strcmp(a, "--backward") == 0) {
+            o->backward = 1;
+        } else if (strcmp(a, "--json") == 0) {
+            o->json = 1;
+        } else {
+            return rv_cli_unknown_arg(CMD, a);
+        }
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* Fastest of `repeat` runs of the backend's sgemm on (n x n) @ (n x n), GFLOP/s. */
+static rv_status sgemm_rate(rv_backend *be, int repeat, double *gflops)
+{
+    const int n = 2048;
+    size_t nn = (size_t)n * n;
+    float *a = malloc(sizeof(float) * nn), *b = malloc(sizeof(float) * nn),
+          *c = malloc(sizeof(float) * nn);
+    rv_status st = RV_OK;
+    if (!a || !b || !c) {
+        st = rv_fail(RV_ERR_NOMEM, "sgemm baseline: out of memory");
+        goto end;
+    }
+    for (size_t i = 0; i < nn; i++) {
+        a[i] = (float)((i * 7919) % 1000) * 1e-3f;
+        b[i] = (float)((i * 104729) % 1000) * 1e-3f;
+    }
+    double best = 1e30;
+    for (int r = 0; r <= repeat; r++) { /* the first call warms up */
+        double t0 = now_s();
+        st = be->gemm(be, 0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        double dt = now_s() - t0;
+        if (st != RV_OK)
+            goto end;
+        if (r > 0 && dt < best)
+            best = dt;
+    }
+    *gflops = 2.0 * n * n * (double)n / best * 1e-9;
+end:
+    free(a);
+    free(b);
+    free(c);
+    return st;
+}
+
+/* Max normalised error of 16 sampled query rows (all heads) against double. */
+static double sample_error(const rv_attn_fwd_args *a)
+{
+    const int d = a->dim, hd = a->heads * d;
+    const float scale = 1.0f / sqrtf((float)d);
+    double err = 0, mag = 1e-30;
+    double *p = malloc(sizeof(double) * (size_t)a->sk);
+    if (!p)
+        return INFINITY;
+    for (int s = 0; s < 16; s++) {
+        int i = (int)((long)s * (a->sq - 1) / 15);
+        for (int h = 0; h < a->heads; h++) {
+            int nk = a->mask.kind == RV_MASK_CAUSAL ? i + 1 : a->sk;
+            double mx = -INFINITY, sum = 0;
+            for (int j = 0; j < nk; j++) {
+                double dot = 0;
+                for (int c = 0; c < d; c++)
+                    dot += (double)a->q[(size_t)i * hd + h * d + c] * a->k[(size_t)j * hd + h * d + c];
+                p[j] = dot * scale;
+                mx = p[j] > mx ? p[j] : mx;
+            }
+            for (int j = 0; j < nk; j++)
+                sum += (p[j] = exp(p[j] - mx));
+            for (int c = 0; c < d; c++) {
+                double o = 0;
+                for (int j = 0; j < nk; j++)
+                    o += p[j] * a->v[(size_t)j * hd + h * d + c];
+                o /= sum;
+                double e = fabs(o - a->o[(size_t)i * hd + h * d + c]);
+                err = e > err || isnan(e) ? e : err;
+                mag = fabs(o) > mag ? fabs(o) : mag;
+            }
+        }
+    }
+    free(p);
+    return err / mag;
+}
+
+typedef struct bench_row {
+    const char *pass;
+    int seq;
+    double ms, gflops, sgemm, extra_mb, err;
+} bench_row;
+
+static rv_status run_seq(rv_backend *be, const bench_opts *o, int seq, double sgemm,
+                         bench_row *rows, int *nrows)
+{
+    size_t n = (size_t)seq * o->heads * o->dim, nl = (size_t)seq * o->heads;
+    float *q = malloc(sizeof(float) * n), *k = malloc(sizeof(float) * n),
+          *v = malloc(sizeof(float) * n), *out = malloc(sizeof(float) * n),
+          *lse = malloc(sizeof(float) * nl);
+    float *dout = NULL, *dq = NULL, *dk = NULL, *dv = NULL;
+    rv_status st = RV_OK;
+    if (!q || !k || !v || !out || !lse) {
+        st = rv_fail(RV_ERR_NOMEM, "attention inputs for seq %d: out of memory", seq);
+        goto end;
+    }
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    for (size_t i = 0; i < n; i++) { /* xorshift: any fixed data will do */
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        q[i] = (float)((x >> 40) & 0xFFFF) / 32768.0f - 1.0f;
+        k[i] = (float)((x >> 20) & 0xFFFF) / 32768.0f - 1.0f;
+        v[i] = (float)(x & 0xFFFF) / 32768.0f - 1.0f;
+    }
+    memset(out, 0, sizeof(float) * n);
+    memset(lse, 0, sizeof(float) * nl);
+    double pairs = o->causal ? (double)seq * (seq + 1) / 2 : (double)seq * seq;
+    rv_attn_mask mask = {o->causal ? RV_MASK_CAUSAL : RV_MASK_NONE, 0, 0};
+    rv_attn_fwd_args fa = {q, k, v, out, lse, seq, seq, o->heads, o->dim, 0.0f, mask};
+
+    double rss0 = peak_rss_mb(), best = 1e30;
+    for (int r = 0; r <= o->repeat; r++) {
+        double t0 = now_s();
+        if ((st = be->attn_fwd(be, &fa)) != RV_OK)
+            goto end;
+        double dt = now_s() - t0;
+        if (r > 0 && dt < best)
+            best = dt;
+        if (o->repeat > 0 && r == 0 && dt > 20.0)
+            break; /* one long call is timing enough */
+    }
+    if (best == 1e30)
+        best = 0;
+    bench_row *fr = &rows[(*nrows)++];
+    *fr = (bench_row){"fwd", seq, best * 1e3, 4.0 * o->dim * o->heads * pairs / best * 1e-9,
+                      sgemm, peak_rss_mb() - rss0, sample_error(&fa)};
+
+    if (o->backward) {
+        dout = malloc(sizeof(float) * n), dq = malloc(sizeof(float) * n);
+        dk = malloc(sizeof(float) * n), dv = malloc(sizeof(float) * n);
+        if (!dout || !dq || !dk || !dv) {
+            st = rv_fail(RV_ERR_NOMEM, "attention gradients for seq %d: out of memory", seq);
+            goto end;
+        }
+        for (size_t i = 0; i < n; i++)
+            dout[i] = q[(i * 31) % n];
+        memset(dq, 0, sizeof(float) * n), memset(dk, 0, sizeof(float) * n),
+            memset(dv, 0, sizeof(float) * n);
+        rv_attn_bwd_args ba = {q, k, v, out, lse, dout, dq, dk, dv, seq, seq, o->heads,
+                               o->dim, 0.0f, mask, 0};
+        rss0 = peak_rss_mb();
+        best = 1e30;
+        for (int r = 0; r <= o->repeat; r++) {
+            double t0 = now_s();
+            if ((st = be->attn_bwd(be, &ba)) != RV_OK)
+                goto end;
+            double dt = now_s() - t0;
+            if (r > 0 && dt < best)
+                best = dt;
+            if (r == 0 && dt > 20.0)
+                break;
+        }
+        if (best == 1e30)
+            best = 0;
+        bench_row *br = &rows[(*nrows)++];
+        *br = (bench_row){"bwd", seq, best * 1e3, 10.0 * o->dim * o->heads * pairs / best * 1e-9,
+                          sgemm, peak_rss_mb() - rss0, NAN};
+    }
+end:
+    free(q), free(k), free(v), free(out), free(lse);
+    free(dout), free(dq), free(dk), free(dv);
+    return st;
+}
+
+int rv_bench_attention(int argc, char **argv)
+{
+    if (argc >= 2 && rv_cli_is_help(argv[1])) {
+        fputs(help_text, stdout);
+        return RV_EXIT_OK;
+    }
+    bench_opts o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc)
+        return rc;
+
+    rv_backend *be = NULL;
+    rv_status st = rv_backend_cpu_create(o.threads, &be);
+    if (st != RV_OK)
+        return rv_cli_fail(st, CMD);
+    double sgemm = 0;
+    bench_row rows[2 * MAX_SEQS];
+    int nrows = 0, ok = 1;
+    if ((st = sgemm_rate(be, o.repeat, &sgemm)) != RV_OK) {
+        rc = rv_cli_fail(st, CMD);
+        goto end;
+    }
+    if (!o.json)
+        printf("# ringvit bench attention: backend %s, %d threads, heads %d, dim %d, %s, "
+               "BLAS core %s\n#\n# %8s %4s %10s %9s %9s %6s %9s %9s\n",
+               be->name, be->threads, o.heads, o.dim, o.causal ? "causal" : "no mask",
+               rv_blas_corename(), "seq", "pass", "time(ms)", "GFLOP/s", "sgemm", "ratio",
+               "extra MB", "max err");
+    for (int s = 0; s < o.nseq; s++) {
+        int first = nrows;
+        if ((st = run_seq(be, &o, o.seqs[s], sgemm, rows, &nrows)) != RV_OK) {
+            rc = rv_cli_fail(st, CMD);
+            goto end;
+        }
+        for (int r = first; r < nrows; r++) {
+            const bench_row *w = &rows[r];
+            if (!isnan(w->err) && !(w->err <= 1e-4))
+                ok = 0;
+            if (!o.json)
+                printf("  %8d %4s %10.2f %9.2f %9.2f %6.3f %9.1f %9.2g\n", w->seq, w->pass,
+                       w->ms, w->gflops, w->sgemm, w->gflops / w->sgemm, w->extra_mb, w->err);
+        }
+        fflush(stdout);
+    }
+    if (o.json) {
+        json_t *root = json_object(), *arr = json_array();
+        json_object_set_new(root, "bench", json_string("attention"));
+        json_object_set_new(root, "backend", json_string(be->name));
+        json_object_set_new(root, "blas_core", json_string(rv_blas_corename()));
+        json_object_set_new(root, "threads", json_integer(be->threads));
+        json_object_set_new(root, "heads", json_integer(o.heads));
+        json_object_set_new(root, "dim", json_integer(o.dim));
+        json_object_set_new(root, "causal", json_boolean(o.causal));
+        json_object_set_new(root, "sgemm_gflops", json_real(sgemm));
+        for (int r = 0; r < nrows; r++) {
+            json_t *row = json_object();
+            json_object_set_new(row, "seq", json_integer(rows[r].seq));
+            json_object_set_new(row, "pass", json_string(rows[r].pass));
+            json_object_set_new(row, "ms", json_real(rows[r].ms));
+            json_object_set_new(row, "gflops", json_real(rows[r].gflops));
+            json_object_set_new(row, "ratio", json_real(rows[r].gflops / rows[r].sgemm));
+            json_object_set_new(row, "extra_mb", json_real(rows[r].extra_mb));
+            json_object_set_new(row, "max_err", isnan(rows[r].err) ? json_null() : json_real(rows[r].err));
+            json_array_append_new(arr, row);
+        }
+        json_object_set_new(root, "rows", arr);
+        json_object_set_new(root, "ok", json_boolean(ok));
+        rc = rv_cli_json_print(root);
+        json_decref(root);
+    } else {
+        printf("# %s\n", ok ? "OK" : "FAILED: sampled rows differ from the double reference");
+    }
+    if (rc == RV_EXIT_OK && !ok)
+        rc = RV_EXIT_FAIL;
+end:
+    rv_backend_free(&be);
+    return rc;
+}

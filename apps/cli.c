@@ -1,0 +1,238 @@
+/* cli.c: the shared command-line helpers of cli.h: error and usage messages,
+ * checked number parsing that names the offending flag, the stderr log sink and
+ * JSON output. */
+#include "cli.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+void rv_cli_error(const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, RV_CLI_PROG ": %s\n", msg);
+}
+
+/* The "see 'ringvit CMD --help'" tail, with or without a command. */
+static void print_usage_error(const char *cmd, const char *msg)
+{
+    if (cmd && cmd[0])
+        fprintf(stderr, RV_CLI_PROG ": %s: %s; see '" RV_CLI_PROG " %s --help'\n", cmd,
+                msg, cmd);
+    else
+        fprintf(stderr, RV_CLI_PROG ": %s; see '" RV_CLI_PROG " --help'\n", msg);
+}
+
+int rv_cli_usage_error(const char *cmd, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    print_usage_error(cmd, msg);
+    return RV_EXIT_USAGE;
+}
+
+int rv_cli_unknown_arg(const char *cmd, const char *arg)
+{
+    if (arg[0] == '-' && arg[1] != '\0')
+        return rv_cli_usage_error(cmd, "unknown flag '%s'", arg);
+    return rv_cli_usage_error(cmd, "unknown argument '%s'", arg);
+}
+
+int rv_cli_fail(rv_status s, const char *what)
+{
+    const char *why = rv_last_error();
+    if (!why || !why[0])
+        why = rv_status_name(s);
+    if (what && what[0])
+        fprintf(stderr, RV_CLI_PROG ": %s: %s\n", what, why);
+    else
+        fprintf(stderr, RV_CLI_PROG ": %s\n", why);
+    return RV_EXIT_FAIL;
+}
+
+int rv_cli_is_help(const char *arg)
+{
+    return arg && (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0);
+}
+
+int rv_cli_flag_is(const char *arg, const char *flag)
+{
+    size_t n = strlen(flag);
+    return strncmp(arg, flag, n) == 0 && (arg[n] == '\0' || arg[n] == '=');
+}
+
+const char *rv_cli_flag_value(const char *cmd, int argc, char **argv, int *i)
+{
+    const char *arg = argv[*i];
+    const char *eq = strchr(arg, '=');
+    if (eq && arg[0] == '-')
+        return eq + 1;
+    if (*i + 1 >= argc) {
+        rv_cli_usage_error(cmd, "flag '%s' needs a value", arg);
+        return NULL;
+    }
+    *i += 1;
+    return argv[*i];
+}
+
+/* Flag name without a "=value" tail, for messages. */
+static void flag_name(const char *flag, char *buf, size_t size)
+{
+    size_t n = strcspn(flag, "=");
+    if (n >= size)
+        n = size - 1;
+    memcpy(buf, flag, n);
+    buf[n] = '\0';
+}
+
+int rv_cli_parse_i64(const char *cmd, const char *flag, const char *text, int64_t min,
+                     int64_t max, int64_t *out)
+{
+    char name[128];
+    flag_name(flag, name, sizeof name);
+    char *end = NULL;
+    errno = 0;
+    long long v = text ? strtoll(text, &end, 10) : 0;
+    int ok = text && text[0] && end && *end == '\0' && errno == 0;
+    if (!ok || v < min || v > max)
+        return rv_cli_usage_error(cmd, "%s wants an integer in [%" PRId64 ", %" PRId64
+                                  "], got '%s'",
+                                  name, min, max, text ? text : "");
+    *out = (int64_t)v;
+    return 0;
+}
+
+int rv_cli_parse_int(const char *cmd, const char *flag, const char *text, int min,
+                     int max, int *out)
+{
+    int64_t v = 0;
+    int rc = rv_cli_parse_i64(cmd, flag, text, min, max, &v);
+    if (rc == 0)
+        *out = (int)v;
+    return rc;
+}
+
+int rv_cli_parse_double(const char *cmd, const char *flag, const char *text,
+                        double min, double max, double *out)
+{
+    char name[128];
+    flag_name(flag, name, sizeof name);
+    char *end = NULL;
+    errno = 0;
+    double v = text ? strtod(text, &end) : 0.0;
+    int ok = text && text[0] && end && *end == '\0' && errno == 0 && isfinite(v);
+    if (!ok || v < min || v > max)
+        return rv_cli_usage_error(cmd, "%s wants a number in [%g, %g], got '%s'", name,
+                                  min, max, text ? text : "");
+    *out = v;
+    return 0;
+}
+
+int rv_cli_parse_float(const char *cmd, const char *flag, const char *text, float min,
+                       float max, float *out)
+{
+    double v = 0.0;
+    int rc = rv_cli_parse_double(cmd, flag, text, min, max, &v);
+    if (rc == 0)
+        *out = (float)v;
+    return rc;
+}
+
+/* argv[*i] is the flag; its value is argv[*i] after '=' or argv[*i + 1]. */
+#define TAKE(parse)                                                                    \
+    const char *flag = argv[*i];                                                       \
+    const char *text = rv_cli_flag_value(cmd, argc, argv, i);                          \
+    if (!text)                                                                         \
+        return RV_EXIT_USAGE;                                                          \
+    return parse(cmd, flag, text, min, max, out)
+
+int rv_cli_take_int(const char *cmd, int argc, char **argv, int *i, int min, int max,
+                    int *out)
+{
+    TAKE(rv_cli_parse_int);
+}
+
+int rv_cli_take_i64(const char *cmd, int argc, char **argv, int *i, int64_t min,
+                    int64_t max, int64_t *out)
+{
+    TAKE(rv_cli_parse_i64);
+}
+
+int rv_cli_take_float(const char *cmd, int argc, char **argv, int *i, float min,
+                      float max, float *out)
+{
+    TAKE(rv_cli_parse_float);
+}
+
+int rv_cli_take_double(const char *cmd, int argc, char **argv, int *i, double min,
+                       double max, double *out)
+{
+    TAKE(rv_cli_parse_double);
+}
+#undef TAKE
+
+void rv_cli_log_stderr(rv_log_level level, const char *msg, void *user)
+{
+    (void)user;
+    const char *tag = "";
+    switch (level) {
+    case RV_LOG_ERROR: tag = "error: "; break;
+    case RV_LOG_WARN: tag = "warning: "; break;
+    case RV_LOG_INFO: tag = ""; break;
+    case RV_LOG_DEBUG: tag = "debug: "; break;
+    }
+    /* One write per message, so lines from several threads do not interleave. */
+    char line[2304];
+    size_t n = strlen(msg);
+    int nl = n > 0 && msg[n - 1] == '\n';
+    snprintf(line, sizeof line, RV_CLI_PROG ": %s%s%s", tag, msg, nl ? "" : "\n");
+    fputs(line, stderr);
+}
+
+void rv_cli_log_init(int verbosity)
+{
+    int level = RV_LOG_INFO;
+    const char *env = getenv("RINGVIT_LOG");
+    if (env && env[0]) {
+        if (strcasecmp(env, "error") == 0)
+            level = RV_LOG_ERROR;
+        else if (strcasecmp(env, "warn") == 0 || strcasecmp(env, "warning") == 0)
+            level = RV_LOG_WARN;
+        else if (strcasecmp(env, "info") == 0)
+            level = RV_LOG_INFO;
+        else if (strcasecmp(env, "debug") == 0)
+            level = RV_LOG_DEBUG;
+        else
+            rv_cli_error("warning: RINGVIT_LOG='%s' is not error, warn, info or debug; "
+                         "using info",
+                         env);
+    }
+    level += verbosity;
+    if (level < RV_LOG_ERROR)
+        level = RV_LOG_ERROR;
+    if (level > RV_LOG_DEBUG)
+        level = RV_LOG_DEBUG;
+    rv_log_set(rv_cli_log_stderr, NULL, (rv_log_level)level);
+}
+
+int rv_cli_json_print(const json_t *root)
+{
+    if (json_dumpf(root, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(9)) != 0 ||
+        fputc('\n', stdout) == EOF || fflush(stdout) != 0) {
+        rv_cli_error("could not write JSON to standard output");
+        return RV_EXIT_FAIL;
+    }
+    return RV_EXIT_OK;
+}

@@ -1,0 +1,102 @@
+/* cli.h: small helpers shared by the subcommands of the `ringvit` command, so
+ * every subcommand reports usage errors, parses numbers, logs and prints JSON the
+ * same way. Only apps/ includes this; the library never prints (see rv_status.h).
+ *
+ * Conventions every subcommand follows:
+ *   - exit codes: RV_EXIT_OK (0), RV_EXIT_FAIL (1, runtime failure),
+ *     RV_EXIT_USAGE (2, bad command line);
+ *   - every message to stderr starts with "ringvit: ";
+ *   - a usage error names the command and ends "; see 'ringvit CMD --help'";
+ *   - results go to stdout (a table, or one JSON object with --json), everything
+ *     else to stderr.
+ * The parse helpers print their own message and return RV_EXIT_USAGE on error,
+ * so a caller writes `if ((rc = rv_cli_parse_int(...)) != 0) return rc;`. */
+#ifndef RV_CLI_H
+#define RV_CLI_H
+
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "rv_status.h"
+
+#define RV_CLI_PROG "ringvit"
+
+enum {
+    RV_EXIT_OK = 0,
+    RV_EXIT_FAIL = 1,  /* runtime failure: I/O, backend, bad input file */
+    RV_EXIT_USAGE = 2, /* the command line was wrong */
+};
+
+/* "ringvit: <message>" on stderr. */
+void rv_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* "ringvit: <cmd>: <message>; see 'ringvit <cmd> --help'" on stderr; returns
+ * RV_EXIT_USAGE. cmd is the full command ("bench attention"); NULL or "" for the
+ * top level. */
+int rv_cli_usage_error(const char *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Usage error for an argument the command does not know ("unknown flag '--x'",
+ * "unknown argument 'x'"); returns RV_EXIT_USAGE. */
+int rv_cli_unknown_arg(const char *cmd, const char *arg);
+
+/* Reports a failed library call, "ringvit: <what>: <rv_last_error()>" (or the
+ * status name when no message was set), and returns RV_EXIT_FAIL. */
+int rv_cli_fail(rv_status s, const char *what);
+
+/* 1 when arg is "-h" or "--help". */
+int rv_cli_is_help(const char *arg);
+
+/* Value of the flag at argv[*i]: accepts "--flag VALUE" (advances *i past the
+ * value) and "--flag=VALUE". Returns NULL, after a usage error naming the flag,
+ * when the value is missing. Call only once argv[*i] is known to be this flag
+ * (see rv_cli_flag_is). */
+const char *rv_cli_flag_value(const char *cmd, int argc, char **argv, int *i);
+
+/* 1 when arg is flag itself or "flag=...". */
+int rv_cli_flag_is(const char *arg, const char *flag);
+
+/* Parse text as a whole base-10 number within [min, max]; on error print
+ * "ringvit: <cmd>: <flag> wants an integer in [min, max], got 'text'; see ..."
+ * and return RV_EXIT_USAGE, else store it and return 0. */
+int rv_cli_parse_int(const char *cmd, const char *flag, const char *text, int min,
+                     int max, int *out);
+int rv_cli_parse_i64(const char *cmd, const char *flag, const char *text, int64_t min,
+                     int64_t max, int64_t *out);
+/* As above for a finite floating-point number (no NaN, no inf). */
+int rv_cli_parse_double(const char *cmd, const char *flag, const char *text,
+                        double min, double max, double *out);
+int rv_cli_parse_float(const char *cmd, const char *flag, const char *text, float min,
+                       float max, float *out);
+
+/* The flag at argv[*i] with its value parsed in one step ("--seq 64" or
+ * "--seq=64"): advances *i past the value; returns 0, or RV_EXIT_USAGE after a
+ * message naming the flag. Typical loop body:
+ *     if (rv_cli_flag_is(argv[i], "--seq")) {
+ *         if ((rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1 << 24, &seq)))
+ *             return rc;
+ *     } else ...                                                            */
+int rv_cli_take_int(const char *cmd, int argc, char **argv, int *i, int min, int max,
+                    int *out);
+int rv_cli_take_i64(const char *cmd, int argc, char **argv, int *i, int64_t min,
+                    int64_t max, int64_t *out);
+int rv_cli_take_float(const char *cmd, int argc, char **argv, int *i, float min,
+                      float max, float *out);
+int rv_cli_take_double(const char *cmd, int argc, char **argv, int *i, double min,
+                       double max, double *out);
+
+/* Log sink for rv_log_set: one line per message on stderr, "ringvit: warning: ..."
+ * (user is unused). */
+void rv_cli_log_stderr(rv_log_level level, const char *msg, void *user);
+
+/* Installs rv_cli_log_stderr at the level named by the environment variable
+ * RINGVIT_LOG (error, warn, info, debug; default info), raised or lowered by
+ * verbosity (+1 per -v, -1 for -q). */
+void rv_cli_log_init(int verbosity);
+
+/* Writes root as indented JSON plus a newline to stdout and flushes; does not
+ * take the reference. Returns RV_EXIT_OK, or RV_EXIT_FAIL after a message. */
+int rv_cli_json_print(const json_t *root);
+
+#endif

@@ -1,0 +1,58 @@
+/* cmd_bench.c: `ringvit bench BENCH [options]`, the micro-benchmarks. This file
+ * only lists the benches and dispatches to one of them with argv shifted by one
+ * (argv[0] becomes the bench name); each bench parses its own flags, prints its
+ * own --help, and follows the nccl-tests shape: one row per size, an OK/FAILED
+ * footer, --json for machines. */
+#include <stdio.h>
+#include <string.h>
+
+#include "apps.h"
+#include "cli.h"
+
+/* Keep in step with the "benches:" list of BENCH_HELP. */
+typedef struct bench_entry {
+    const char *name;
+    int (*main)(int argc, char **argv); /* argv[0] is the bench name */
+} bench_entry;
+
+static const bench_entry benches[] = {
+    {"attention", rv_bench_attention},
+};
+
+#define BENCH_HELP                                                                     \
+    "usage: ringvit bench BENCH [options]\n"                                           \
+    "\n"                                                                               \
+    "Times one compute kernel of a backend. A bench prints a table and an\n"          \
+    "OK/FAILED footer, or one JSON object with --json.\n"                             \
+    "\n"                                                                               \
+    "benches:\n"                                                                       \
+    "  attention   attention block forward (and backward) of the compute backend\n"    \
+    "\n"                                                                               \
+    "Run 'ringvit bench BENCH --help' for the options of one bench, e.g.\n"            \
+    "  ringvit bench attention --seq 4096 --heads 4 --dim 64\n"
+
+static int bench_main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fputs(BENCH_HELP, stderr);
+        return rv_cli_usage_error("bench", "which bench? name one of the benches above");
+    }
+    const char *name = argv[1];
+    if (rv_cli_is_help(name)) {
+        fputs(BENCH_HELP, stdout);
+        return RV_EXIT_OK;
+    }
+    if (name[0] == '-')
+        return rv_cli_unknown_arg("bench", name);
+    for (size_t i = 0; i < sizeof benches / sizeof benches[0]; i++)
+        if (strcmp(benches[i].name, name) == 0)
+            return benches[i].main(argc - 1, argv + 1);
+    return rv_cli_usage_error("bench", "unknown bench '%s'", name);
+}
+
+const rv_command rv_cmd_bench = {
+    .name = "bench",
+    .summary = "time the compute kernels (bench attention)",
+    .main = bench_main,
+    .help = BENCH_HELP,
+};

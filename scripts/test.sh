@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# test.sh: the whole test run, the same locally and in CI (.ci/run):
+#   1. install the build dependencies (scripts/install-deps.sh),
+#   2. Release build in build/ with tests, then every ctest test (unit, cli, mpi,
+#      and gpu where a GPU is present; the others report themselves skipped),
+#   3. AddressSanitizer + UBSan build in build-asan/ (CPU only), then the unit tests.
+# RINGVIT_SKIP_ASAN=1 skips step 3 for quick local iteration; CI never sets it.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+jobs=$(nproc)
+
+section() {
+  printf '\n==== %s ====\n' "$*"
+}
+
+# mpiexec refuses to run as root (containers, CI) unless told it is fine.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+section "dependencies"
+scripts/install-deps.sh
+
+section "release build (build/)"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DRINGVIT_TESTS=ON
+cmake --build build -j"$jobs"
+
+section "tests (build/)"
+(cd build && ctest --output-on-failure)
+
+if [ "${RINGVIT_SKIP_ASAN:-0}" = "1" ]; then
+  section "sanitizer pass skipped (RINGVIT_SKIP_ASAN=1)"
+else
+  section "sanitizer build (build-asan/: ASan + UBSan, CPU only)"
+  cmake -S . -B build-asan -DRINGVIT_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DRINGVIT_CUDA=OFF -DRINGVIT_TESTS=ON
+  cmake --build build-asan -j"$jobs"
+
+  section "unit tests under sanitizers (build-asan/)"
+  (cd build-asan &&
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest -L unit --output-on-failure)
+fi
+
+section "all tests passed"
