@@ -14,6 +14,7 @@
 #include "apps.h"
 #include "cli.h"
 #include "rv_backend.h"
+#include "rv_cuda.h"
 #include "rv_version.h"
 
 /* The subcommands, in the order `ringvit --help` lists them. */
@@ -61,11 +62,6 @@ static void print_usage(FILE *f)
 
 static void print_version(void)
 {
-#ifdef RINGVIT_HAVE_CUDA
-    const char *cuda = "yes";
-#else
-    const char *cuda = "no";
-#endif
 #ifdef RINGVIT_HAVE_MPI
     const char *mpi = "yes";
 #else
@@ -73,7 +69,17 @@ static void print_version(void)
 #endif
     const char *core = rv_blas_corename();
     printf("ringvit %s\n", RINGVIT_VERSION);
-    printf("cuda: %s\n", cuda);
+#ifdef RINGVIT_HAVE_CUDA
+    /* The CUDA runtime is linked; the GPU kernels arrive with the GPU work. */
+    int ndev = rv_cuda_device_count();
+    char name[256] = "";
+    if (ndev > 0 && rv_cuda_device_name(0, name, sizeof name) != RV_OK)
+        snprintf(name, sizeof name, "%s", rv_last_error());
+    printf("cuda: runtime linked, %d device%s%s%s; GPU kernels not yet built\n", ndev,
+           ndev == 1 ? "" : "s", ndev > 0 ? ": " : "", name);
+#else
+    printf("cuda: no\n");
+#endif
     printf("mpi: %s\n", mpi);
     printf("blas: OpenBLAS, core %s\n", core && core[0] ? core : "unknown");
     printf("threads: %d (default)\n", rv_cpu_default_threads());

@@ -28,6 +28,20 @@ cmake --build build -j"$jobs"
 section "tests (build/)"
 (cd build && ctest --output-on-failure)
 
+section "install check (cmake --install, find_package, pkg-config)"
+prefix=$(mktemp -d)
+trap 'rm -rf "$prefix"' EXIT
+cmake --install build --prefix "$prefix" >/dev/null
+cmake -S tests/install -B "$prefix/consumer-build" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+cmake --build "$prefix/consumer-build" >/dev/null
+"$prefix/consumer-build/consumer"
+pcdir=$(dirname "$(find "$prefix" -name ringvit.pc)")
+# shellcheck disable=SC2046 # pkg-config prints several words on purpose
+cc tests/install/consumer.c -o "$prefix/consumer-pc" \
+  $(PKG_CONFIG_PATH="$pcdir" pkg-config --cflags --libs ringvit) -lm
+LD_LIBRARY_PATH="$(dirname "$pcdir")" "$prefix/consumer-pc"
+"$prefix/bin/ringvit" --version
+
 if [ "${RINGVIT_SKIP_ASAN:-0}" = "1" ]; then
   section "sanitizer pass skipped (RINGVIT_SKIP_ASAN=1)"
 else

@@ -11,10 +11,10 @@
  * value rows it multiplies. Backward tiles are smaller: it keeps two score-sized
  * tiles and two key-sized accumulators per thread. */
 #ifndef RV_FWD_BQ
-#define RV_FWD_BQ 128
+#define RV_FWD_BQ 256
 #endif
 #ifndef RV_FWD_BK
-#define RV_FWD_BK 256
+#define RV_FWD_BK 512
 #endif
 #define RV_BWD_BQ 64
 #define RV_BWD_BK 128
