@@ -3,10 +3,11 @@
  *
  * Work items are (head, query tile); each thread walks the key tiles a query tile
  * can see, keeping a running row max m, row sum l and an unnormalised output
- * accumulator. Scores are computed in base-2 units (scale * log2 e folded into the
- * GEMM's alpha) so the exponential is a cheap exp2. Memory per thread is one
- * (BQ x BK) score tile and a (BQ x dim) accumulator: never an (Sq x Sk) buffer. */
-#include <cblas.h>
+ * accumulator. The tile products run in the register-blocked kernels of
+ * cpu_tile_kernels.h on packed copies of the tiles. Scores are in base-2 units
+ * (scale * log2 e folded into the packed queries) so the exponential is a cheap
+ * exp2. Memory per thread is one (BQ x BK) score tile, the packed tiles and a
+ * (BQ x dim) accumulator: never an (Sq x Sk) buffer. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -15,77 +16,114 @@
 #include "cpu_attention.h"
 #include "cpu_exp.h"
 #include "cpu_ops.h"
+#include "cpu_tile_kernels.h"
+
+/* Keys and values packed once per call for the tile kernels, shared by all threads:
+ * every key tile's transpose is one contiguous (dim, BK) block, so a tile product
+ * reads consecutive memory whatever the sequence length. */
+typedef struct fwd_pack {
+    float *kt;   /* (heads, ktiles, dim, BK) keys transposed, zero past sk */
+    float *vp;   /* (heads, ktiles * BK, dpad) values, zero padded */
+    int ktiles;  /* key tiles of BK */
+    int dpad;    /* dim rounded up to 16 */
+} fwd_pack;
 
 typedef struct fwd_workspace {
+    float *qp;  /* (BQ, dim) query tile scaled by scale * log2 e, zero rows past the end */
     float *s;   /* (BQ, BK) scores, then probabilities */
-    float *acc; /* (BQ, dim) unnormalised output */
+    float *acc; /* (BQ, dpad) unnormalised output */
     float *m;   /* (BQ) running max, base-2 units */
     float *l;   /* (BQ) running sum */
 } fwd_workspace;
 
 /* Online-softmax update of one query row with its scores s[0..n) (n visible
- * keys of this tile; the tile's other columns become 0). Returns the factor the
- * row's accumulator must be multiplied by before adding P @ V. */
+ * keys of this tile; the rest of the row up to bk becomes 0). The row is 64-byte
+ * aligned and writable up to bk rounded up to 16. Returns the factor the row's
+ * accumulator must be multiplied by before P @ V is added. */
 static inline float softmax_row_update(float *s, int n, int bk, float *m, float *l)
 {
-    float mx = -INFINITY;
-    for (int j = 0; j < n; j++)
-        mx = s[j] > mx ? s[j] : mx;
+    const rv_v16 ninf = rv_v16_splat(-INFINITY);
+    rv_v16 vmx = ninf;
+    for (int j = 0; j < n; j += 16) {
+        rv_v16 x = RV_CV16(s + j);
+        if (n - j < 16)
+            x = rv_v16_select(rv_lanes_below(n - j), x, ninf);
+        vmx = rv_v16_max(vmx, x);
+    }
+    float mx = rv_v16_hmax(vmx);
     float m_new = mx > *m ? mx : *m;
-    float sum = 0.0f;
     if (m_new == -INFINITY) { /* nothing seen yet in this row */
-        memset(s, 0, sizeof(float) * (size_t)bk);
+        for (int j = 0; j < bk; j += 16)
+            RV_V16(s + j) = (rv_v16){0};
         return 1.0f;
     }
-    for (int j = 0; j < n; j++) {
-        float p = rv_exp2_nonpos(s[j] - m_new);
-        s[j] = p;
-        sum += p;
+    const rv_v16 vm = rv_v16_splat(m_new);
+    rv_v16 vsum = {0};
+    int j = 0;
+    for (; j < n; j += 16) {
+        rv_v16 t = RV_CV16(s + j) - vm;
+        if (n - j < 16)
+            t = rv_v16_select(rv_lanes_below(n - j), t, ninf);
+        rv_v16 p = rv_exp2_v16(t);
+        RV_V16(s + j) = p;
+        vsum += p;
     }
-    for (int j = n; j < bk; j++)
-        s[j] = 0.0f;
+    for (; j < bk; j += 16)
+        RV_V16(s + j) = (rv_v16){0};
     float corr = rv_exp2_nonpos(*m - m_new);
-    *l = *l * corr + sum;
+    *l = *l * corr + rv_v16_hsum(vsum);
     *m = m_new;
     return corr;
 }
 
-static void fwd_tile(const rv_attn_fwd_args *a, float scale2, int h, int i0, int bq,
-                     fwd_workspace *w)
+static inline int round_up(int x, int m)
 {
-    const int d = a->dim, ld = a->heads * a->dim;
-    const float *q = a->q + ((size_t)i0 * a->heads + h) * d;
-    for (int i = 0; i < bq; i++) {
+    return (x + m - 1) / m * m;
+}
+
+static void fwd_tile(const rv_attn_fwd_args *a, const fwd_pack *pk, float scale2, int h,
+                     int i0, int bq, fwd_workspace *w)
+{
+    const int d = a->dim, dpad = pk->dpad;
+    const int bqp = round_up(bq, 8);
+    for (int i = 0; i < bqp; i++) {
+        float *dst = w->qp + (size_t)i * d;
         w->m[i] = -INFINITY;
         w->l[i] = 0.0f;
+        if (i >= bq) {
+            memset(dst, 0, sizeof(float) * (size_t)d);
+            continue;
+        }
+        const float *src = a->q + ((size_t)(i0 + i) * a->heads + h) * d;
+        for (int c = 0; c < d; c++)
+            dst[c] = src[c] * scale2;
     }
-    memset(w->acc, 0, sizeof(float) * (size_t)bq * d);
+    memset(w->acc, 0, sizeof(float) * (size_t)bqp * dpad);
 
     /* Keys beyond what the tile's last row sees are never needed. */
     int kend = rv_mask_visible(&a->mask, a->sk, i0 + bq - 1);
     for (int j0 = 0; j0 < kend; j0 += RV_FWD_BK) {
         int bk = kend - j0 < RV_FWD_BK ? kend - j0 : RV_FWD_BK;
-        const float *k = a->k + ((size_t)j0 * a->heads + h) * d;
-        const float *v = a->v + ((size_t)j0 * a->heads + h) * d;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, d, scale2, q, ld, k,
-                    ld, 0.0f, w->s, bk);
+        int bkp = round_up(bk, 32);
+        const float *ktp = pk->kt + ((size_t)h * pk->ktiles + j0 / RV_FWD_BK) * d * RV_FWD_BK;
+        const float *vp = pk->vp + ((size_t)h * pk->ktiles * RV_FWD_BK + j0) * dpad;
+        rv_qk_tile(w->qp, d, ktp, RV_FWD_BK, bqp, bkp, w->s, bkp);
         for (int i = 0; i < bq; i++) {
             int n = rv_mask_visible(&a->mask, a->sk, i0 + i) - j0;
             n = n < 0 ? 0 : (n > bk ? bk : n);
-            float corr = softmax_row_update(w->s + (size_t)i * bk, n, bk, &w->m[i], &w->l[i]);
+            float corr = softmax_row_update(w->s + (size_t)i * bkp, n, bk, &w->m[i], &w->l[i]);
             if (corr != 1.0f) {
-                float *acc = w->acc + (size_t)i * d;
+                float *acc = w->acc + (size_t)i * dpad;
                 for (int c = 0; c < d; c++)
                     acc[c] *= corr;
             }
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bq, d, bk, 1.0f, w->s, bk, v,
-                    ld, 1.0f, w->acc, d);
+        rv_pv_tile(w->s, bkp, vp, dpad, bk, bqp, w->acc);
     }
 
     for (int i = 0; i < bq; i++) {
         float *o = a->o + ((size_t)(i0 + i) * a->heads + h) * d;
-        const float *acc = w->acc + (size_t)i * d;
+        const float *acc = w->acc + (size_t)i * dpad;
         float *lse = a->lse + (size_t)h * a->sq + i0 + i;
         if (w->l[i] > 0.0f) {
             float inv = 1.0f / w->l[i];
@@ -96,6 +134,39 @@ static void fwd_tile(const rv_attn_fwd_args *a, float scale2, int h, int i0, int
             memset(o, 0, sizeof(float) * (size_t)d);
             *lse = -INFINITY;
         }
+    }
+}
+
+static void *alloc64(size_t floats)
+{
+    return aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
+}
+
+/* Fills the shared packs; rows are spread over the threads. */
+static void fwd_pack_fill(const rv_attn_fwd_args *a, fwd_pack *pk, int threads)
+{
+    const int d = a->dim, dpad = pk->dpad;
+    const long per_head = (long)pk->ktiles * RV_FWD_BK;
+    const long rows = (long)a->heads * per_head; /* (head, key) pairs */
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (long r = 0; r < rows; r++) {
+        int h = (int)(r / per_head), j = (int)(r % per_head);
+        float *kt = pk->kt + ((size_t)h * pk->ktiles + j / RV_FWD_BK) * d * RV_FWD_BK +
+                    j % RV_FWD_BK;
+        float *vp = pk->vp + ((size_t)h * per_head + j) * dpad;
+        if (j >= a->sk) {
+            for (int c = 0; c < d; c++)
+                kt[(size_t)c * RV_FWD_BK] = 0.0f;
+            memset(vp, 0, sizeof(float) * (size_t)dpad);
+            continue;
+        }
+        const float *k = a->k + ((size_t)j * a->heads + h) * d;
+        const float *v = a->v + ((size_t)j * a->heads + h) * d;
+        for (int c = 0; c < d; c++)
+            kt[(size_t)c * RV_FWD_BK] = k[c];
+        memcpy(vp, v, sizeof(float) * (size_t)d);
+        for (int c = d; c < dpad; c++)
+            vp[c] = 0.0f;
     }
 }
 
@@ -113,16 +184,27 @@ rv_status cpu_attn_fwd(rv_backend *be, const rv_attn_fwd_args *a)
     const int qtiles = (a->sq + RV_FWD_BQ - 1) / RV_FWD_BQ;
     const int items = qtiles * a->heads;
     int failed = 0;
+    rv_status ret = RV_OK;
+    fwd_pack pk = {.ktiles = (a->sk + RV_FWD_BK - 1) / RV_FWD_BK, .dpad = round_up(a->dim, 16)};
+    const size_t keys = (size_t)a->heads * pk.ktiles * RV_FWD_BK;
+    pk.kt = alloc64(keys * a->dim);
+    pk.vp = alloc64(keys * pk.dpad);
+    if (!pk.kt || !pk.vp) {
+        ret = rv_fail(RV_ERR_NOMEM, "attn_fwd: cannot allocate packed keys (%zu keys)", keys);
+        goto end;
+    }
+    fwd_pack_fill(a, &pk, be->threads);
 
 #pragma omp parallel num_threads(be->threads)
     {
-        omp_set_num_threads(1); /* BLAS calls below run on this thread */
+        const size_t dpad = (size_t)round_up(a->dim, 16);
         fwd_workspace w;
-        w.s = malloc(sizeof(float) * RV_FWD_BQ * RV_FWD_BK);
-        w.acc = malloc(sizeof(float) * RV_FWD_BQ * (size_t)a->dim);
-        w.m = malloc(sizeof(float) * RV_FWD_BQ);
-        w.l = malloc(sizeof(float) * RV_FWD_BQ);
-        int ok = w.s && w.acc && w.m && w.l;
+        w.qp = alloc64((size_t)RV_FWD_BQ * a->dim);
+        w.s = alloc64((size_t)RV_FWD_BQ * RV_FWD_BK);
+        w.acc = alloc64((size_t)RV_FWD_BQ * dpad);
+        w.m = alloc64(RV_FWD_BQ);
+        w.l = alloc64(RV_FWD_BQ);
+        int ok = w.qp && w.s && w.acc && w.m && w.l;
         if (!ok) {
 #pragma omp atomic write
             failed = 1;
@@ -135,14 +217,18 @@ rv_status cpu_attn_fwd(rv_backend *be, const rv_attn_fwd_args *a)
             int t = qtiles - 1 - it / a->heads, h = it % a->heads;
             int i0 = t * RV_FWD_BQ;
             int bq = a->sq - i0 < RV_FWD_BQ ? a->sq - i0 : RV_FWD_BQ;
-            fwd_tile(a, scale2, h, i0, bq, &w);
+            fwd_tile(a, &pk, scale2, h, i0, bq, &w);
         }
+        free(w.qp);
         free(w.s);
         free(w.acc);
         free(w.m);
         free(w.l);
     }
     if (failed)
-        return rv_fail(RV_ERR_NOMEM, "attn_fwd: cannot allocate tile workspace");
-    return RV_OK;
+        ret = rv_fail(RV_ERR_NOMEM, "attn_fwd: cannot allocate tile workspace");
+end:
+    free(pk.kt);
+    free(pk.vp);
+    return ret;
 }
