@@ -3,8 +3,8 @@
  *
  * Work items are (head, query tile); each thread walks the key tiles a query tile
  * can see, keeping a running row max m, row sum l and an unnormalised output
- * accumulator. The tile products run in the register-blocked kernels of
- * cpu_tile_kernels.h on packed copies of the tiles. Scores are in base-2 units
+ * accumulator. The tile steps (cpu_attn_tiles.h) run on packed copies of the
+ * tiles: AVX-512 register-blocked kernels where the CPU has them, else BLAS. Scores are in base-2 units
  * (scale * log2 e folded into the packed queries) so the exponential is a cheap
  * exp2. Memory per thread is one (BQ x BK) score tile, the packed tiles and a
  * (BQ x dim) accumulator: never an (Sq x Sk) buffer. */
@@ -14,9 +14,9 @@
 #include <string.h>
 
 #include "cpu_attention.h"
+#include "cpu_attn_tiles.h"
 #include "cpu_exp.h"
 #include "cpu_ops.h"
-#include "cpu_tile_kernels.h"
 
 /* Keys and values packed once per call for the tile kernels, shared by all threads:
  * every key tile's transpose is one contiguous (dim, BK) block, so a tile product
@@ -36,53 +36,14 @@ typedef struct fwd_workspace {
     float *l;   /* (BQ) running sum */
 } fwd_workspace;
 
-/* Online-softmax update of one query row with its scores s[0..n) (n visible
- * keys of this tile; the rest of the row up to bk becomes 0). The row is 64-byte
- * aligned and writable up to bk rounded up to 16. Returns the factor the row's
- * accumulator must be multiplied by before P @ V is added. */
-static inline float softmax_row_update(float *s, int n, int bk, float *m, float *l)
-{
-    const rv_v16 ninf = rv_v16_splat(-INFINITY);
-    rv_v16 vmx = ninf;
-    for (int j = 0; j < n; j += 16) {
-        rv_v16 x = RV_CV16(s + j);
-        if (n - j < 16)
-            x = rv_v16_select(rv_lanes_below(n - j), x, ninf);
-        vmx = rv_v16_max(vmx, x);
-    }
-    float mx = rv_v16_hmax(vmx);
-    float m_new = mx > *m ? mx : *m;
-    if (m_new == -INFINITY) { /* nothing seen yet in this row */
-        for (int j = 0; j < bk; j += 16)
-            RV_V16(s + j) = (rv_v16){0};
-        return 1.0f;
-    }
-    const rv_v16 vm = rv_v16_splat(m_new);
-    rv_v16 vsum = {0};
-    int j = 0;
-    for (; j < n; j += 16) {
-        rv_v16 t = RV_CV16(s + j) - vm;
-        if (n - j < 16)
-            t = rv_v16_select(rv_lanes_below(n - j), t, ninf);
-        rv_v16 p = rv_exp2_v16(t);
-        RV_V16(s + j) = p;
-        vsum += p;
-    }
-    for (; j < bk; j += 16)
-        RV_V16(s + j) = (rv_v16){0};
-    float corr = rv_exp2_nonpos(*m - m_new);
-    *l = *l * corr + rv_v16_hsum(vsum);
-    *m = m_new;
-    return corr;
-}
-
 static inline int round_up(int x, int m)
 {
     return (x + m - 1) / m * m;
 }
 
-static void fwd_tile(const rv_attn_fwd_args *a, const fwd_pack *pk, float scale2, int h,
-                     int i0, int bq, fwd_workspace *w)
+static void fwd_tile(const rv_attn_fwd_args *a, const rv_attn_tile_ops *ops,
+                     const fwd_pack *pk, float scale2, int h, int i0, int bq,
+                     fwd_workspace *w)
 {
     const int d = a->dim, dpad = pk->dpad;
     const int bqp = round_up(bq, 8);
@@ -107,18 +68,18 @@ static void fwd_tile(const rv_attn_fwd_args *a, const fwd_pack *pk, float scale2
         int bkp = round_up(bk, 32);
         const float *ktp = pk->kt + ((size_t)h * pk->ktiles + j0 / RV_FWD_BK) * d * RV_FWD_BK;
         const float *vp = pk->vp + ((size_t)h * pk->ktiles * RV_FWD_BK + j0) * dpad;
-        rv_qk_tile(w->qp, d, ktp, RV_FWD_BK, bqp, bkp, w->s, bkp);
+        ops->qk(w->qp, d, ktp, RV_FWD_BK, bqp, bkp, w->s, bkp);
         for (int i = 0; i < bq; i++) {
             int n = rv_mask_visible(&a->mask, a->sk, i0 + i) - j0;
             n = n < 0 ? 0 : (n > bk ? bk : n);
-            float corr = softmax_row_update(w->s + (size_t)i * bkp, n, bk, &w->m[i], &w->l[i]);
+            float corr = ops->softmax_row(w->s + (size_t)i * bkp, n, bk, &w->m[i], &w->l[i]);
             if (corr != 1.0f) {
                 float *acc = w->acc + (size_t)i * dpad;
                 for (int c = 0; c < d; c++)
                     acc[c] *= corr;
             }
         }
-        rv_pv_tile(w->s, bkp, vp, dpad, bk, bqp, w->acc);
+        ops->pv(w->s, bkp, vp, dpad, bk, bqp, w->acc);
     }
 
     for (int i = 0; i < bq; i++) {
@@ -180,6 +141,7 @@ rv_status cpu_attn_fwd(rv_backend *be, const rv_attn_fwd_args *a)
     if (!a->q || !a->o || !a->lse || (a->sk > 0 && (!a->k || !a->v)))
         return rv_fail(RV_ERR_INVALID, "attn_fwd: NULL tensor");
 
+    const rv_attn_tile_ops *ops = rv_attn_tiles_select();
     const float scale2 = rv_attn_scale(a->scale, a->dim) * RV_LOG2E;
     const int qtiles = (a->sq + RV_FWD_BQ - 1) / RV_FWD_BQ;
     const int items = qtiles * a->heads;
@@ -217,7 +179,7 @@ rv_status cpu_attn_fwd(rv_backend *be, const rv_attn_fwd_args *a)
             int t = qtiles - 1 - it / a->heads, h = it % a->heads;
             int i0 = t * RV_FWD_BQ;
             int bq = a->sq - i0 < RV_FWD_BQ ? a->sq - i0 : RV_FWD_BQ;
-            fwd_tile(a, &pk, scale2, h, i0, bq, &w);
+            fwd_tile(a, ops, &pk, scale2, h, i0, bq, &w);
         }
         free(w.qp);
         free(w.s);

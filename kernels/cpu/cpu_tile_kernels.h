@@ -14,6 +14,7 @@
 #define RV_CPU_TILE_KERNELS_H
 
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef float rv_v16 __attribute__((vector_size(64), aligned(64)));

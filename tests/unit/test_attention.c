@@ -394,3 +394,18 @@ Test(attention, rejects_bad_shapes)
     cr_assert_eq(be->attn_fwd(be, &a), RV_ERR_INVALID);
     rv_backend_free(&be);
 }
+
+/* The portable BLAS tile path (CPUs without AVX-512) against the same references;
+ * on AVX-512 machines the tests above run the AVX-512 kernels. Criterion runs each
+ * test in its own process, so the environment change stays here. */
+Test(attention, blas_tile_path, .timeout = 300)
+{
+    cr_assert_eq(setenv("RINGVIT_CPU_KERNELS", "blas", 1), 0);
+    const int dims[] = {32, 80};
+    for (int di = 0; di < 2; di++) {
+        check_case(2, 900 + di, 1000, 1000, 3, dims[di], causal, 1);
+        check_case(1, 910 + di, 129, 517, 4, dims[di], no_mask, 1);
+        rv_attn_mask m = {RV_MASK_CAUSAL, 200, 300};
+        check_case(2, 920 + di, 600, 300, 2, dims[di], m, 1);
+    }
+}

@@ -1,0 +1,36 @@
+/* cpu_attn_tiles.h: the three per-tile steps of the attention forward (scores,
+ * online-softmax row update, probabilities times values) behind a small table, so
+ * one driver (cpu_attention_fwd.c) runs either the AVX-512 register-blocked
+ * kernels or a portable BLAS version, chosen at run time. Internal to kernels/cpu.
+ *
+ * Operand layouts (all 64-byte aligned, zero padded):
+ *   qp  (rows, d)     query tile scaled by scale * log2 e; rows % 8 == 0
+ *   ktp (d, ldk)      key tile transposed; cols % 32 == 0, ldk >= cols
+ *   s   (rows, lds)   scores, then probabilities; lds % 32 == 0
+ *   vp  (bk, ldv)     value tile; ldv = d rounded up to 16
+ *   acc (rows, ldv)   unnormalised output                                     */
+#ifndef RV_CPU_ATTN_TILES_H
+#define RV_CPU_ATTN_TILES_H
+
+typedef struct rv_attn_tile_ops {
+    const char *name;
+    /* s = qp @ ktp over cols key columns. */
+    void (*qk)(const float *qp, int d, const float *ktp, int ldk, int rows, int cols,
+               float *s, int lds);
+    /* One row: scores s[0..n) of the n visible keys (the rest of s up to bk is set
+     * to 0), running max *m (base 2) and sum *l updated; returns the factor the
+     * row's accumulator must be scaled by before P @ V is added. */
+    float (*softmax_row)(float *s, int n, int bk, float *m, float *l);
+    /* acc += s @ vp over bk keys. */
+    void (*pv)(const float *s, int lds, const float *vp, int ldv, int bk, int rows,
+               float *acc);
+} rv_attn_tile_ops;
+
+extern const rv_attn_tile_ops rv_attn_tiles_blas;
+extern const rv_attn_tile_ops rv_attn_tiles_avx512;
+
+/* The AVX-512 kernels where the CPU has them, else BLAS. RINGVIT_CPU_KERNELS=blas
+ * in the environment forces the BLAS version (for tests and comparisons). */
+const rv_attn_tile_ops *rv_attn_tiles_select(void);
+
+#endif

@@ -1,0 +1,70 @@
+/* cpu_attn_tiles_blas.c: the attention tile steps on OpenBLAS and plain C, for CPUs
+ * without AVX-512 (and as a cross-check of the AVX-512 kernels). */
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_attn_tiles.h"
+#include "cpu_exp.h"
+
+static void blas_qk(const float *qp, int d, const float *ktp, int ldk, int rows, int cols,
+                    float *s, int lds)
+{
+    omp_set_num_threads(1); /* called inside the driver's parallel region */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, cols, d, 1.0f, qp, d, ktp,
+                ldk, 0.0f, s, lds);
+}
+
+static float blas_softmax_row(float *s, int n, int bk, float *m, float *l)
+{
+    float mx = -INFINITY;
+    for (int j = 0; j < n; j++)
+        mx = s[j] > mx ? s[j] : mx;
+    float m_new = mx > *m ? mx : *m;
+    if (m_new == -INFINITY) { /* nothing seen yet in this row */
+        memset(s, 0, sizeof(float) * (size_t)bk);
+        return 1.0f;
+    }
+    float sum = 0.0f;
+    for (int j = 0; j < n; j++) {
+        float p = rv_exp2_nonpos(s[j] - m_new);
+        s[j] = p;
+        sum += p;
+    }
+    for (int j = n; j < bk; j++)
+        s[j] = 0.0f;
+    float corr = rv_exp2_nonpos(*m - m_new);
+    *l = *l * corr + sum;
+    *m = m_new;
+    return corr;
+}
+
+static void blas_pv(const float *s, int lds, const float *vp, int ldv, int bk, int rows,
+                    float *acc)
+{
+    omp_set_num_threads(1);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, ldv, bk, 1.0f, s, lds, vp,
+                ldv, 1.0f, acc, ldv);
+}
+
+const rv_attn_tile_ops rv_attn_tiles_blas = {
+    /* .name        = */ "blas",
+    /* .qk          = */ blas_qk,
+    /* .softmax_row = */ blas_softmax_row,
+    /* .pv          = */ blas_pv,
+};
+
+const rv_attn_tile_ops *rv_attn_tiles_select(void)
+{
+    const char *force = getenv("RINGVIT_CPU_KERNELS");
+    if (force && strcmp(force, "blas") == 0)
+        return &rv_attn_tiles_blas;
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f"))
+        return &rv_attn_tiles_avx512;
+#endif
+    return &rv_attn_tiles_blas;
+}
