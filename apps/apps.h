@@ -24,4 +24,10 @@ extern const rv_command rv_cmd_bench;
  * Handles its own --help; returns an exit code. */
 int rv_bench_attention(int argc, char **argv);
 
+/* bench_comm.c: `ringvit bench comm ...` (ring shift and allreduce of a
+ * communicator); argv[0] is "comm". Handles its own --help. */
+int rv_bench_comm(int argc, char **argv);
+/* bench_ring.c: `ringvit bench ring ...` (context-parallel attention). */
+int rv_bench_ring(int argc, char **argv);
+
 #endif

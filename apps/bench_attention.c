@@ -222,7 +222,7 @@ static rv_status run_seq(rv_backend *be, const bench_opts *o, int seq, double sg
     memset(lse, 0, sizeof(float) * nl);
     double pairs = o->causal ? (double)seq * (seq + 1) / 2 : (double)seq * seq;
     rv_attn_mask mask = {o->causal ? RV_MASK_CAUSAL : RV_MASK_NONE, 0, 0};
-    rv_attn_fwd_args fa = {q, k, v, out, lse, seq, seq, o->heads, o->dim, 0.0f, mask};
+    rv_attn_fwd_args fa = {q, k, v, out, lse, seq, seq, o->heads, o->dim, 0.0f, mask, 0};
 
     double rss0 = peak_rss_mb(), best = 1e30;
     for (int r = 0; r <= o->repeat; r++) {

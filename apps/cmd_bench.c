@@ -17,16 +17,20 @@ typedef struct bench_entry {
 
 static const bench_entry benches[] = {
     {"attention", rv_bench_attention},
+    {"comm", rv_bench_comm},
+    {"ring", rv_bench_ring},
 };
 
 #define BENCH_HELP                                                                     \
     "usage: ringvit bench BENCH [options]\n"                                           \
     "\n"                                                                               \
-    "Times one compute kernel of a backend. A bench prints a table and an\n"          \
+    "Times one compute kernel or communicator. A bench prints a table and an\n"       \
     "OK/FAILED footer, or one JSON object with --json.\n"                             \
     "\n"                                                                               \
     "benches:\n"                                                                       \
     "  attention   attention block forward (and backward) of the compute backend\n"    \
+    "  comm        ring shift and allreduce of a communicator (local threads, MPI)\n"   \
+    "  ring        context-parallel attention (ring, allgather, ulysses) vs one rank\n"  \
     "\n"                                                                               \
     "Run 'ringvit bench BENCH --help' for the options of one bench, e.g.\n"            \
     "  ringvit bench attention --seq 4096 --heads 4 --dim 64\n"
@@ -52,7 +56,7 @@ static int bench_main(int argc, char **argv)
 
 const rv_command rv_cmd_bench = {
     .name = "bench",
-    .summary = "time the compute kernels (bench attention)",
+    .summary = "time the compute kernels and communicators (bench attention, comm, ring)",
     .main = bench_main,
     .help = BENCH_HELP,
 };

@@ -48,6 +48,10 @@ typedef struct rv_attn_fwd_args {
     int sq, sk, heads, dim;
     float scale; /* softmax scale; 0 selects 1/sqrt(dim) */
     rv_attn_mask mask;
+    /* 0: overwrite o and lse. 1: (o, lse) hold the attention over other keys and
+     * are merged with this block's in place, as attn_merge would, without a second
+     * buffer (ring attention's running result). */
+    int accumulate;
 } rv_attn_fwd_args;
 
 /* Backward of one attention block. o and lse are those of the complete attention

@@ -60,6 +60,19 @@ static void fwd_tile(const rv_attn_fwd_args *a, const rv_attn_tile_ops *ops,
             dst[c] = src[c] * scale2;
     }
     memset(w->acc, 0, sizeof(float) * (size_t)bqp * dpad);
+    if (a->accumulate) {
+        /* Continue from the partial result in (o, lse): running max lse (base 2),
+         * running sum 1, accumulator o; rows that saw nothing stay empty. */
+        for (int i = 0; i < bq; i++) {
+            float l0 = a->lse[(size_t)h * a->sq + i0 + i];
+            if (l0 == -INFINITY)
+                continue;
+            w->m[i] = l0 * RV_LOG2E;
+            w->l[i] = 1.0f;
+            memcpy(w->acc + (size_t)i * dpad, a->o + ((size_t)(i0 + i) * a->heads + h) * d,
+                   sizeof(float) * (size_t)d);
+        }
+    }
 
     /* Keys beyond what the tile's last row sees are never needed. */
     int kend = rv_mask_visible(&a->mask, a->sk, i0 + bq - 1);
@@ -147,7 +160,18 @@ rv_status cpu_attn_fwd(rv_backend *be, const rv_attn_fwd_args *a)
     const int items = qtiles * a->heads;
     int failed = 0;
     rv_status ret = RV_OK;
-    fwd_pack pk = {.ktiles = (a->sk + RV_FWD_BK - 1) / RV_FWD_BK, .dpad = round_up(a->dim, 16)};
+    /* Under a causal mask the last query row sees the most keys: later keys are
+     * never packed, and a block no row sees costs nothing. */
+    const int kvis = rv_mask_visible(&a->mask, a->sk, a->sq - 1);
+    if (kvis == 0) {
+        if (a->accumulate)
+            return RV_OK; /* nothing to add */
+        memset(a->o, 0, sizeof(float) * (size_t)a->sq * a->heads * a->dim);
+        for (size_t i = 0; i < (size_t)a->sq * a->heads; i++)
+            a->lse[i] = -INFINITY;
+        return RV_OK;
+    }
+    fwd_pack pk = {.ktiles = (kvis + RV_FWD_BK - 1) / RV_FWD_BK, .dpad = round_up(a->dim, 16)};
     const size_t keys = (size_t)a->heads * pk.ktiles * RV_FWD_BK;
     pk.kt = alloc64(keys * a->dim);
     pk.vp = alloc64(keys * pk.dpad);

@@ -1,8 +1,9 @@
 #!/bin/sh
 # shellcheck disable=SC2317 # the t_* checks are called indirectly, through check()
 # test_cli.sh EXE: command-line behaviour of the `ringvit` tool: exit codes
-# (0 ok, 1 failure, 2 usage error), help and version output, usage errors, and a
-# tiny `bench attention --json` run whose output must be valid JSON.
+# (0 ok, 1 failure, 2 usage error), help and version output, usage errors, and
+# tiny `bench attention --json` and `bench comm --json` runs whose output must be
+# valid JSON.
 # Run by ctest as `sh test_cli.sh $<TARGET_FILE:ringvit_cli>`; POSIX sh only.
 # Prints one line per check, then "N passed, M failed"; exits 1 on any failure.
 
@@ -119,6 +120,51 @@ sys.exit(0 if has(doc, "gflops") else 3)
     return 1
 }
 
+# ---- bench comm ---------------------------------------------------------------
+t_comm_help() { run_exe bench comm --help; want_rc 0 && want_out '--backend' && want_out '--max-size'; }
+t_comm_bad_backend() {
+    run_exe bench comm --backend nosuch
+    want_rc 2 && want_no_out && want_err "^ringvit: bench comm: --backend wants local or mpi"
+}
+t_comm_bad_size() { run_exe bench comm --max-size 1Q; want_rc 2 && want_no_out && want_err 'max-size'; }
+t_comm_sizes_swapped() { run_exe bench comm --min-size 1M --max-size 4K; want_rc 2 && want_no_out && want_some_err; }
+t_comm_json() {
+    run_exe bench comm --backend local --ranks 2 --max-size 1M --json
+    want_rc 0 || return 1
+    # One JSON document: rows of both ops, none wrong, and "ok": true.
+    /usr/bin/python3 -c '
+import json, sys
+doc = json.load(sys.stdin)
+ops = {r["op"] for r in doc["rows"]}
+good = doc["ok"] is True and ops == {"shift", "allreduce"} and all(r["wrong"] == 0 for r in doc["rows"])
+good = good and doc["ranks"] == 2 and max(r["size"] for r in doc["rows"]) == 1 << 20
+sys.exit(0 if good else 3)
+' <"$tmp/out" 2>"$tmp/pyerr"
+    case $? in
+    0) return 0 ;;
+    3) why="JSON lacks rows of both ops up to 1 MiB with no wrong elements and \"ok\": true" ;;
+    *) why="stdout is not valid JSON: $(tail -n 1 "$tmp/pyerr")" ;;
+    esac
+    return 1
+}
+
+# ---- bench ring ----------------------------------------------------------------
+t_ring_json() {
+    run_exe bench ring --cp 3 --seq 300 --heads 3 --dim 16 --causal --backward --json
+    want_rc 0 || return 1
+    /usr/bin/python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+ok = d["ok"] is True and d["cp"] == 3 and d["shard"] == "zigzag" and len(d["ranks"]) == 3
+ok = ok and d["max_abs_err_o"] < 1e-5 and d["max_abs_err_dq"] < 1e-4
+sys.exit(0 if ok else 3)
+' <"$tmp/out" 2>"$tmp/pyerr" || { why="bench ring JSON wrong: $(tail -n 1 "$tmp/pyerr")"; return 1; }
+}
+t_ring_ulysses_heads() {
+    run_exe bench ring --strategy ulysses --cp 3 --heads 4 --seq 64
+    want_rc 2 && want_no_out && want_err "heads.*4.*cp.*3"
+}
+
 check help t_help
 check help-short t_help_short
 check version t_version
@@ -137,6 +183,13 @@ check attention-bad-number t_attn_bad_number
 check attention-help t_attn_help
 check help-bench-attention t_help_attn
 check attention-json t_attn_json
+check comm-help t_comm_help
+check comm-bad-backend t_comm_bad_backend
+check comm-bad-size t_comm_bad_size
+check comm-sizes-swapped t_comm_sizes_swapped
+check comm-json t_comm_json
+check ring-json t_ring_json
+check ring-ulysses-heads t_ring_ulysses_heads
 
 echo "$pass passed, $fail failed"
 if [ "$fail" -ne 0 ]; then

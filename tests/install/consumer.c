@@ -16,7 +16,7 @@ int main(void)
     }
     /* One query, two keys with scores 0 and ln 3 (scale 1): weights 1/4 and 3/4. */
     float q[1] = {1.0f}, k[2] = {0.0f, logf(3.0f)}, v[2] = {4.0f, 8.0f}, o[1], lse[1];
-    rv_attn_fwd_args a = {q, k, v, o, lse, 1, 2, 1, 1, 1.0f, {RV_MASK_NONE, 0, 0}};
+    rv_attn_fwd_args a = {q, k, v, o, lse, 1, 2, 1, 1, 1.0f, {RV_MASK_NONE, 0, 0}, 0};
     rv_status st = be->attn_fwd(be, &a);
     rv_backend_free(&be);
     if (st != RV_OK || fabsf(o[0] - 7.0f) > 1e-5f || fabsf(lse[0] - logf(4.0f)) > 1e-5f) {

@@ -55,7 +55,7 @@ static rv_backend *cpu(int threads)
 static void run_fwd(rv_backend *be, const case_data *c, float *o, float *lse)
 {
     rv_attn_fwd_args a = {c->q, c->k, c->v, o, lse, c->sq, c->sk, c->heads, c->dim, 0.0f,
-                          c->mask};
+                          c->mask, 0};
     cr_assert_eq(be->attn_fwd(be, &a), RV_OK, "attn_fwd: %s", rv_last_error());
 }
 
@@ -329,7 +329,7 @@ Test(attention, merge_of_random_chunks)
             size_t off = (size_t)k0 * heads * dim;
             rv_attn_mask mc = {m.kind, m.q_start, m.k_start + k0};
             rv_attn_fwd_args a = {c.q, c.k + off, c.v + off, ch ? o2 : o, ch ? lse2 : lse, sq, n,
-                                  heads, dim, 0.0f, mc};
+                                  heads, dim, 0.0f, mc, 0};
             cr_assert_eq(be->attn_fwd(be, &a), RV_OK);
             if (ch)
                 cr_assert_eq(be->attn_merge(be, o, lse, o2, lse2, sq, heads, dim), RV_OK);
@@ -339,6 +339,21 @@ Test(attention, merge_of_random_chunks)
         double eo = rv_rel_err(o, o_ref, nq), el = rv_rel_err(lse, lse_ref, nl);
         cr_expect_leq(eo, 1e-5, "trial %d (%d chunks): merged O rel err %.3g", trial, nchunks, eo);
         cr_expect_leq(el, 1e-5, "trial %d (%d chunks): merged LSE rel err %.3g", trial, nchunks, el);
+
+        /* The same chunks folded in by the forward itself (accumulate = 1). */
+        float *o3 = ref_alloc_f(nq), *lse3 = ref_alloc_f(nl);
+        for (int ch = 0; ch < nchunks; ch++) {
+            int k0 = cuts[ch], n = cuts[ch + 1] - cuts[ch];
+            size_t off = (size_t)k0 * heads * dim;
+            rv_attn_mask mc = {m.kind, m.q_start, m.k_start + k0};
+            rv_attn_fwd_args a = {c.q, c.k + off, c.v + off, o3, lse3, sq, n, heads, dim, 0.0f,
+                                  mc, ch > 0};
+            cr_assert_eq(be->attn_fwd(be, &a), RV_OK);
+        }
+        eo = rv_rel_err(o3, o_ref, nq), el = rv_rel_err(lse3, lse_ref, nl);
+        cr_expect_leq(eo, 1e-5, "trial %d (%d chunks): accumulated O rel err %.3g", trial, nchunks, eo);
+        cr_expect_leq(el, 1e-5, "trial %d (%d chunks): accumulated LSE rel err %.3g", trial, nchunks, el);
+        free(o3), free(lse3);
 
         /* Chunked backward, accumulating dQ; each chunk's dK, dV land in its rows. */
         float *dq = ref_alloc_f(nq), *dk = ref_alloc_f(nk), *dv = ref_alloc_f(nk);
@@ -383,7 +398,7 @@ Test(attention, rejects_bad_shapes)
 {
     rv_backend *be = cpu(1);
     float x[4] = {0}, l[1];
-    rv_attn_fwd_args a = {x, x, x, x, l, 1, 1, 0, 4, 0.0f, no_mask};
+    rv_attn_fwd_args a = {x, x, x, x, l, 1, 1, 0, 4, 0.0f, no_mask, 0};
     cr_assert_eq(be->attn_fwd(be, &a), RV_ERR_INVALID);
     cr_assert(strstr(rv_last_error(), "heads=0"), "message: %s", rv_last_error());
     a.heads = 1;

@@ -1,0 +1,341 @@
+/* bench_ring.c: `ringvit bench ring`, context-parallel attention on N local ranks
+ * (threads, T threads each) against single-rank attention of the same sequence with
+ * N*T threads, measured in the same run: time and ratio, bytes each rank sent,
+ * max abs error against single-rank, per-rank memory of the attention tensors and
+ * buffers, and per-rank busy time (the balance of the work). */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "apps.h"
+#include "cli.h"
+#include "rv_cp_attention.h"
+
+#define CMD "bench ring"
+
+static const char help_text[] =
+    "usage: ringvit bench ring [--strategy ring|allgather|ulysses] [--cp N] [--seq S]\n"
+    "                          [--heads H] [--dim D] [--causal] [--backward]\n"
+    "                          [--shard contiguous|zigzag] [--threads-per-rank T]\n"
+    "                          [--timeout SEC] [--json]\n"
+    "\n"
+    "Runs context-parallel attention on N ranks (threads of this process, T threads\n"
+    "each) and, in the same run, single-rank attention of the whole sequence with\n"
+    "N*T threads, then compares them.\n"
+    "\n"
+    "  --strategy S         ring (default), allgather or ulysses\n"
+    "  --cp N               ranks (default 2)\n"
+    "  --seq S              tokens (default 32768)\n"
+    "  --heads H, --dim D   heads (default 4) and head size (default 64)\n"
+    "  --causal             causal mask (zigzag shards by default)\n"
+    "  --backward           also run and time the backward pass\n"
+    "  --shard P            contiguous (default without --causal) or zigzag\n"
+    "  --threads-per-rank T compute threads per rank (default 1)\n"
+    "  --timeout SEC        communication deadline (default 120)\n"
+    "  --json               one JSON object on stdout\n"
+    "\n"
+    "Rows: pass, time of the N ranks and of single-rank (ms), their ratio, max abs\n"
+    "error against single-rank; then per rank: bytes sent, memory of its attention\n"
+    "tensors (its Q, K, V, O, lse slices, and dO, dQ, dK, dV with --backward) plus\n"
+    "the strategy's buffers (MB), busy time in the kernels and its spread.\n"
+    "\n"
+    "example:\n"
+    "  ringvit bench ring --strategy ring --cp 2 --seq 32768 --causal\n";
+
+typedef struct opts {
+    rv_cp_strategy strategy;
+    rv_shard_kind shard;
+    int shard_set, cp, heads, dim, causal, backward, tpr, json;
+    int64_t seq;
+    double timeout;
+} opts;
+
+typedef struct shared {
+    const opts *o;
+    const float *q, *k, *v, *dout; /* (S, H, d) global inputs */
+    float *out, *dq;                /* global results */
+    double t_fwd, t_bwd;            /* wall time of the slowest rank */
+    rv_cp_stats *fwd, *bwd;         /* per rank */
+    size_t *tensor_bytes;           /* per rank */
+} shared;
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static void rows_copy(const rv_shard_plan *p, int r, size_t row, float *global, float *slice,
+                      int to_slice)
+{
+    rv_shard_seg s[RV_SHARD_MAX_SEGS];
+    int n = rv_shard_segments(p, r, s);
+    int64_t off = 0;
+    for (int i = 0; i < n; i++, off += s[i - 1].len) {
+        float *g = global + (size_t)s[i].start * row, *l = slice + (size_t)off * row;
+        memcpy(to_slice ? l : g, to_slice ? g : l, sizeof(float) * row * (size_t)s[i].len);
+    }
+}
+
+static rv_status rank_main(rv_comm *comm, void *arg)
+{
+    shared *sh = arg;
+    const opts *o = sh->o;
+    rv_shard_plan plan;
+    rv_backend *be = NULL;
+    rv_cp_attn cp;
+    float *t[9] = {0}; /* q k v o dout dq dk dv lse */
+    rv_status st = rv_comm_set_timeout(comm, o->timeout);
+    if (st != RV_OK || (st = rv_shard_plan_make(o->shard, o->cp, o->seq, &plan)) != RV_OK)
+        return st;
+    const int r = comm->rank;
+    const int64_t len = rv_shard_len(&plan, r);
+    const size_t row = (size_t)o->heads * o->dim, n = (size_t)(len > 0 ? len : 1) * row;
+    int ntensors = o->backward ? 8 : 4;
+    for (int i = 0; i < 9; i++)
+        if (!(t[i] = malloc(sizeof(float) * (i == 8 ? (size_t)(len > 0 ? len : 1) * o->heads : n)))) {
+            st = rv_fail(RV_ERR_NOMEM, "rank %d: out of memory", r);
+            goto end;
+        }
+    sh->tensor_bytes[r] = sizeof(float) * ((size_t)len * row * ntensors + (size_t)len * o->heads);
+    rows_copy(&plan, r, row, (float *)sh->q, t[0], 1);
+    rows_copy(&plan, r, row, (float *)sh->k, t[1], 1);
+    rows_copy(&plan, r, row, (float *)sh->v, t[2], 1);
+    rows_copy(&plan, r, row, (float *)sh->dout, t[4], 1);
+    if ((st = rv_backend_cpu_create(o->tpr, &be)) != RV_OK ||
+        (st = rv_cp_attn_init(&cp, be, comm, &plan, o->strategy, o->heads, o->dim, o->causal,
+                              0.0f)) != RV_OK || (st = rv_comm_barrier(comm)) != RV_OK)
+        goto end;
+    double t0 = now_s();
+    if ((st = rv_cp_attn_forward(&cp, t[0], t[1], t[2], t[3], t[8])) != RV_OK ||
+        (st = rv_comm_barrier(comm)) != RV_OK)
+        goto end;
+    if (r == 0)
+        sh->t_fwd = now_s() - t0;
+    sh->fwd[r] = cp.stats;
+    if (o->backward) {
+        memset(&cp.stats, 0, sizeof cp.stats);
+        t0 = now_s();
+        if ((st = rv_cp_attn_backward(&cp, t[0], t[1], t[2], t[3], t[8], t[4], t[5], t[6],
+                                      t[7])) != RV_OK ||
+            (st = rv_comm_barrier(comm)) != RV_OK)
+            goto end;
+        if (r == 0)
+            sh->t_bwd = now_s() - t0;
+        sh->bwd[r] = cp.stats;
+        rows_copy(&plan, r, row, sh->dq, t[5], 0);
+    }
+    rows_copy(&plan, r, row, sh->out, t[3], 0);
+end:
+    rv_backend_free(&be);
+    for (int i = 0; i < 9; i++)
+        free(t[i]);
+    return st;
+}
+
+static int parse(int argc, char **argv, opts *o)
+{
+    *o = (opts){.strategy = RV_CP_RING, .cp = 2, .heads = 4, .dim = 64, .tpr = 1,
+                .seq = 32768, .timeout = RV_COMM_DEFAULT_TIMEOUT_S};
+    int rc = 0;
+    for (int i = 1; i < argc && !rc; i++) {
+        const char *a = argv[i];
+        if (rv_cli_flag_is(a, "--strategy") || rv_cli_flag_is(a, "--shard")) {
+            const char *v = rv_cli_flag_value(CMD, argc, argv, &i);
+            if (!v)
+                return RV_EXIT_USAGE;
+            rv_status st = rv_cli_flag_is(a, "--strategy") ? rv_cp_strategy_parse(v, &o->strategy)
+                                                            : rv_shard_kind_parse(v, &o->shard);
+            if (st != RV_OK)
+                return rv_cli_usage_error(CMD, "%s", rv_last_error());
+            o->shard_set |= rv_cli_flag_is(a, "--shard");
+        } else if (rv_cli_flag_is(a, "--cp")) {
+            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1024, &o->cp);
+        } else if (rv_cli_flag_is(a, "--seq")) {
+            rc = rv_cli_take_i64(CMD, argc, argv, &i, 1, (int64_t)1 << 30, &o->seq);
+        } else if (rv_cli_flag_is(a, "--heads")) {
+            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1024, &o->heads);
+        } else if (rv_cli_flag_is(a, "--dim")) {
+            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1024, &o->dim);
+        } else if (rv_cli_flag_is(a, "--threads-per-rank")) {
+            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1024, &o->tpr);
+        } else if (rv_cli_flag_is(a, "--timeout")) {
+            rc = rv_cli_take_double(CMD, argc, argv, &i, 0.001, 1e6, &o->timeout);
+        } else if (strcmp(a, "--causal") == 0) {
+            o->causal = 1;
+        } else if (strcmp(a, "--backward") == 0) {
+            o->backward = 1;
+        } else if (strcmp(a, "--json") == 0) {
+            o->json = 1;
+        } else {
+            return rv_cli_unknown_arg(CMD, a);
+        }
+    }
+    if (!rc && !o->shard_set)
+        o->shard = o->causal ? RV_SHARD_ZIGZAG : RV_SHARD_CONTIGUOUS;
+    if (!rc && o->strategy == RV_CP_ULYSSES && o->heads % o->cp != 0)
+        return rv_cli_usage_error(CMD, "ulysses needs --heads (%d) to be a multiple of --cp (%d)",
+                                  o->heads, o->cp);
+    return rc;
+}
+
+static double max_abs_diff(const float *a, const float *b, size_t n)
+{
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        m = d > m || isnan(d) ? d : m;
+    }
+    return m;
+}
+
+int rv_bench_ring(int argc, char **argv)
+{
+    if (argc >= 2 && rv_cli_is_help(argv[1])) {
+        fputs(help_text, stdout);
+        return RV_EXIT_OK;
+    }
+    opts o;
+    int rc = parse(argc, argv, &o);
+    if (rc)
+        return rc;
+    const size_t row = (size_t)o.heads * o.dim, nt = (size_t)o.seq * row;
+    const size_t nl = (size_t)o.seq * o.heads;
+    float *g[8] = {0}; /* q k v dout out dq | single: o, dq */
+    float *s_lse = NULL, *s_dk = NULL, *s_dv = NULL;
+    rv_cp_stats *fwd = calloc((size_t)o.cp, sizeof *fwd), *bwd = calloc((size_t)o.cp, sizeof *bwd);
+    size_t *tb = calloc((size_t)o.cp, sizeof *tb);
+    rv_backend *be = NULL;
+    rc = RV_EXIT_FAIL;
+    for (int i = 0; i < 8; i++)
+        if (!(g[i] = malloc(sizeof(float) * nt)))
+            goto oom;
+    if (!(s_lse = malloc(sizeof(float) * nl)) || !(s_dk = malloc(sizeof(float) * nt)) ||
+        !(s_dv = malloc(sizeof(float) * nt)) || !fwd || !bwd || !tb)
+        goto oom;
+    uint64_t x = 0x2545F4914F6CDD1Dull;
+    for (size_t i = 0; i < nt; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        g[0][i] = (float)((x >> 40) & 0xFFFF) / 16384.0f - 2.0f;
+        g[1][i] = (float)((x >> 20) & 0xFFFF) / 16384.0f - 2.0f;
+        g[2][i] = (float)(x & 0xFFFF) / 32768.0f - 1.0f;
+        g[3][i] = (float)((x >> 8) & 0xFFFF) / 32768.0f - 1.0f;
+    }
+
+    /* Single rank, all threads. */
+    rv_status st = rv_backend_cpu_create(o.cp * o.tpr, &be);
+    if (st != RV_OK)
+        return rv_cli_fail(st, CMD);
+    rv_attn_mask m = {o.causal ? RV_MASK_CAUSAL : RV_MASK_NONE, 0, 0};
+    rv_attn_fwd_args fa = {g[0], g[1], g[2], g[6], s_lse, (int)o.seq, (int)o.seq, o.heads, o.dim,
+                           0.0f, m, 0};
+    double t0 = now_s();
+    if ((st = be->attn_fwd(be, &fa)) != RV_OK) {
+        rc = rv_cli_fail(st, CMD);
+        goto end;
+    }
+    double single_fwd = now_s() - t0, single_bwd = 0;
+    if (o.backward) {
+        rv_attn_bwd_args ba = {g[0], g[1], g[2], g[6], s_lse, g[3], g[7], s_dk, s_dv, (int)o.seq,
+                               (int)o.seq, o.heads, o.dim, 0.0f, m, 0};
+        t0 = now_s();
+        if ((st = be->attn_bwd(be, &ba)) != RV_OK) {
+            rc = rv_cli_fail(st, CMD);
+            goto end;
+        }
+        single_bwd = now_s() - t0;
+    }
+
+    shared sh = {&o, g[0], g[1], g[2], g[3], g[4], g[5], 0, 0, fwd, bwd, tb};
+    if ((st = rv_local_run(o.cp, rank_main, &sh)) != RV_OK) {
+        rc = rv_cli_fail(st, CMD);
+        goto end;
+    }
+    double err_o = max_abs_diff(g[4], g[6], nt), err_dq = o.backward ? max_abs_diff(g[5], g[7], nt) : NAN;
+    double busy_min = INFINITY, busy_max = 0, sent_max = 0, mem_max = 0;
+    for (int r = 0; r < o.cp; r++) {
+        double busy = fwd[r].busy_s + bwd[r].busy_s;
+        busy_min = fmin(busy_min, busy), busy_max = fmax(busy_max, busy);
+        sent_max = fmax(sent_max, fwd[r].bytes_sent + bwd[r].bytes_sent);
+        size_t peak = fwd[r].peak_bytes > bwd[r].peak_bytes ? fwd[r].peak_bytes : bwd[r].peak_bytes;
+        mem_max = fmax(mem_max, (double)(tb[r] + peak));
+    }
+    /* The same tensors held whole by one rank, no strategy buffers. */
+    double single_mem = sizeof(float) * ((double)nt * (o.backward ? 8 : 4) + nl);
+    int ok = err_o < 1e-3 && (!o.backward || err_dq < 1e-3);
+    if (o.json) {
+        json_t *j = json_object(), *ranks = json_array();
+        json_object_set_new(j, "bench", json_string("ring"));
+        json_object_set_new(j, "strategy", json_string(rv_cp_strategy_name(o.strategy)));
+        json_object_set_new(j, "shard", json_string(rv_shard_kind_name(o.shard)));
+        json_object_set_new(j, "cp", json_integer(o.cp));
+        json_object_set_new(j, "seq", json_integer(o.seq));
+        json_object_set_new(j, "heads", json_integer(o.heads));
+        json_object_set_new(j, "dim", json_integer(o.dim));
+        json_object_set_new(j, "causal", json_boolean(o.causal));
+        json_object_set_new(j, "threads_per_rank", json_integer(o.tpr));
+        json_object_set_new(j, "fwd_ms", json_real(sh.t_fwd * 1e3));
+        json_object_set_new(j, "single_fwd_ms", json_real(single_fwd * 1e3));
+        json_object_set_new(j, "fwd_ratio", json_real(sh.t_fwd / single_fwd));
+        if (o.backward) {
+            json_object_set_new(j, "bwd_ms", json_real(sh.t_bwd * 1e3));
+            json_object_set_new(j, "single_bwd_ms", json_real(single_bwd * 1e3));
+            json_object_set_new(j, "bwd_ratio", json_real(sh.t_bwd / single_bwd));
+            json_object_set_new(j, "max_abs_err_dq", json_real(err_dq));
+        }
+        json_object_set_new(j, "max_abs_err_o", json_real(err_o));
+        json_object_set_new(j, "mem_ratio", json_real(mem_max / single_mem));
+        json_object_set_new(j, "busy_spread", json_real(busy_max / busy_min - 1.0));
+        for (int r = 0; r < o.cp; r++) {
+            json_t *x = json_object();
+            json_object_set_new(x, "rank", json_integer(r));
+            json_object_set_new(x, "bytes_sent", json_real(fwd[r].bytes_sent + bwd[r].bytes_sent));
+            json_object_set_new(x, "busy_s", json_real(fwd[r].busy_s + bwd[r].busy_s));
+            json_object_set_new(x, "wait_s", json_real(fwd[r].wait_s + bwd[r].wait_s));
+            size_t pk = fwd[r].peak_bytes > bwd[r].peak_bytes ? fwd[r].peak_bytes : bwd[r].peak_bytes;
+            json_object_set_new(x, "mem_mb", json_real((tb[r] + pk) / 1048576.0));
+            json_array_append_new(ranks, x);
+        }
+        json_object_set_new(j, "ranks", ranks);
+        json_object_set_new(j, "ok", json_boolean(ok));
+        rc = rv_cli_json_print(j);
+        json_decref(j);
+    } else {
+        printf("# ringvit bench ring: %s, %s shards, cp %d x %d thread(s) vs 1 rank x %d, "
+               "S=%lld H=%d d=%d%s\n#\n# %4s %10s %10s %6s %10s\n",
+               rv_cp_strategy_name(o.strategy), rv_shard_kind_name(o.shard), o.cp, o.tpr,
+               o.cp * o.tpr, (long long)o.seq, o.heads, o.dim, o.causal ? " causal" : "",
+               "pass", "cp(ms)", "single(ms)", "ratio", "max err");
+        printf("  %4s %10.1f %10.1f %6.3f %10.2g\n", "fwd", sh.t_fwd * 1e3, single_fwd * 1e3,
+               sh.t_fwd / single_fwd, err_o);
+        if (o.backward)
+            printf("  %4s %10.1f %10.1f %6.3f %10.2g\n", "bwd", sh.t_bwd * 1e3,
+                   single_bwd * 1e3, sh.t_bwd / single_bwd, err_dq);
+        printf("#\n# %4s %12s %10s %9s %9s\n", "rank", "sent(MB)", "mem(MB)", "busy(s)", "wait(s)");
+        for (int r = 0; r < o.cp; r++) {
+            size_t pk = fwd[r].peak_bytes > bwd[r].peak_bytes ? fwd[r].peak_bytes : bwd[r].peak_bytes;
+            printf("  %4d %12.1f %10.1f %9.3f %9.3f\n", r,
+                   (fwd[r].bytes_sent + bwd[r].bytes_sent) / 1048576.0, (tb[r] + pk) / 1048576.0,
+                   fwd[r].busy_s + bwd[r].busy_s, fwd[r].wait_s + bwd[r].wait_s);
+        }
+        printf("# memory per rank %.3f x single-rank (%.1f MB); busy time spread %.1f%%\n",
+               mem_max / single_mem, single_mem / 1048576.0, (busy_max / busy_min - 1.0) * 100);
+        printf("# %s\n", ok ? "OK" : "FAILED: results differ from single-rank attention");
+        rc = RV_EXIT_OK;
+    }
+    if (rc == RV_EXIT_OK && !ok)
+        rc = RV_EXIT_FAIL;
+    goto end;
+oom:
+    rv_cli_error("%s: out of memory for S=%lld", CMD, (long long)o.seq);
+end:
+    rv_backend_free(&be);
+    for (int i = 0; i < 8; i++)
+        free(g[i]);
+    free(s_lse), free(s_dk), free(s_dv), free(fwd), free(bwd), free(tb);
+    return rc;
+}

@@ -1,0 +1,196 @@
+/* cp_attention.c: context-parallel attention set-up, dispatch to the strategies,
+ * and the helpers they share (segments, masks, re-ordering between a rank's slice
+ * and global order, statistics). */
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+#include "cp_internal.h"
+
+cp_segs cp_segs_of(const rv_shard_plan *p, int rank)
+{
+    cp_segs s = {0};
+    s.n = rv_shard_segments(p, rank, s.seg);
+    for (int i = 0; i < s.n; i++) {
+        s.off[i] = s.len;
+        s.len += s.seg[i].len;
+    }
+    return s;
+}
+
+rv_attn_mask cp_mask(const rv_cp_attn *cp, rv_shard_seg q, rv_shard_seg k)
+{
+    rv_attn_mask m = {cp->causal ? RV_MASK_CAUSAL : RV_MASK_NONE, q.start, k.start};
+    return m;
+}
+
+int cp_fully_masked(const rv_cp_attn *cp, rv_shard_seg q, rv_shard_seg k)
+{
+    if (q.len == 0 || k.len == 0)
+        return 1;
+    return cp->causal && k.start > q.start + q.len - 1;
+}
+
+double rv_cp_visible_pairs(rv_shard_seg q, rv_shard_seg k, int causal)
+{
+    if (q.len <= 0 || k.len <= 0)
+        return 0;
+    if (!causal)
+        return (double)q.len * (double)k.len;
+    /* Rows p see min(max(p - k.start + 1, 0), k.len) keys: a ramp, then full rows. */
+    int64_t qa = q.start, qb = q.start + q.len - 1;
+    int64_t a = qa > k.start ? qa : k.start;
+    int64_t kend = k.start + k.len - 1;
+    int64_t b = qb < kend ? qb : kend;
+    double pairs = 0;
+    if (a <= b)
+        pairs += (double)(b - a + 1) * (double)((a - k.start + 1) + (b - k.start + 1)) / 2.0;
+    int64_t f = qa > k.start + k.len ? qa : k.start + k.len;
+    if (f <= qb)
+        pairs += (double)(qb - f + 1) * (double)k.len;
+    return pairs;
+}
+
+void cp_lse_to_slice(const float *seg_lse, int heads, int64_t seg_len, float *lse,
+                     int64_t len, int64_t off)
+{
+    for (int h = 0; h < heads; h++)
+        memcpy(lse + (size_t)h * len + off, seg_lse + (size_t)h * seg_len,
+               sizeof(float) * (size_t)seg_len);
+}
+
+void cp_lse_from_slice(const float *lse, int heads, int64_t len, int64_t off,
+                       float *seg_lse, int64_t seg_len)
+{
+    for (int h = 0; h < heads; h++)
+        memcpy(seg_lse + (size_t)h * seg_len, lse + (size_t)h * len + off,
+               sizeof(float) * (size_t)seg_len);
+}
+
+void cp_unpad_to_global(const rv_shard_plan *p, const float *padded, int64_t max_len,
+                        size_t width, float *out)
+{
+    for (int r = 0; r < p->ranks; r++) {
+        cp_segs s = cp_segs_of(p, r);
+        for (int i = 0; i < s.n; i++)
+            memcpy(out + (size_t)s.seg[i].start * width,
+                   padded + ((size_t)r * max_len + s.off[i]) * width,
+                   sizeof(float) * width * (size_t)s.seg[i].len);
+    }
+}
+
+void cp_global_to_padded(const rv_shard_plan *p, const float *global, int64_t max_len,
+                         size_t width, float *padded)
+{
+    for (int r = 0; r < p->ranks; r++) {
+        cp_segs s = cp_segs_of(p, r);
+        for (int i = 0; i < s.n; i++)
+            memcpy(padded + ((size_t)r * max_len + s.off[i]) * width,
+                   global + (size_t)s.seg[i].start * width,
+                   sizeof(float) * width * (size_t)s.seg[i].len);
+    }
+}
+
+double cp_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+void cp_note_peak(rv_cp_attn *cp, size_t bytes)
+{
+    if (bytes > cp->stats.peak_bytes)
+        cp->stats.peak_bytes = bytes;
+}
+
+rv_status rv_cp_attn_init(rv_cp_attn *cp, rv_backend *be, rv_comm *comm,
+                          const rv_shard_plan *plan, rv_cp_strategy strategy, int heads,
+                          int dim, int causal, float scale)
+{
+    memset(cp, 0, sizeof *cp);
+    if (!be || !comm || !plan)
+        return rv_fail(RV_ERR_INVALID, "cp attention: backend, communicator and plan are required");
+    if (heads <= 0 || dim <= 0)
+        return rv_fail(RV_ERR_INVALID, "cp attention: heads=%d dim=%d", heads, dim);
+    if (comm->size != plan->ranks)
+        return rv_fail(RV_ERR_INVALID,
+                       "cp attention: the shard plan is for %d ranks but the communicator "
+                       "has %d", plan->ranks, comm->size);
+    if (strategy != RV_CP_RING && strategy != RV_CP_ALLGATHER && strategy != RV_CP_ULYSSES)
+        return rv_fail(RV_ERR_INVALID, "cp attention: unknown strategy %d", (int)strategy);
+    if (strategy == RV_CP_ULYSSES && heads % comm->size != 0)
+        return rv_fail(RV_ERR_INVALID,
+                       "cp attention: ulysses needs the head count to be a multiple of the "
+                       "context-parallel size, but heads=%d and cp=%d", heads, comm->size);
+    *cp = (rv_cp_attn){.be = be, .comm = comm, .plan = *plan, .strategy = strategy,
+                       .heads = heads, .dim = dim, .causal = causal, .scale = scale};
+    return RV_OK;
+}
+
+rv_status rv_cp_attn_forward(rv_cp_attn *cp, const float *q, const float *k, const float *v,
+                             float *o, float *lse)
+{
+    if (cp->plan.ranks == 1) { /* plain tiled attention, no communication */
+        rv_shard_seg all = {0, cp->plan.seq};
+        rv_attn_fwd_args a = {q, k, v, o, lse, (int)cp->plan.seq, (int)cp->plan.seq,
+                              cp->heads, cp->dim, cp->scale, cp_mask(cp, all, all), 0};
+        double t0 = cp_now();
+        rv_status st = cp->be->attn_fwd(cp->be, &a);
+        cp->stats.busy_s += cp_now() - t0;
+        cp->stats.flops += 4.0 * cp->dim * cp->heads * rv_cp_visible_pairs(all, all, cp->causal);
+        return st;
+    }
+    switch (cp->strategy) {
+    case RV_CP_RING: return cp_ring_forward(cp, q, k, v, o, lse);
+    case RV_CP_ALLGATHER: return cp_allgather_forward(cp, q, k, v, o, lse);
+    case RV_CP_ULYSSES: return cp_ulysses_forward(cp, q, k, v, o, lse);
+    }
+    return rv_fail(RV_ERR_INVALID, "cp attention: unknown strategy");
+}
+
+rv_status rv_cp_attn_backward(rv_cp_attn *cp, const float *q, const float *k, const float *v,
+                              const float *o, const float *lse, const float *dout, float *dq,
+                              float *dk, float *dv)
+{
+    if (cp->plan.ranks == 1) {
+        rv_shard_seg all = {0, cp->plan.seq};
+        rv_attn_bwd_args a = {q, k, v, o, lse, dout, dq, dk, dv, (int)cp->plan.seq,
+                              (int)cp->plan.seq, cp->heads, cp->dim, cp->scale,
+                              cp_mask(cp, all, all), 0};
+        double t0 = cp_now();
+        rv_status st = cp->be->attn_bwd(cp->be, &a);
+        cp->stats.busy_s += cp_now() - t0;
+        cp->stats.flops += 10.0 * cp->dim * cp->heads * rv_cp_visible_pairs(all, all, cp->causal);
+        return st;
+    }
+    switch (cp->strategy) {
+    case RV_CP_RING: return cp_ring_backward(cp, q, k, v, o, lse, dout, dq, dk, dv);
+    case RV_CP_ALLGATHER: return cp_allgather_backward(cp, q, k, v, o, lse, dout, dq, dk, dv);
+    case RV_CP_ULYSSES: return cp_ulysses_backward(cp, q, k, v, o, lse, dout, dq, dk, dv);
+    }
+    return rv_fail(RV_ERR_INVALID, "cp attention: unknown strategy");
+}
+
+const char *rv_cp_strategy_name(rv_cp_strategy s)
+{
+    switch (s) {
+    case RV_CP_RING: return "ring";
+    case RV_CP_ALLGATHER: return "allgather";
+    case RV_CP_ULYSSES: return "ulysses";
+    }
+    return "?";
+}
+
+rv_status rv_cp_strategy_parse(const char *text, rv_cp_strategy *out)
+{
+    if (strcmp(text, "ring") == 0)
+        *out = RV_CP_RING;
+    else if (strcmp(text, "allgather") == 0)
+        *out = RV_CP_ALLGATHER;
+    else if (strcmp(text, "ulysses") == 0)
+        *out = RV_CP_ULYSSES;
+    else
+        return rv_fail(RV_ERR_INVALID, "unknown strategy '%s' (ring, allgather or ulysses)", text);
+    return RV_OK;
+}

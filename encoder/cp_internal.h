@@ -1,0 +1,58 @@
+/* cp_internal.h: what the context-parallel strategies share (cp_ring.c,
+ * cp_allgather.c, cp_ulysses.c, cp_attention.c). Internal to encoder/. */
+#ifndef RV_CP_INTERNAL_H
+#define RV_CP_INTERNAL_H
+
+#include "rv_cp_attention.h"
+
+/* A rank's segments with their offsets in its local slice. */
+typedef struct cp_segs {
+    int n;
+    rv_shard_seg seg[RV_SHARD_MAX_SEGS];
+    int64_t off[RV_SHARD_MAX_SEGS]; /* first row of segment i in the local slice */
+    int64_t len;                    /* rows in the slice */
+} cp_segs;
+
+cp_segs cp_segs_of(const rv_shard_plan *p, int rank);
+
+/* The mask of query segment q against key segment k. */
+rv_attn_mask cp_mask(const rv_cp_attn *cp, rv_shard_seg q, rv_shard_seg k);
+
+/* 1 when no query of q sees any key of k. */
+int cp_fully_masked(const rv_cp_attn *cp, rv_shard_seg q, rv_shard_seg k);
+
+/* lse of a whole slice (heads, len) <-> of one segment (heads, seg_len). */
+void cp_lse_to_slice(const float *seg_lse, int heads, int64_t seg_len, float *lse,
+                     int64_t len, int64_t off);
+void cp_lse_from_slice(const float *lse, int heads, int64_t len, int64_t off,
+                       float *seg_lse, int64_t seg_len);
+
+/* Gathers this rank's rows (len, width floats) into global order: out (S, width),
+ * from a buffer holding every rank's slice padded to max_len rows, rank r's at
+ * r * max_len * width. */
+void cp_unpad_to_global(const rv_shard_plan *p, const float *padded, int64_t max_len,
+                        size_t width, float *out);
+/* The inverse: global rows (S, width) into per-rank padded blocks. */
+void cp_global_to_padded(const rv_shard_plan *p, const float *global, int64_t max_len,
+                         size_t width, float *padded);
+
+double cp_now(void);
+void cp_note_peak(rv_cp_attn *cp, size_t bytes);
+
+rv_status cp_ring_forward(rv_cp_attn *cp, const float *q, const float *k, const float *v,
+                          float *o, float *lse);
+rv_status cp_ring_backward(rv_cp_attn *cp, const float *q, const float *k, const float *v,
+                           const float *o, const float *lse, const float *dout, float *dq,
+                           float *dk, float *dv);
+rv_status cp_allgather_forward(rv_cp_attn *cp, const float *q, const float *k,
+                               const float *v, float *o, float *lse);
+rv_status cp_allgather_backward(rv_cp_attn *cp, const float *q, const float *k,
+                                const float *v, const float *o, const float *lse,
+                                const float *dout, float *dq, float *dk, float *dv);
+rv_status cp_ulysses_forward(rv_cp_attn *cp, const float *q, const float *k, const float *v,
+                             float *o, float *lse);
+rv_status cp_ulysses_backward(rv_cp_attn *cp, const float *q, const float *k,
+                              const float *v, const float *o, const float *lse,
+                              const float *dout, float *dq, float *dk, float *dv);
+
+#endif

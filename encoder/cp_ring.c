@@ -1,0 +1,252 @@
+/* cp_ring.c: ring attention. Forward: each rank starts with its own K/V block;
+ * at every step the block travels to rank+1 while this rank computes its queries
+ * against it (the transfer of the next block is posted before the compute), and
+ * the kernel folds each block into the running (o, lse) by log-sum-exp. Blocks
+ * travel in chunks of at most RV_CP_RING_CHUNK rows, one ring pass per chunk, so
+ * a rank holds two chunks in flight rather than two whole blocks. Backward: K/V travel the same
+ * way; each rank computes its contribution to the visiting block's dK/dV in a
+ * fresh buffer while the partial sum of the ranks before it arrives, adds it and
+ * passes it on, so the sum reaches the block's owner after one last hop. dQ stays
+ * local. Message tags: K 11, V 12, partial dK 13, dV 14, final dK 15, dV 16. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cp_internal.h"
+
+#define RV_CP_RING_CHUNK 1024
+
+enum { TAG_K = 11, TAG_V = 12, TAG_DK = 13, TAG_DV = 14, TAG_FINAL_DK = 15, TAG_FINAL_DV = 16 };
+
+/* Posts the exchange of one block: send (k, v) of `len` rows to the right, receive
+ * the next block of `next_len` rows from the left into (nk, nv). */
+static rv_status post_kv(rv_cp_attn *cp, const float *k, const float *v, int64_t len,
+                         float *nk, float *nv, int64_t next_len, rv_comm_request *reqs[4])
+{
+    rv_comm *c = cp->comm;
+    const size_t row = (size_t)cp->heads * cp->dim * sizeof(float);
+    int left = (c->rank + c->size - 1) % c->size, right = (c->rank + 1) % c->size;
+    rv_status st;
+    if ((st = rv_comm_irecv(c, nk, next_len * row, left, TAG_K, &reqs[0])) != RV_OK ||
+        (st = rv_comm_irecv(c, nv, next_len * row, left, TAG_V, &reqs[1])) != RV_OK ||
+        (st = rv_comm_isend(c, k, len * row, right, TAG_K, &reqs[2])) != RV_OK ||
+        (st = rv_comm_isend(c, v, len * row, right, TAG_V, &reqs[3])) != RV_OK)
+        return st;
+    cp->stats.bytes_sent += 2.0 * len * row;
+    return RV_OK;
+}
+
+static rv_status wait_all(rv_cp_attn *cp, rv_comm_request **reqs, int n)
+{
+    double t0 = cp_now();
+    rv_status st = rv_comm_waitall(reqs, n);
+    cp->stats.wait_s += cp_now() - t0;
+    return st;
+}
+
+/* Rows [*first, *first + *rows) of chunk c (of m) of a block of len rows. */
+static void chunk_rows(int64_t len, int c, int m, int64_t *first, int64_t *rows)
+{
+    *first = len * c / m;
+    *rows = len * (c + 1) / m - *first;
+}
+
+rv_status cp_ring_forward(rv_cp_attn *cp, const float *q, const float *k, const float *v,
+                          float *o, float *lse)
+{
+    const int n = cp->comm->size, r = cp->comm->rank, H = cp->heads, d = cp->dim;
+    const size_t rowf = (size_t)H * d;
+    const cp_segs me = cp_segs_of(&cp->plan, r);
+    const int64_t maxlen = rv_shard_max_len(&cp->plan);
+    /* Blocks travel in m chunks, each chunk a ring pass of its own, so only two
+     * chunks are in flight: memory per rank stays near its own slice. */
+    const int m = (int)((maxlen + RV_CP_RING_CHUNK - 1) / RV_CP_RING_CHUNK) > 0
+                      ? (int)((maxlen + RV_CP_RING_CHUNK - 1) / RV_CP_RING_CHUNK)
+                      : 1;
+    const int64_t maxchunk = (maxlen + m - 1) / m > 0 ? (maxlen + m - 1) / m : 1;
+    rv_status st = RV_OK;
+    rv_comm_request *reqs[4] = {0};
+    float *buf[2] = {0}, *lse_acc[RV_SHARD_MAX_SEGS] = {0};
+    size_t bytes = sizeof(float) * (4 * maxchunk * rowf + (size_t)H * me.len);
+    for (int b = 0; b < 2; b++)
+        buf[b] = malloc(sizeof(float) * 2 * maxchunk * rowf);
+    for (int i = 0; i < me.n; i++)
+        lse_acc[i] = malloc(sizeof(float) * H * (me.seg[i].len > 0 ? me.seg[i].len : 1));
+    if (!buf[0] || !buf[1] || !lse_acc[0] || (me.n > 1 && !lse_acc[1])) {
+        st = rv_fail(RV_ERR_NOMEM, "ring attention: cannot allocate %zu bytes of buffers", bytes);
+        goto end;
+    }
+    cp_note_peak(cp, bytes);
+    memset(o, 0, sizeof(float) * me.len * rowf);
+    for (int i = 0; i < me.n; i++)
+        for (int64_t j = 0; j < H * me.seg[i].len; j++)
+            lse_acc[i][j] = -INFINITY;
+
+    for (int c = 0; c < m; c++) {
+        int64_t first, rows;
+        chunk_rows(me.len, c, m, &first, &rows);
+        const float *ck = k + first * rowf, *cv = v + first * rowf; /* step 0: our own */
+        for (int s = 0; s < n; s++) {
+            int src = (r - s + n) % n, next = (r - s - 1 + n) % n;
+            int64_t nfirst, nrows;
+            chunk_rows(rv_shard_len(&cp->plan, src), c, m, &first, &rows);
+            chunk_rows(rv_shard_len(&cp->plan, next), c, m, &nfirst, &nrows);
+            float *nk = buf[s % 2], *nv = buf[s % 2] + maxchunk * rowf;
+            if (s < n - 1 && (st = post_kv(cp, ck, cv, rows, nk, nv, nrows, reqs)) != RV_OK)
+                goto end;
+            cp_segs ks = cp_segs_of(&cp->plan, src);
+            double t0 = cp_now();
+            for (int j = 0; j < ks.n; j++) {
+                /* The part of key segment j inside this chunk. */
+                int64_t x = first > ks.off[j] ? first : ks.off[j];
+                int64_t y = ks.off[j] + ks.seg[j].len < first + rows ? ks.off[j] + ks.seg[j].len
+                                                                      : first + rows;
+                if (x >= y)
+                    continue;
+                rv_shard_seg kseg = {ks.seg[j].start + (x - ks.off[j]), y - x};
+                for (int i = 0; i < me.n; i++) {
+                    if (cp_fully_masked(cp, me.seg[i], kseg))
+                        continue;
+                    rv_attn_fwd_args a = {q + me.off[i] * rowf, ck + (x - first) * rowf,
+                                          cv + (x - first) * rowf, o + me.off[i] * rowf,
+                                          lse_acc[i], (int)me.seg[i].len, (int)kseg.len, H, d,
+                                          cp->scale, cp_mask(cp, me.seg[i], kseg), 1};
+                    if ((st = cp->be->attn_fwd(cp->be, &a)) != RV_OK)
+                        goto end;
+                    cp->stats.flops += 4.0 * d * H * rv_cp_visible_pairs(me.seg[i], kseg, cp->causal);
+                }
+            }
+            cp->stats.busy_s += cp_now() - t0;
+            if (s < n - 1) {
+                if ((st = wait_all(cp, reqs, 4)) != RV_OK)
+                    goto end;
+                ck = nk, cv = nv;
+            }
+        }
+    }
+    for (int i = 0; i < me.n; i++)
+        cp_lse_to_slice(lse_acc[i], H, me.seg[i].len, lse, me.len, me.off[i]);
+end:
+    for (int i = 0; i < 4; i++)
+        rv_comm_request_free(&reqs[i]);
+    free(buf[0]), free(buf[1]);
+    for (int i = 0; i < RV_SHARD_MAX_SEGS; i++)
+        free(lse_acc[i]);
+    return st;
+}
+
+rv_status cp_ring_backward(rv_cp_attn *cp, const float *q, const float *k, const float *v,
+                           const float *o, const float *lse, const float *dout, float *dq,
+                           float *dk, float *dv)
+{
+    rv_comm *c = cp->comm;
+    const int n = c->size, r = c->rank, H = cp->heads, d = cp->dim;
+    const int left = (r + n - 1) % n, right = (r + 1) % n;
+    const size_t rowf = (size_t)H * d, rowb = rowf * sizeof(float);
+    const cp_segs me = cp_segs_of(&cp->plan, r);
+    const int64_t maxlen = rv_shard_max_len(&cp->plan), cap = maxlen > 0 ? maxlen : 1;
+    rv_status st = RV_OK;
+    rv_comm_request *kv_reqs[4] = {0}, *part_reqs[2] = {0}, *g_reqs[2][2] = {{0}};
+    float *kvbuf[2] = {0}, *g[2] = {0}, *part = NULL, *lse_seg[RV_SHARD_MAX_SEGS] = {0};
+    size_t bytes = sizeof(float) * (10 * cap * rowf + (size_t)H * me.len);
+    for (int b = 0; b < 2; b++) {
+        kvbuf[b] = malloc(sizeof(float) * 2 * cap * rowf);
+        g[b] = malloc(sizeof(float) * 2 * cap * rowf);
+    }
+    part = malloc(sizeof(float) * 2 * cap * rowf);
+    for (int i = 0; i < me.n; i++)
+        lse_seg[i] = malloc(sizeof(float) * H * (me.seg[i].len > 0 ? me.seg[i].len : 1));
+    if (!kvbuf[0] || !kvbuf[1] || !g[0] || !g[1] || !part || !lse_seg[0] ||
+        (me.n > 1 && !lse_seg[1])) {
+        st = rv_fail(RV_ERR_NOMEM, "ring attention backward: cannot allocate %zu bytes", bytes);
+        goto end;
+    }
+    cp_note_peak(cp, bytes);
+    memset(dq, 0, sizeof(float) * me.len * rowf);
+    for (int i = 0; i < me.n; i++)
+        cp_lse_from_slice(lse, H, me.len, me.off[i], lse_seg[i], me.seg[i].len);
+
+    const float *ck = k, *cv = v;
+    for (int s = 0; s < n; s++) {
+        int src = (r - s + n) % n, next = (r - s - 1 + n) % n;
+        int64_t len = rv_shard_len(&cp->plan, src);
+        float *gk = g[s % 2], *gv = g[s % 2] + cap * rowf;
+        float *nk = kvbuf[s % 2], *nv = kvbuf[s % 2] + cap * rowf;
+        /* The partial gradient of this block from the ranks it visited before. */
+        if (s > 0 && ((st = rv_comm_irecv(c, part, len * rowb, left, TAG_DK, &part_reqs[0])) != RV_OK ||
+                      (st = rv_comm_irecv(c, part + cap * rowf, len * rowb, left, TAG_DV,
+                                          &part_reqs[1])) != RV_OK))
+            goto end;
+        if (s < n - 1 &&
+            (st = post_kv(cp, ck, cv, len, nk, nv, rv_shard_len(&cp->plan, next), kv_reqs)) != RV_OK)
+            goto end;
+        /* g[s % 2] was sent two steps ago: that send must be done before reuse. */
+        if ((st = wait_all(cp, g_reqs[s % 2], 2)) != RV_OK)
+            goto end;
+        memset(gk, 0, sizeof(float) * len * rowf);
+        memset(gv, 0, sizeof(float) * len * rowf);
+
+        cp_segs ks = cp_segs_of(&cp->plan, src);
+        double t0 = cp_now();
+        for (int i = 0; i < me.n; i++)
+            for (int j = 0; j < ks.n; j++) {
+                if (cp_fully_masked(cp, me.seg[i], ks.seg[j]))
+                    continue;
+                size_t qo = me.off[i] * rowf, ko = ks.off[j] * rowf;
+                rv_attn_bwd_args a = {q + qo, ck + ko, cv + ko, o + qo, lse_seg[i], dout + qo,
+                                      dq + qo, gk + ko, gv + ko, (int)me.seg[i].len,
+                                      (int)ks.seg[j].len, H, d, cp->scale,
+                                      cp_mask(cp, me.seg[i], ks.seg[j]), 1};
+                if ((st = cp->be->attn_bwd(cp->be, &a)) != RV_OK)
+                    goto end;
+                cp->stats.flops += 10.0 * d * H *
+                                   rv_cp_visible_pairs(me.seg[i], ks.seg[j], cp->causal);
+            }
+        cp->stats.busy_s += cp_now() - t0;
+
+        if (s > 0) {
+            if ((st = wait_all(cp, part_reqs, 2)) != RV_OK)
+                goto end;
+            for (size_t e = 0; e < (size_t)len * rowf; e++) {
+                gk[e] += part[e];
+                gv[e] += part[cap * rowf + e];
+            }
+        }
+        /* On to the next rank; after the last step the sum is complete and goes to
+         * its owner, which is the next rank too. */
+        int tk = s < n - 1 ? TAG_DK : TAG_FINAL_DK, tv = s < n - 1 ? TAG_DV : TAG_FINAL_DV;
+        if ((st = rv_comm_isend(c, gk, len * rowb, right, tk, &g_reqs[s % 2][0])) != RV_OK ||
+            (st = rv_comm_isend(c, gv, len * rowb, right, tv, &g_reqs[s % 2][1])) != RV_OK)
+            goto end;
+        cp->stats.bytes_sent += 2.0 * len * rowb;
+        if (s < n - 1) {
+            if ((st = wait_all(cp, kv_reqs, 4)) != RV_OK)
+                goto end;
+            ck = nk, cv = nv;
+        }
+    }
+    /* Our own block's complete gradient comes back from the left. */
+    rv_comm_request *fin[2] = {0};
+    if ((st = rv_comm_irecv(c, dk, me.len * rowb, left, TAG_FINAL_DK, &fin[0])) != RV_OK ||
+        (st = rv_comm_irecv(c, dv, me.len * rowb, left, TAG_FINAL_DV, &fin[1])) != RV_OK) {
+        rv_comm_request_free(&fin[0]);
+        goto end;
+    }
+    if ((st = wait_all(cp, fin, 2)) != RV_OK)
+        goto end;
+    for (int b = 0; b < 2; b++)
+        if ((st = wait_all(cp, g_reqs[b], 2)) != RV_OK)
+            goto end;
+end:
+    for (int i = 0; i < 4; i++)
+        rv_comm_request_free(&kv_reqs[i]);
+    for (int i = 0; i < 2; i++) {
+        rv_comm_request_free(&part_reqs[i]);
+        rv_comm_request_free(&g_reqs[0][i]);
+        rv_comm_request_free(&g_reqs[1][i]);
+    }
+    free(kvbuf[0]), free(kvbuf[1]), free(g[0]), free(g[1]), free(part);
+    for (int i = 0; i < RV_SHARD_MAX_SEGS; i++)
+        free(lse_seg[i]);
+    return st;
+}

@@ -1,0 +1,86 @@
+/* rv_cp_attention.h: context-parallel attention. The sequence is split over the N
+ * ranks of a communicator by a shard plan (tokenize/rv_shard.h); each rank passes
+ * its own slice of Q, K, V and gets its slice of the attention of the WHOLE
+ * sequence, exactly (up to f32 rounding) what one rank holding everything computes.
+ *
+ * Strategies:
+ *   ring       K/V blocks travel rank to rank+1, double-buffered: the next block's
+ *              transfer is posted before the current one is computed; partial
+ *              results are merged by log-sum-exp. Memory per rank: its slice plus
+ *              two blocks in flight.
+ *   allgather  every rank gathers all K/V (O(S*dim) per rank), then one local
+ *              tiled attention per query segment.
+ *   ulysses    all-to-all from sequence-sharded to head-sharded, full-sequence
+ *              attention on heads/N heads, all-to-all back; needs heads % N == 0.
+ * Causal attention wants the zigzag plan (equal work per rank); any plan is exact.
+ *
+ * Local layouts: q, k, v, o, dout, dq, dk, dv are (len, heads, dim) with len the
+ * rank's token count (rv_shard_len), tokens in slice order (segment 0 first); lse
+ * is (heads, len), natural log. */
+#ifndef RV_CP_ATTENTION_H
+#define RV_CP_ATTENTION_H
+
+#include <stddef.h>
+
+#include "rv_backend.h"
+#include "rv_comm.h"
+#include "rv_shard.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum rv_cp_strategy {
+    RV_CP_RING = 0,
+    RV_CP_ALLGATHER = 1,
+    RV_CP_ULYSSES = 2,
+} rv_cp_strategy;
+
+/* Counters of one rank, accumulated over calls (zero the struct to reset). */
+typedef struct rv_cp_stats {
+    double bytes_sent;  /* payload bytes this rank sent */
+    double busy_s;      /* seconds in attention kernels (compute) */
+    double wait_s;      /* seconds blocked on communication */
+    double flops;       /* 4*dim per visible (query, key) pair and head forward, 10*dim backward */
+    size_t peak_bytes;  /* most bytes of strategy buffers held at once (KV blocks in
+                           flight, gathered or re-sharded tensors, partial results) */
+} rv_cp_stats;
+
+typedef struct rv_cp_attn {
+    rv_backend *be;          /* compute backend (not owned) */
+    rv_comm *comm;           /* the context-parallel group (not owned); size == plan.ranks */
+    rv_shard_plan plan;      /* which global tokens each rank holds */
+    rv_cp_strategy strategy;
+    int heads, dim;
+    int causal;              /* 1: key at global position kp seen by query qp iff kp <= qp */
+    float scale;             /* softmax scale; 0 selects 1/sqrt(dim) */
+    rv_cp_stats stats;
+} rv_cp_attn;
+
+/* Checks the combination (communicator size = plan ranks, ulysses divisibility,
+ * ...) with a message naming the numbers. */
+rv_status rv_cp_attn_init(rv_cp_attn *cp, rv_backend *be, rv_comm *comm,
+                          const rv_shard_plan *plan, rv_cp_strategy strategy, int heads,
+                          int dim, int causal, float scale);
+
+/* o (len, heads, dim) and lse (heads, len) of this rank's queries against every key. */
+rv_status rv_cp_attn_forward(rv_cp_attn *cp, const float *q, const float *k, const float *v,
+                             float *o, float *lse);
+
+/* Gradients of this rank's slice; o and lse are the forward's outputs. dq, dk, dv
+ * are overwritten. */
+rv_status rv_cp_attn_backward(rv_cp_attn *cp, const float *q, const float *k, const float *v,
+                              const float *o, const float *lse, const float *dout, float *dq,
+                              float *dk, float *dv);
+
+const char *rv_cp_strategy_name(rv_cp_strategy s);
+/* "ring", "allgather" or "ulysses" -> strategy; RV_ERR_INVALID naming the text. */
+rv_status rv_cp_strategy_parse(const char *text, rv_cp_strategy *out);
+
+/* Visible (query, key) pairs between a query segment and a key segment. */
+double rv_cp_visible_pairs(rv_shard_seg q, rv_shard_seg k, int causal);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
