@@ -20,6 +20,19 @@ typedef struct rv_command {
 /* cmd_bench.c: `ringvit bench BENCH ...` */
 extern const rv_command rv_cmd_bench;
 
+/* cmd_probe.c: `ringvit probe FILE [--json]` */
+extern const rv_command rv_cmd_probe;
+
+/* cmd_frames.c: `ringvit frames FILE -o OUT.safetensors ...` */
+extern const rv_command rv_cmd_frames;
+
+/* cmd_tokens.c: `ringvit tokens FILE [--cp N] [--json] [-o OUT.safetensors] ...` */
+extern const rv_command rv_cmd_tokens;
+
+/* bench_ingest.c: `ringvit bench ingest FILE ...`; argv[0] is "ingest".
+ * Handles its own --help; returns an exit code. */
+int rv_bench_ingest(int argc, char **argv);
+
 /* bench_attention.c: `ringvit bench attention ...`; argv[0] is "attention".
  * Handles its own --help; returns an exit code. */
 int rv_bench_attention(int argc, char **argv);

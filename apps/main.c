@@ -19,6 +19,9 @@
 
 /* The subcommands, in the order `ringvit --help` lists them. */
 static const rv_command *const commands[] = {
+    &rv_cmd_probe,
+    &rv_cmd_frames,
+    &rv_cmd_tokens,
     &rv_cmd_bench,
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])

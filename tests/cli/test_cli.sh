@@ -165,6 +165,90 @@ t_ring_ulysses_heads() {
     want_rc 2 && want_no_out && want_err "heads.*4.*cp.*3"
 }
 
+# ---- probe, frames, bench ingest ----------------------------------------------
+t_probe_missing() {
+    run_exe probe "$tmp/no-such.mp4"
+    want_rc 1 && want_no_out && want_err "^ringvit: probe: .*/no-such\.mp4: no such file"
+}
+t_probe_no_file() { run_exe probe; want_rc 2 && want_no_out && want_err "^ringvit: probe: "; }
+t_frames_no_output() {
+    run_exe frames "$tmp/no-such.mp4"
+    want_rc 2 && want_no_out && want_err "^ringvit: frames: no output file"
+}
+t_frames_bad_fps() { run_exe frames x.mp4 -o "$tmp/o.st" --fps 0; want_rc 2 && want_err -- '--fps'; }
+t_frames_not_media() {
+    echo "not a video" >"$tmp/notes.mp4"
+    run_exe frames "$tmp/notes.mp4" -o "$tmp/o.st"
+    want_rc 1 && want_no_out && want_err "notes\.mp4: not a media file" &&
+        { [ ! -e "$tmp/o.st" ] || { why="no output may be written"; return 1; }; }
+}
+# One second of 64x36 video with a tone: probe --json, frames, bench ingest --json.
+make_clip() {
+    [ -s "$tmp/clip.mp4" ] || ffmpeg -nostdin -v error -y -f lavfi -i testsrc2=size=64x36:rate=10 \
+        -f lavfi -i sine=sample_rate=8000 -t 1 -c:v libx264 -c:a aac "$tmp/clip.mp4" >/dev/null 2>&1
+}
+t_probe_json() {
+    make_clip || { why="ffmpeg could not make a clip"; return 1; }
+    run_exe probe "$tmp/clip.mp4" --json
+    want_rc 0 && /usr/bin/python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+s = d["streams"]
+sys.exit(0 if d["video_stream"] == 0 and s[0]["width"] == 64 and s[1]["type"] == "audio" else 3)
+' <"$tmp/out" 2>"$tmp/pyerr" || { why="probe JSON wrong: $(tail -n 1 "$tmp/pyerr")"; return 1; }
+}
+t_frames_file() {
+    make_clip || { why="ffmpeg could not make a clip"; return 1; }
+    run_exe frames "$tmp/clip.mp4" --fps 4 --size 16 -o "$tmp/clip.safetensors"
+    want_rc 0 && want_out 'clip\.safetensors: 4 frames' && /usr/bin/python3 -c '
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+h = json.loads(b[8:8 + struct.unpack("<Q", b[:8])[0]])
+ok = h["frames"]["shape"] == [4, 16, 16, 3] and h["frames"]["dtype"] == "U8"
+ok = ok and h["frame_time"]["dtype"] == "F64" and h["audio"]["shape"] == [16000]
+ok = ok and json.loads(h["__metadata__"]["probe"])["video_stream"] == 0
+sys.exit(0 if ok else 3)
+' "$tmp/clip.safetensors" 2>"$tmp/pyerr" || { why="output tensors wrong: $(tail -n 1 "$tmp/pyerr")"; return 1; }
+}
+t_bench_ingest_json() {
+    make_clip || { why="ffmpeg could not make a clip"; return 1; }
+    run_exe bench ingest "$tmp/clip.mp4" --fps 5 --size 16 --json
+    want_rc 0 && /usr/bin/python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+sys.exit(0 if d["ok"] is True and [r["decoder"] for r in d["rows"]] == ["ringvit", "ffmpeg"] else 3)
+' <"$tmp/out" 2>"$tmp/pyerr" || { why="bench ingest JSON wrong: $(tail -n 1 "$tmp/pyerr")"; return 1; }
+}
+
+# ---- tokens -------------------------------------------------------------------
+t_tokens_missing() {
+    run_exe tokens "$tmp/no-such.mp4"
+    want_rc 1 && want_no_out && want_err "^ringvit: tokens: .*/no-such\.mp4: no such file"
+}
+t_tokens_bad_shard() {
+    run_exe tokens x.mp4 --shard diagonal
+    want_rc 2 && want_no_out && want_err "^ringvit: tokens: --shard wants contiguous or zigzag"
+}
+# Two seconds at 4 fps, 32 px: 8 frames -> 4 tubelets x 4 patches = 16 video
+# tokens; 32000 samples -> 198 fbank frames -> 12 steps x 8 bands = 96 audio.
+t_tokens_json() {
+    [ -s "$tmp/clip2.mp4" ] || ffmpeg -nostdin -v error -y -f lavfi -i testsrc2=size=64x36:rate=10 \
+        -f lavfi -i sine=sample_rate=8000 -t 2 -c:v libx264 -c:a aac "$tmp/clip2.mp4" >/dev/null 2>&1 ||
+        { why="ffmpeg could not make a clip"; return 1; }
+    run_exe tokens "$tmp/clip2.mp4" --fps 4 --size 32 --cp 3 --shard zigzag --json -o "$tmp/tok.st"
+    want_rc 0 && /usr/bin/python3 -c '
+import json, struct, sys
+d = json.load(open(sys.argv[1]))
+b = open(sys.argv[2], "rb").read()
+h = json.loads(b[8:8 + struct.unpack("<Q", b[:8])[0]])
+ok = d["seq_len"] == 112 and d["tokens"] == {"video": 16, "audio": 96, "cls": 0}
+ok = ok and sum(r["len"] for r in d["shard"]["per_rank"]) == d["seq_len"] and len(d["shard"]["per_rank"]) == 3
+ok = ok and h["token_modality"]["shape"] == [112] and h["video_patches"]["shape"] == [16, 1536]
+ok = ok and h["audio_fbank"]["shape"] == [198, 128] and h["token_time"]["dtype"] == "F64"
+sys.exit(0 if ok else 3)
+' "$tmp/out" "$tmp/tok.st" 2>"$tmp/pyerr" || { why="tokens JSON or output wrong: $(tail -n 1 "$tmp/pyerr")"; return 1; }
+}
+
 check help t_help
 check help-short t_help_short
 check version t_version
@@ -190,6 +274,17 @@ check comm-sizes-swapped t_comm_sizes_swapped
 check comm-json t_comm_json
 check ring-json t_ring_json
 check ring-ulysses-heads t_ring_ulysses_heads
+check probe-missing t_probe_missing
+check probe-no-file t_probe_no_file
+check frames-no-output t_frames_no_output
+check frames-bad-fps t_frames_bad_fps
+check frames-not-media t_frames_not_media
+check probe-json t_probe_json
+check frames-file t_frames_file
+check bench-ingest-json t_bench_ingest_json
+check tokens-missing t_tokens_missing
+check tokens-bad-shard t_tokens_bad_shard
+check tokens-json t_tokens_json
 
 echo "$pass passed, $fail failed"
 if [ "$fail" -ne 0 ]; then

@@ -1,0 +1,118 @@
+/* cmd_probe.c: `ringvit probe FILE [--json]`, what a media file holds (container,
+ * streams, sizes, rates, rotation) and which streams ingest would use, read from
+ * the headers without decoding the recording. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "apps.h"
+#include "cli.h"
+#include "ingest_cli.h"
+#include "rv_ingest.h"
+
+#define CMD "probe"
+
+static const char help_text[] =
+    "usage: ringvit probe FILE [--json]\n"
+    "\n"
+    "Shows what a media file holds: container, duration, and for each stream its\n"
+    "codec, picture size, frame rate, rotation, sample rate and channels, and which\n"
+    "video and audio streams 'ringvit frames' would use. Reads the headers only.\n"
+    "\n"
+    "  --json   one JSON object on stdout instead of the table\n"
+    "\n"
+    "Exit status: 0 ok, 1 the file cannot be read or is not a media file, 2 usage.\n"
+    "\n"
+    "example:\n"
+    "  ringvit probe talk.mp4 --json\n";
+
+static void print_seconds(const char *label, double v)
+{
+    if (isfinite(v))
+        printf("%s%.3f s", label, v);
+    else
+        printf("%sunknown", label);
+}
+
+static void print_table(const rv_probe *p)
+{
+    printf("file:     %s\n", p->path);
+    printf("format:   %s\n", p->format);
+    print_seconds("duration: ", p->duration_s);
+    print_seconds(", start ", p->start_s);
+    printf(", %.1f kb/s, %lld bytes\n", p->bit_rate / 1000.0, (long long)p->size_bytes);
+    printf("streams:\n");
+    for (int i = 0; i < p->nstreams; i++) {
+        const rv_probe_stream *s = &p->streams[i];
+        printf("  #%d ", s->index);
+        if (s->kind == RV_STREAM_VIDEO) {
+            printf("video %s %dx%d", s->codec, s->width, s->height);
+            if (s->fps > 0)
+                printf(" %.3f fps", s->fps);
+            if (s->pix_fmt[0])
+                printf(" %s", s->pix_fmt);
+            if (s->rotation)
+                printf(" rotation %d", s->rotation);
+        } else if (s->kind == RV_STREAM_AUDIO) {
+            printf("audio %s %d Hz %d ch", s->codec, s->sample_rate, s->channels);
+            if (s->channel_layout[0])
+                printf(" (%s)", s->channel_layout);
+        } else {
+            printf("other %s", s->codec);
+        }
+        print_seconds(", ", s->duration_s);
+        if (!s->decodable)
+            printf(" [no decoder]");
+        if (s->index == p->video)
+            printf(" [frames]");
+        if (s->index == p->audio)
+            printf(" [audio]");
+        printf("\n");
+    }
+}
+
+static int probe_main(int argc, char **argv)
+{
+    const char *path = NULL;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--json") == 0)
+            json = 1;
+        else if (a[0] == '-' && a[1] != '\0')
+            return rv_cli_unknown_arg(CMD, a);
+        else if (!path)
+            path = a;
+        else
+            return rv_cli_usage_error(CMD, "one FILE at a time (got '%s' and '%s')", path, a);
+    }
+    if (!path)
+        return rv_cli_usage_error(CMD, "which file? give a media FILE");
+
+    rv_probe *p = NULL;
+    rv_status st = rv_probe_file(path, &p);
+    if (st != RV_OK)
+        return rv_cli_fail(st, CMD);
+    int rc = RV_EXIT_OK;
+    if (json) {
+        json_t *root = rv_probe_json(p);
+        if (!root) {
+            rv_cli_error("%s: out of memory", CMD);
+            rc = RV_EXIT_FAIL;
+        } else {
+            rc = rv_cli_json_print(root);
+            json_decref(root);
+        }
+    } else {
+        print_table(p);
+    }
+    rv_probe_free(&p);
+    return rc;
+}
+
+const rv_command rv_cmd_probe = {
+    .name = "probe",
+    .summary = "show the streams of a media file (probe FILE)",
+    .main = probe_main,
+    .help = help_text,
+};

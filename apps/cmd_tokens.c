@@ -1,0 +1,683 @@
+/* cmd_tokens.c: `ringvit tokens FILE`, the tokenize stage on its own. Plans the
+ * token sequence from the probe (before decoding), tokenizes the recording
+ * along that plan chunk by chunk, and reports the counts per modality, the
+ * sequence length, tokens per recording-second and, for --cp N ranks, each
+ * rank's shard: its tokens and time ranges. With -o it writes
+ *   video_patches   (video tokens, T*P*P*3) F32   normalised, (t, y, x, c)
+ *   audio_fbank     (fbank frames, 128) F32       log-mel, before normalisation
+ *   audio_patches   (audio tokens, F*W) F32       normalised, (f, w)
+ *   token_modality  (seq) U8                      0 video, 1 audio, 2 cls
+ *   token_pos       (seq, 3) I64                  (t, y, x) | (t, f, 0) | 0
+ *   token_time      (seq, 2) F64                  start, end s since t0
+ * plus metadata "tokens" (options and counts, JSON) and "probe". The tensors
+ * are spilled to unlinked scratch files beside OUT as the batches arrive, so a
+ * long recording costs disk, not memory; OUT is written atomically. */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "apps.h"
+#include "cli.h"
+#include "ingest_cli.h"
+#include "rv_ingest.h"
+#include "rv_safetensors.h"
+#include "rv_shard.h"
+#include "rv_tokenize.h"
+#include "rv_tokens.h"
+
+#define CMD "tokens"
+
+static const char help_text[] =
+    "usage: ringvit tokens FILE [--fps F] [--size N] [--pad] [--start S] [--duration D]\n"
+    "                      [--tubelet T] [--patch P] [--mean R,G,B] [--std R,G,B]\n"
+    "                      [--audio-freq F] [--audio-time W] [--audio-stride K]\n"
+    "                      [--audio-mean M] [--audio-std S] [--audio-window SEC] [--cls]\n"
+    "                      [--no-audio | --audio-stream I] [--no-video | --video-stream I]\n"
+    "                      [--cp N] [--shard contiguous|zigzag] [--plan-only]\n"
+    "                      [--threads T] [--max-corrupt N] [--json] [-o OUT.safetensors]\n"
+    "\n"
+    "Turns FILE into one token sequence: video tubelets (T sampled frames x P x P\n"
+    "pixels x RGB, ImageNet-normalised) and audio patches (F mel bins x W frames of\n"
+    "the AST log-mel filterbank), interleaved by time window (all video tokens of a\n"
+    "window, then its audio tokens). The sequence is planned from the container's\n"
+    "duration before decoding (so every rank can compute its shard alone); the\n"
+    "recording is then tokenized chunk by chunk along that plan. Prints the counts\n"
+    "per modality, the sequence length, tokens per recording-second and, for N\n"
+    "ranks, each rank's shard length and time ranges.\n"
+    "\n"
+    "  --fps F, --size N, --pad, --start S, --duration D\n"
+    "                      sampling as in 'ringvit frames' (defaults 1 fps, 224 px)\n"
+    "  --tubelet T         frames per video token (default 2; 1: image patches)\n"
+    "  --patch P           pixels per patch side (default 16; must divide N)\n"
+    "  --mean R,G,B        video mean per channel on [0, 1] (default ImageNet)\n"
+    "  --std R,G,B         video std per channel (default ImageNet)\n"
+    "  --audio-freq F      mel bins per audio patch (default 16; divides 128)\n"
+    "  --audio-time W      fbank frames (10 ms) per audio patch (default 16)\n"
+    "  --audio-stride K    fbank frames between audio patches (default W)\n"
+    "  --audio-mean M, --audio-std S\n"
+    "                      fbank normalisation, (x - M) / (2 S) as AST (-4.2677393, 4.5689974)\n"
+    "  --audio-window SEC  interleaving window (default 2)\n"
+    "  --cls               a leading class token\n"
+    "  --no-audio, --no-video, --audio-stream I, --video-stream I\n"
+    "                      leave a modality out, or pick its container stream\n"
+    "  --cp N              ranks to shard the sequence over (default 1)\n"
+    "  --shard KIND        contiguous (default) or zigzag (2N chunks, for causal masks)\n"
+    "  --plan-only         only the plan from the probe; decode nothing\n"
+    "  --threads T, --max-corrupt N\n"
+    "                      decoder threads, corrupt packets skipped before failing\n"
+    "  --json              one JSON object on stdout instead of the table\n"
+    "  -o, --output OUT    write the tokens (video_patches, audio_fbank, audio_patches,\n"
+    "                      token_modality, token_pos, token_time) to OUT.safetensors\n"
+    "\n"
+    "Exit status: 0 ok, 1 the file cannot be read or tokenized, 2 usage.\n"
+    "\n"
+    "examples:\n"
+    "  ringvit tokens talk.mp4 --cp 4 --shard zigzag\n"
+    "  ringvit tokens talk.mp4 --fps 2 --tubelet 2 --cls --json -o talk.tokens.safetensors\n";
+
+/* ---- arguments ------------------------------------------------------------------- */
+
+typedef struct tokens_args {
+    const char *path, *out;
+    rv_ingest_opts io;
+    rv_tok_opts to;
+    int cp;
+    rv_shard_kind shard;
+    int plan_only, json;
+} tokens_args;
+
+/* "a,b,c" -> three finite floats in [lo, hi]. */
+static int parse_triple(const char *flag, const char *text, float lo, float hi, float out[3])
+{
+    const char *p = text;
+    for (int c = 0; c < 3; c++) {
+        char *end;
+        errno = 0;
+        double v = strtod(p, &end);
+        if (end == p || errno || !isfinite(v) || v < lo || v > hi ||
+            (c < 2 ? *end != ',' : *end != '\0'))
+            return rv_cli_usage_error(CMD, "%s wants three numbers in [%g, %g] like "
+                                      "0.485,0.456,0.406, got '%s'", flag, lo, hi, text);
+        out[c] = (float)v;
+        p = end + 1;
+    }
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, tokens_args *a)
+{
+    memset(a, 0, sizeof *a);
+    rv_ingest_opts_default(&a->io);
+    rv_tok_opts_default(&a->to);
+    a->cp = 1;
+    a->shard = RV_SHARD_CONTIGUOUS;
+    int rc = 0, no_audio = 0, no_video = 0, audio_set = 0, video_set = 0, stride_set = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i];
+        const char *v;
+        if (rv_cli_flag_is(s, "-o") || rv_cli_flag_is(s, "--output")) {
+            if (!(a->out = rv_cli_flag_value(CMD, argc, argv, &i)))
+                return RV_EXIT_USAGE;
+        } else if (rv_cli_flag_is(s, "--fps")) {
+            rc = rv_cli_take_fps(CMD, argc, argv, &i, &a->io.fps_num, &a->io.fps_den);
+        } else if (rv_cli_flag_is(s, "--size")) {
+            rc = rv_cli_take_int(CMD, argc, argv, &i, 8, 4096, &a->io.size);
+        } else if (rv_cli_flag_is(s, "--start")) {
+            rc = rv_cli_take_double(CMD, argc, argv, &i, 0, 1e8, &a->io.start_s);
+        } else if (rv_cli_flag_is(s, "--duration")) {
+            rc = rv_cli_take_double(CMD, argc, argv, &i, 1e-6, 1e8, &a->io.duration_s);
+        } else if (rv_cli_flag_is(s, "--audio-stream")) {
+            rc = rv_cli_take_int(CMD, argc, argv, &i, 0, 65535, &a->io.audio_stream);
+            audio_set = 1;
+        } else if (rv_cli_flag_is(s, "--video-stream")) {
+            rc = rv_cli_take_int(CMD, argc, argv, &i, 0, 65535, &a->io.video_stream);
+            video_set = 1;
+        } else if (rv_cli_flag_is(s, "--threads")) {
+            rc = rv_cli_take_int(CMD, argc, argv, &i, 0, 256, &a->io.threads);
+        } else if (rv_cli_flag_is(s, "--max-corrupt")) {
+            rc = rv_cli_take_int(CMD, argc, argv, &i, 0, 1 << 30, &a->io.max_corrupt);
+        } else if (rv_cli_flag_is(s, "--tubelet")) {
+            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 64, &a->to.tubelet);
+        } else if (rv_cli_flag_is(s, "--patch")) {
+            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 4096, &a->to.patch);
+        } else if (rv_cli_flag_is(s, "--mean") || rv_cli_flag_is(s, "--std")) {
+            int is_mean = rv_cli_flag_is(s, "--mean");
+            if (!(v = rv_cli_flag_value(CMD, argc, argv, &i)))
+                return RV_EXIT_USAGE;
+            rc = is_mean ? parse_triple("--mean", v, -10, 10, a->to.mean)
+                         : parse_triple("--std", v, 1e-6f, 1e6f, a->to.std);
+        } else if (rv_cli_flag_is(s, "--audio-freq")) {
+            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, RV_FBANK_BINS, &a->to.audio_freq);
+            if (!rc && RV_FBANK_BINS % a->to.audio_freq)
+                return rv_cli_usage_error(CMD, "--audio-freq %d must divide %d", a->to.audio_freq,
+                                          RV_FBANK_BINS);
+        } else if (rv_cli_flag_is(s, "--audio-time")) {
+            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 4096, &a->to.audio_time);
+        } else if (rv_cli_flag_is(s, "--audio-stride")) {
+            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 4096, &a->to.audio_stride);
+            stride_set = 1;
+        } else if (rv_cli_flag_is(s, "--audio-mean")) {
+            rc = rv_cli_take_float(CMD, argc, argv, &i, -1e6f, 1e6f, &a->to.audio_mean);
+        } else if (rv_cli_flag_is(s, "--audio-std")) {
+            rc = rv_cli_take_float(CMD, argc, argv, &i, 1e-6f, 1e6f, &a->to.audio_std);
+        } else if (rv_cli_flag_is(s, "--audio-window")) {
+            rc = rv_cli_take_double(CMD, argc, argv, &i, 0.01, 86400, &a->to.window_s);
+        } else if (rv_cli_flag_is(s, "--cp")) {
+            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 65536, &a->cp);
+        } else if (rv_cli_flag_is(s, "--shard")) {
+            if (!(v = rv_cli_flag_value(CMD, argc, argv, &i)))
+                return RV_EXIT_USAGE;
+            if (rv_shard_kind_parse(v, &a->shard) != RV_OK)
+                return rv_cli_usage_error(CMD, "--shard wants contiguous or zigzag, got '%s'", v);
+        } else if (strcmp(s, "--cls") == 0) {
+            a->to.cls = 1;
+        } else if (strcmp(s, "--pad") == 0) {
+            a->io.pad = 1;
+        } else if (strcmp(s, "--no-audio") == 0) {
+            no_audio = 1;
+        } else if (strcmp(s, "--no-video") == 0) {
+            no_video = 1;
+        } else if (strcmp(s, "--plan-only") == 0) {
+            a->plan_only = 1;
+        } else if (strcmp(s, "--json") == 0) {
+            a->json = 1;
+        } else if (s[0] == '-' && s[1] != '\0') {
+            return rv_cli_unknown_arg(CMD, s);
+        } else if (!a->path) {
+            a->path = s;
+        } else {
+            return rv_cli_usage_error(CMD, "one FILE at a time (got '%s' and '%s')", a->path, s);
+        }
+        if (rc)
+            return rc;
+    }
+    if (no_audio && audio_set)
+        return rv_cli_usage_error(CMD, "--no-audio and --audio-stream contradict each other");
+    if (no_video && video_set)
+        return rv_cli_usage_error(CMD, "--no-video and --video-stream contradict each other");
+    if (no_audio && no_video)
+        return rv_cli_usage_error(CMD, "--no-audio and --no-video leave nothing to tokenize");
+    if (no_audio) {
+        a->io.audio_stream = -2;
+        a->to.audio = 0;
+    }
+    if (no_video) {
+        a->io.video_stream = -2;
+        a->to.video = 0;
+    }
+    if (!stride_set)
+        a->to.audio_stride = a->to.audio_time;
+    if (a->io.size % a->to.patch)
+        return rv_cli_usage_error(CMD, "--patch %d must divide --size %d", a->to.patch, a->io.size);
+    if (a->plan_only && a->out)
+        return rv_cli_usage_error(CMD, "--plan-only decodes nothing, so -o has nothing to write");
+    if (!a->path)
+        return rv_cli_usage_error(CMD, "which file? give a media FILE");
+    return 0;
+}
+
+/* ---- collecting the tokens --------------------------------------------------------- */
+
+/* An unlinked scratch file that grows as data arrive, mapped read-only at the end. */
+typedef struct spill {
+    int fd;
+    size_t bytes;
+    void *map;
+} spill;
+
+static rv_status spill_open(spill *s, const char *out_path)
+{
+    char *copy = strdup(out_path);
+    char tmpl[4096];
+    if (!copy)
+        return rv_fail(RV_ERR_NOMEM, "out of memory");
+    snprintf(tmpl, sizeof tmpl, "%s/.ringvit-tokens.XXXXXX", dirname(copy));
+    free(copy);
+    s->fd = mkstemp(tmpl);
+    if (s->fd < 0)
+        return rv_fail(RV_ERR_IO, "%s: cannot create a scratch file: %s", tmpl, strerror(errno));
+    unlink(tmpl);
+    return RV_OK;
+}
+
+static rv_status spill_write(spill *s, const void *data, size_t n)
+{
+    const char *p = data;
+    while (n > 0) {
+        ssize_t w = write(s->fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return rv_fail(RV_ERR_IO, "scratch file: write failed: %s", strerror(errno));
+        p += w;
+        n -= (size_t)w;
+        s->bytes += (size_t)w;
+    }
+    return RV_OK;
+}
+
+static rv_status spill_map(spill *s)
+{
+    if (s->bytes == 0)
+        return RV_OK;
+    s->map = mmap(NULL, s->bytes, PROT_READ, MAP_SHARED, s->fd, 0);
+    if (s->map == MAP_FAILED) {
+        s->map = NULL;
+        return rv_fail(RV_ERR_IO, "scratch file: mmap failed: %s", strerror(errno));
+    }
+    return RV_OK;
+}
+
+static void spill_close(spill *s)
+{
+    if (s->map)
+        munmap(s->map, s->bytes);
+    if (s->fd >= 0)
+        close(s->fd);
+    s->map = NULL;
+    s->fd = -1;
+}
+
+enum { SP_VIDEO, SP_FBANK, SP_AUDIO, SP_MOD, SP_POS, SP_TIME, SP_COUNT };
+
+typedef struct collect {
+    int write;                 /* spill the tensors (-o) */
+    spill sp[SP_COUNT];
+    int64_t tokens, video, audio, cls, fbank;
+    int64_t video_dim, audio_dim;
+} collect;
+
+static rv_status on_batch(const rv_tok_batch *b, void *user)
+{
+    collect *c = user;
+    c->tokens += b->count;
+    c->video += b->nvideo;
+    c->audio += b->naudio;
+    c->fbank += b->nfbank;
+    for (int64_t i = 0; i < b->count; i++)
+        c->cls += b->modality[i] == RV_MOD_CLS;
+    if (!c->write)
+        return RV_OK;
+    rv_status st;
+    if ((st = spill_write(&c->sp[SP_VIDEO], b->video, sizeof(float) * (size_t)(b->nvideo * c->video_dim))) ||
+        (st = spill_write(&c->sp[SP_AUDIO], b->audio, sizeof(float) * (size_t)(b->naudio * c->audio_dim))) ||
+        (st = spill_write(&c->sp[SP_FBANK], b->fbank, sizeof(float) * (size_t)(b->nfbank * RV_FBANK_BINS))) ||
+        (st = spill_write(&c->sp[SP_MOD], b->modality, (size_t)b->count)) ||
+        (st = spill_write(&c->sp[SP_POS], b->pos, sizeof(int64_t) * 3 * (size_t)b->count)) ||
+        (st = spill_write(&c->sp[SP_TIME], b->time, sizeof(double) * 2 * (size_t)b->count)))
+        return st;
+    return RV_OK;
+}
+
+/* ---- reporting --------------------------------------------------------------------- */
+
+/* Seconds of recording the sequence covers: from the grid start to the end
+ * (the plan's, or the one ingest found), within --duration. */
+static double covered_s(const rv_tok_layout *L, double end_s)
+{
+    if (!isfinite(end_s)) {
+        double v = (double)L->nframes * L->ingest.fps_den / L->ingest.fps_num;
+        double a = (double)L->nsamples / RV_AUDIO_RATE;
+        return v > a ? v : a;
+    }
+    double s = end_s - L->ingest.start_s;
+    if (L->ingest.duration_s > 0 && s > L->ingest.duration_s)
+        s = L->ingest.duration_s;
+    return s > 0 ? s : 0;
+}
+
+/* A float option as the decimal it was given as (0.485, not 0.485000014). */
+static json_t *json_float(float v)
+{
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.7g", v);
+    return json_real(strtod(buf, NULL));
+}
+
+static json_t *options_json(const tokens_args *a)
+{
+    const rv_tok_opts *o = &a->to;
+    json_t *m = json_object();
+    json_object_set_new(m, "fps", json_real((double)a->io.fps_num / a->io.fps_den));
+    json_object_set_new(m, "fps_rational", json_sprintf("%d/%d", a->io.fps_num, a->io.fps_den));
+    json_object_set_new(m, "size", json_integer(a->io.size));
+    json_object_set_new(m, "pad", json_boolean(a->io.pad));
+    json_object_set_new(m, "start_s", json_real(a->io.start_s));
+    json_object_set_new(m, "duration_s", a->io.duration_s > 0 ? json_real(a->io.duration_s) : json_null());
+    json_object_set_new(m, "tubelet", json_integer(o->tubelet));
+    json_object_set_new(m, "patch", json_integer(o->patch));
+    json_t *mean = json_array(), *std = json_array();
+    for (int c = 0; c < 3; c++) {
+        json_array_append_new(mean, json_float(o->mean[c]));
+        json_array_append_new(std, json_float(o->std[c]));
+    }
+    json_object_set_new(m, "mean", mean);
+    json_object_set_new(m, "std", std);
+    json_object_set_new(m, "audio_freq", json_integer(o->audio_freq));
+    json_object_set_new(m, "audio_time", json_integer(o->audio_time));
+    json_object_set_new(m, "audio_stride", json_integer(o->audio_stride));
+    json_object_set_new(m, "audio_mean", json_float(o->audio_mean));
+    json_object_set_new(m, "audio_std", json_float(o->audio_std));
+    json_object_set_new(m, "audio_window_s", json_real(o->window_s));
+    json_object_set_new(m, "cls", json_boolean(o->cls));
+    json_object_set_new(m, "video", json_boolean(o->video));
+    json_object_set_new(m, "audio", json_boolean(o->audio));
+    return m;
+}
+
+typedef struct report {
+    const tokens_args *a;
+    const rv_tok_layout *L;
+    const char *plan_source;    /* "probe" or "decode" */
+    double plan_end_s;          /* NAN unknown */
+    double end_s;               /* the recording's end, s since t0: the plan's, else ingest's */
+    int decoded;
+    const rv_tok_stats *st;
+    double wall_s;
+    const rv_shard_plan *sp;
+} report;
+
+static json_t *report_json(const report *r)
+{
+    const rv_tok_layout *L = r->L;
+    json_t *root = json_object();
+    json_object_set_new(root, "path", json_string(r->a->path));
+    json_object_set_new(root, "options", options_json(r->a));
+    json_t *plan = json_object();
+    json_object_set_new(plan, "source", json_string(r->plan_source));
+    json_object_set_new(plan, "end_s", isfinite(r->plan_end_s) ? json_real(r->plan_end_s) : json_null());
+    json_object_set_new(plan, "frames", json_integer(L->nframes));
+    json_object_set_new(plan, "samples", json_integer(L->nsamples));
+    json_object_set_new(root, "plan", plan);
+    json_object_set_new(root, "seq_len", json_integer(L->seq));
+    json_object_set_new(root, "tokens", json_pack("{sIsIsI}", "video", (json_int_t)L->nvideo,
+                                                  "audio", (json_int_t)L->naudio, "cls",
+                                                  (json_int_t)L->opts.cls));
+    double secs = covered_s(L, r->end_s);
+    json_object_set_new(root, "recording_s", json_real(secs));
+    json_object_set_new(root, "tokens_per_s", secs > 0 ? json_real(L->seq / secs) : json_null());
+    json_object_set_new(root, "windows", json_integer(L->windows));
+    json_object_set_new(root, "video_dim", json_integer(L->video_dim));
+    json_object_set_new(root, "audio_dim", json_integer(L->audio_dim));
+    json_object_set_new(root, "tubelets", json_integer(L->tubelets));
+    json_object_set_new(root, "audio_steps", json_integer(L->steps));
+    json_object_set_new(root, "fbank_frames", json_integer(L->fbank_frames));
+    if (r->decoded) {
+        const rv_tok_stats *s = r->st;
+        json_t *d = json_object();
+        json_object_set_new(d, "end_s", json_real(s->ingest.end_s));
+        json_object_set_new(d, "frames", json_integer(s->ingest.frames));
+        json_object_set_new(d, "samples", json_integer(s->ingest.samples));
+        json_object_set_new(d, "padded_frames", json_integer(s->padded_frames));
+        json_object_set_new(d, "padded_samples", json_integer(s->padded_samples));
+        json_object_set_new(d, "dropped_frames", json_integer(s->dropped_frames));
+        json_object_set_new(d, "dropped_samples", json_integer(s->dropped_samples));
+        json_object_set_new(d, "corrupt", json_integer(s->ingest.corrupt));
+        json_object_set_new(d, "tokenize_cpu_s", json_real(s->cpu_s));
+        json_object_set_new(d, "tokenize_tokens_per_s",
+                            s->cpu_s > 0 ? json_real(s->tokens / s->cpu_s) : json_null());
+        json_object_set_new(d, "wall_s", json_real(r->wall_s));
+        json_object_set_new(root, "recording", d);
+    } else {
+        json_object_set_new(root, "recording", json_null());
+    }
+    json_t *shard = json_object(), *ranks = json_array();
+    json_object_set_new(shard, "kind", json_string(rv_shard_kind_name(r->sp->kind)));
+    json_object_set_new(shard, "ranks", json_integer(r->sp->ranks));
+    json_object_set_new(shard, "max_len", json_integer(rv_shard_max_len(r->sp)));
+    for (int k = 0; k < r->sp->ranks; k++) {
+        rv_tok_span spans[RV_SHARD_MAX_SEGS];
+        int n = rv_tok_rank_spans(L, r->sp, k, spans);
+        json_t *rk = json_object(), *segs = json_array();
+        json_object_set_new(rk, "rank", json_integer(k));
+        json_object_set_new(rk, "len", json_integer(rv_shard_len(r->sp, k)));
+        for (int i = 0; i < n; i++) {
+            const rv_tok_span *x = &spans[i];
+            json_t *sg = json_object();
+            json_object_set_new(sg, "first", json_integer(x->first));
+            json_object_set_new(sg, "count", json_integer(x->count));
+            json_object_set_new(sg, "t0", json_real(x->t0));
+            json_object_set_new(sg, "t1", json_real(x->t1));
+            json_object_set_new(sg, "video_tokens", json_integer(rv_tok_video_before(L, x->first + x->count) -
+                                                                 rv_tok_video_before(L, x->first)));
+            json_object_set_new(sg, "audio_tokens", json_integer(rv_tok_audio_before(L, x->first + x->count) -
+                                                                 rv_tok_audio_before(L, x->first)));
+            json_object_set_new(sg, "grid_first", json_integer(x->grid0));
+            json_object_set_new(sg, "grid_count", json_integer(x->grid1 - x->grid0));
+            json_array_append_new(segs, sg);
+        }
+        json_object_set_new(rk, "segments", segs);
+        json_array_append_new(ranks, rk);
+    }
+    json_object_set_new(shard, "per_rank", ranks);
+    json_object_set_new(root, "shard", shard);
+    json_object_set_new(root, "output", r->a->out ? json_string(r->a->out) : json_null());
+    return root;
+}
+
+static void report_table(const report *r)
+{
+    const rv_tok_layout *L = r->L;
+    double secs = covered_s(L, r->end_s);
+    printf("file:       %s\n", r->a->path);
+    if (strcmp(r->plan_source, "probe") == 0)
+        printf("plan:       from the probe (ends %.3f s)", r->plan_end_s);
+    else
+        printf("plan:       counted while decoding (the container states no duration)");
+    printf(": %lld frames at %d/%d fps, %lld audio samples\n", (long long)L->nframes,
+           L->ingest.fps_num, L->ingest.fps_den, (long long)L->nsamples);
+    printf("sequence:   %lld tokens: %lld video, %lld audio, %d cls; %.1f per recording-second\n",
+           (long long)L->seq, (long long)L->nvideo, (long long)L->naudio, L->opts.cls,
+           secs > 0 ? L->seq / secs : 0.0);
+    printf("layout:     %lld windows of %g s; %lld tubelets x %d patches of %lld floats; "
+           "%lld audio steps x %d bands of %lld floats; %lld fbank frames\n",
+           (long long)L->windows, L->opts.window_s, (long long)L->tubelets, L->per_tubelet,
+           (long long)L->video_dim, (long long)L->steps, L->bands, (long long)L->audio_dim,
+           (long long)L->fbank_frames);
+    if (r->decoded) {
+        const rv_tok_stats *s = r->st;
+        printf("recording:  ends %.3f s; %lld frames, %lld samples decoded; padded %lld frames, "
+               "%lld samples; dropped %lld frames, %lld samples\n",
+               s->ingest.end_s, (long long)s->ingest.frames, (long long)s->ingest.samples,
+               (long long)s->padded_frames, (long long)s->padded_samples,
+               (long long)s->dropped_frames, (long long)s->dropped_samples);
+        printf("tokenize:   %.3f s CPU without decoding (%.0f tokens/s), %.3f s wall with it\n",
+               s->cpu_s, s->cpu_s > 0 ? s->tokens / s->cpu_s : 0.0, r->wall_s);
+    }
+    printf("shard:      %s over %d rank%s, at most %lld tokens each\n",
+           rv_shard_kind_name(r->sp->kind), r->sp->ranks, r->sp->ranks == 1 ? "" : "s",
+           (long long)rv_shard_max_len(r->sp));
+    printf("  rank   tokens  segments: first+count  time s  (video, audio tokens)\n");
+    for (int k = 0; k < r->sp->ranks; k++) {
+        rv_tok_span spans[RV_SHARD_MAX_SEGS];
+        int n = rv_tok_rank_spans(L, r->sp, k, spans);
+        printf("  %4d %8lld ", k, (long long)rv_shard_len(r->sp, k));
+        for (int i = 0; i < n; i++) {
+            const rv_tok_span *x = &spans[i];
+            printf(" %s%lld+%lld %.3f..%.3f (%lld, %lld)", i ? "| " : "", (long long)x->first,
+                   (long long)x->count, x->t0, x->t1,
+                   (long long)(rv_tok_video_before(L, x->first + x->count) -
+                               rv_tok_video_before(L, x->first)),
+                   (long long)(rv_tok_audio_before(L, x->first + x->count) -
+                               rv_tok_audio_before(L, x->first)));
+        }
+        printf("\n");
+    }
+    if (r->a->out)
+        printf("wrote:      %s\n", r->a->out);
+}
+
+static double wall_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static rv_status write_output(const tokens_args *a, collect *c, const rv_tok_layout *L,
+                              const rv_probe *probe, const report *rep)
+{
+    rv_status st = RV_OK;
+    rv_st_writer *w = NULL;
+    char *probe_text = NULL, *meta_text = NULL;
+    for (int i = 0; i < SP_COUNT && st == RV_OK; i++)
+        st = spill_map(&c->sp[i]);
+    if (st != RV_OK)
+        return st;
+    if (c->tokens != L->seq || c->video != L->nvideo || c->audio != L->naudio ||
+        c->fbank != L->fbank_frames)
+        return rv_fail(RV_ERR_INTERNAL, "tokens: %lld tokens collected, the layout has %lld",
+                       (long long)c->tokens, (long long)L->seq);
+    json_t *pj = rv_probe_json(probe);
+    probe_text = pj ? json_dumps(pj, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(17)) : NULL;
+    json_decref(pj);
+    json_t *mj = report_json(rep);
+    meta_text = mj ? json_dumps(mj, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(17)) : NULL;
+    json_decref(mj);
+    if (!probe_text || !meta_text) {
+        st = rv_fail(RV_ERR_NOMEM, "out of memory");
+        goto end;
+    }
+    int64_t vshape[2] = {L->nvideo, L->video_dim}, fshape[2] = {L->fbank_frames, RV_FBANK_BINS},
+            ashape[2] = {L->naudio, L->audio_dim}, mshape[1] = {L->seq},
+            pshape[2] = {L->seq, 3}, tshape[2] = {L->seq, 2};
+    /* 8-byte elements first, then 4, then 1: every tensor starts aligned. */
+    if ((st = rv_st_writer_new(&w)) != RV_OK ||
+        (st = rv_st_writer_add(w, "token_pos", RV_I64, 2, pshape, c->sp[SP_POS].map)) != RV_OK ||
+        (st = rv_st_writer_add(w, "token_time", RV_F64, 2, tshape, c->sp[SP_TIME].map)) != RV_OK ||
+        (st = rv_st_writer_add(w, "video_patches", RV_F32, 2, vshape, c->sp[SP_VIDEO].map)) != RV_OK ||
+        (st = rv_st_writer_add(w, "audio_patches", RV_F32, 2, ashape, c->sp[SP_AUDIO].map)) != RV_OK ||
+        (st = rv_st_writer_add(w, "audio_fbank", RV_F32, 2, fshape, c->sp[SP_FBANK].map)) != RV_OK ||
+        (st = rv_st_writer_add(w, "token_modality", RV_U8, 1, mshape, c->sp[SP_MOD].map)) != RV_OK ||
+        (st = rv_st_writer_meta(w, "format", "ringvit-tokens")) != RV_OK ||
+        (st = rv_st_writer_meta(w, "probe", probe_text)) != RV_OK ||
+        (st = rv_st_writer_meta(w, "tokens", meta_text)) != RV_OK ||
+        (st = rv_st_writer_write(w, a->out)) != RV_OK)
+        goto end;
+end:
+    rv_st_writer_free(&w);
+    free(probe_text);
+    free(meta_text);
+    return st;
+}
+
+static int tokens_main(int argc, char **argv)
+{
+    tokens_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc)
+        return rc;
+    rv_probe *probe = NULL;
+    rv_tok_layout plan;
+    rv_tok_stats stats;
+    rv_shard_plan sp;
+    collect col;
+    memset(&col, 0, sizeof col);
+    memset(&stats, 0, sizeof stats);
+    for (int i = 0; i < SP_COUNT; i++)
+        col.sp[i].fd = -1;
+    double plan_end = NAN;
+    const char *source = "probe";
+    rv_status st;
+    rc = RV_EXIT_FAIL;
+
+    if ((st = rv_probe_file(a.path, &probe)) != RV_OK) {
+        rv_cli_fail(st, CMD);
+        goto end;
+    }
+    st = rv_tok_layout_from_probe(probe, &a.to, &a.io, &plan, &plan_end);
+    if (st == RV_ERR_UNSUPPORTED && !a.plan_only) {
+        /* No stated duration: the recording itself decides (one open pass). */
+        rv_log(RV_LOG_INFO, "%s; counting while decoding", rv_last_error());
+        source = "decode";
+    } else if (st != RV_OK) {
+        rv_cli_fail(st, CMD);
+        goto end;
+    }
+    if (!a.plan_only) {
+        if (a.out) {
+            col.write = 1;
+            for (int i = 0; i < SP_COUNT; i++)
+                if ((st = spill_open(&col.sp[i], a.out)) != RV_OK) {
+                    rv_cli_fail(st, CMD);
+                    goto end;
+                }
+        }
+        rv_tok_layout shape;
+        if ((st = rv_tok_layout_make(&a.to, &a.io, 0, 0, &shape)) != RV_OK) {
+            rv_cli_fail(st, CMD);
+            goto end;
+        }
+        col.video_dim = shape.video_dim;
+        col.audio_dim = shape.audio_dim;
+        double t0 = wall_now();
+        if (strcmp(source, "probe") == 0)
+            st = rv_tokenize_range(a.path, &plan, 0, plan.seq, on_batch, &col, &stats);
+        else
+            st = rv_tokenize_file(a.path, &a.io, &a.to, on_batch, &col, &stats);
+        if (st != RV_OK) {
+            rv_cli_fail(st, CMD);
+            goto end;
+        }
+        plan = stats.layout;
+        int64_t fps_ceil = (a.io.fps_num + a.io.fps_den - 1) / a.io.fps_den;
+        int much = stats.dropped_frames > (int64_t)(RV_TOK_PAD_MAX_S * fps_ceil) ||
+                   stats.dropped_samples > (int64_t)(RV_TOK_PAD_MAX_S * RV_AUDIO_RATE);
+        if (stats.dropped_frames || stats.dropped_samples)
+            rv_log(much ? RV_LOG_WARN : RV_LOG_DEBUG, "%s: the recording goes on after the length its container states "
+                   "(%.3f s): %lld frames and %lld audio samples after it were left out", a.path,
+                   plan_end, (long long)stats.dropped_frames, (long long)stats.dropped_samples);
+        double wall = wall_now() - t0;
+        if ((st = rv_tok_shard_plan(&plan, a.shard, a.cp, &sp)) != RV_OK) {
+            rv_cli_fail(st, CMD);
+            goto end;
+        }
+        double end = isfinite(plan_end) ? plan_end : stats.ingest.end_s;
+        report rep = {&a, &plan, source, plan_end, end, 1, &stats, wall, &sp};
+        if (a.out && (st = write_output(&a, &col, &plan, probe, &rep)) != RV_OK) {
+            rv_cli_fail(st, CMD);
+            goto end;
+        }
+        if (a.json) {
+            json_t *j = report_json(&rep);
+            rc = j ? rv_cli_json_print(j) : (rv_cli_error("%s: out of memory", CMD), RV_EXIT_FAIL);
+            json_decref(j);
+        } else {
+            report_table(&rep);
+            rc = RV_EXIT_OK;
+        }
+    } else {
+        if ((st = rv_tok_shard_plan(&plan, a.shard, a.cp, &sp)) != RV_OK) {
+            rv_cli_fail(st, CMD);
+            goto end;
+        }
+        report rep = {&a, &plan, source, plan_end, plan_end, 0, NULL, 0, &sp};
+        if (a.json) {
+            json_t *j = report_json(&rep);
+            rc = j ? rv_cli_json_print(j) : (rv_cli_error("%s: out of memory", CMD), RV_EXIT_FAIL);
+            json_decref(j);
+        } else {
+            report_table(&rep);
+            rc = RV_EXIT_OK;
+        }
+    }
+end:
+    for (int i = 0; i < SP_COUNT; i++)
+        spill_close(&col.sp[i]);
+    rv_probe_free(&probe);
+    return rc;
+}
+
+const rv_command rv_cmd_tokens = {
+    .name = "tokens",
+    .summary = "tokenize a media file and show its shard plan (tokens FILE)",
+    .main = tokens_main,
+    .help = help_text,
+};

@@ -1,0 +1,211 @@
+/* rv_ingest.h: media ingest, the first stage of ringvit. Opens a media file with
+ * FFmpeg, samples its video at a fixed rate by presentation time (VFR-safe),
+ * rotates frames upright, resizes them to S x S RGB and resamples the audio to
+ * mono 16 kHz float, handing the result out in fixed-size chunks so a long
+ * recording never sits decoded in memory at once. This header has no FFmpeg
+ * types, so the tokenizer and outside programs can include it alone.
+ *
+ * Time model (all times in seconds):
+ *   - the time origin t0 is the presentation time of the first decoded video
+ *     frame (of the first decoded audio frame in an audio-only file); every
+ *     time handed out is relative to t0;
+ *   - sample k (k = 0, 1, ...) is taken at t_k = start + k / fps; its frame is
+ *     the last decoded frame whose pts <= t_k (the first frame if none is);
+ *   - the recording ends where the last frame stops being displayed (its pts
+ *     plus its duration), or, audio-only, after the last audio sample; sampling
+ *     stops before that end and before start + duration;
+ *   - audio sample j (j = 0, 1, ...) is at start + j / 16000; gaps in the
+ *     audio stream and a stream that starts late or ends early are filled with
+ *     silence, audio before t0 + start or after the end is dropped.
+ *
+ * Frames: shorter side resized to S (aspect kept, swscale area averaging, the frame's
+ * own colour matrix and range), then the centre S x S crop; with pad, the
+ * longer side goes to S and the rest is black (letterbox). The display-matrix
+ * rotation of the stream (90, 180, 270 degrees) is applied after the resize
+ * and before the crop. Mirrored display matrices are not honoured.
+ *
+ * Bad input never crashes or hangs: empty, truncated or unrecognised files,
+ * files without a decodable stream, unsupported codecs and absurd sizes fail
+ * with RV_ERR_FORMAT, RV_ERR_IO or RV_ERR_UNSUPPORTED and a message that names
+ * the file; corrupt packets in the middle of a stream are counted and skipped
+ * up to a limit (rv_ingest_opts.max_corrupt). */
+#ifndef RV_INGEST_H
+#define RV_INGEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rv_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RV_AUDIO_RATE 16000   /* Hz, the rate of every audio sample handed out */
+#define RV_INGEST_MAX_SIDE 16384        /* largest accepted coded width or height, px */
+#define RV_INGEST_MAX_PIXELS (1 << 26)  /* largest accepted width * height, px */
+
+/* ---- probe: what a file holds, without decoding it ----------------------------- */
+
+typedef enum rv_stream_kind {
+    RV_STREAM_VIDEO = 0,
+    RV_STREAM_AUDIO,
+    RV_STREAM_OTHER, /* subtitles, data, attachments */
+} rv_stream_kind;
+
+typedef struct rv_probe_stream {
+    int index;              /* stream index in the container (ffprobe's numbering) */
+    rv_stream_kind kind;
+    char codec[32];         /* codec name ("h264"), "unknown" when FFmpeg has none */
+    int decodable;          /* 1 when this FFmpeg build has a decoder for it */
+    int is_default;         /* the container marks it as the default stream */
+    double start_s;         /* container start time of the stream, s; NAN unknown */
+    double duration_s;      /* duration the container claims, s; NAN unknown */
+    int64_t nb_frames;      /* frame count the container claims, 0 unknown; never
+                               used by ingest (it is often wrong) */
+    int64_t bit_rate;       /* bits/s, 0 unknown */
+    /* video */
+    int width, height;      /* coded size, px (before rotation) */
+    int rotation;           /* clockwise degrees to display upright: 0, 90, 180, 270 */
+    double fps;             /* average frame rate, frames/s; 0 unknown */
+    char pix_fmt[32];       /* "yuv420p", "" unknown */
+    /* audio */
+    int sample_rate;        /* Hz */
+    int channels;
+    char channel_layout[64]; /* "5.1(side)", "" unknown */
+} rv_probe_stream;
+
+typedef struct rv_probe {
+    char path[4096];
+    char format[64];         /* demuxer name ("mov,mp4,m4a,3gp,3g2,mj2") */
+    double duration_s;       /* container duration, s; NAN unknown */
+    double start_s;          /* container start time, s; NAN unknown */
+    int64_t bit_rate;        /* bits/s, 0 unknown */
+    int64_t size_bytes;      /* file size */
+    int nstreams;
+    rv_probe_stream *streams; /* (nstreams) */
+    int video;               /* stream index ingest would decode for frames, -1 none */
+    int audio;               /* stream index ingest would decode for audio, -1 none */
+} rv_probe;
+
+/* Opens path, reads its headers (and FFmpeg's stream analysis) and fills *out.
+ * Fails when the file cannot be read or is not a media file; a file with no
+ * decodable stream still probes (video and audio are then -1). */
+rv_status rv_probe_file(const char *path, rv_probe **out);
+
+/* Sets *p to NULL; NULL or *p == NULL is a no-op. */
+void rv_probe_free(rv_probe **p);
+
+/* ---- ingest: sampled frames and resampled audio, in chunks ----------------------- */
+
+typedef struct rv_ingest_opts {
+    int fps_num, fps_den;   /* sampling rate fps_num / fps_den frames/s (default 1/1) */
+    int size;               /* output side S, px (default 224) */
+    int pad;                /* 0: crop to S x S (default); 1: letterbox into S x S */
+    double start_s;         /* offset of the sample grid from t0, s, >= 0 (rounded to
+                               the microsecond) */
+    double duration_s;      /* sample only [start, start + duration); <= 0: to the end */
+    int64_t first_frame;    /* range API: hand out grid indices k >= first_frame only
+                               (and audio from the matching sample on) */
+    int64_t max_frames;     /* range API: at most this many grid indices; <= 0: no limit */
+    int video_stream;       /* container stream index, -1 best (default), -2 none */
+    int audio_stream;       /* container stream index, -1 best (default), -2 none */
+    int chunk_frames;       /* frames per chunk (default 32); audio-only files are
+                               chunked as if they had frames at fps */
+    int max_corrupt;        /* corrupt packets or frames skipped before failing
+                               (default 32) */
+    int threads;            /* decoder threads, 0 = automatic (default); the resize
+                               runs on one more thread beside them */
+    int decode_all;         /* 1: decode and consider every frame (the plain
+                               reference the sparse fast path is tested against) */
+} rv_ingest_opts;
+
+/* The defaults above. */
+void rv_ingest_opts_default(rv_ingest_opts *o);
+
+/* Checks o (fps > 0, size in [8, 4096], start >= 0, ...); RV_ERR_INVALID naming the
+ * field otherwise. Every entry point calls it. */
+rv_status rv_ingest_opts_check(const rv_ingest_opts *o);
+
+/* t_k - t0 = start + k / fps, s, exactly rounded. */
+double rv_ingest_frame_time(const rv_ingest_opts *o, int64_t k);
+
+/* Size (ow, oh) a w x h display-oriented picture is resized to before the crop
+ * (or, with pad, before the letterbox): shorter (pad: longer) side to size,
+ * aspect kept, rounded half up, at least 1 px. */
+void rv_ingest_scaled_size(int w, int h, int size, int pad, int *ow, int *oh);
+
+/* Index of the first audio sample of grid index k: round(k * 16000 / fps). */
+int64_t rv_ingest_audio_index(const rv_ingest_opts *o, int64_t k);
+
+typedef struct rv_ingest_chunk {
+    int64_t first_frame;       /* grid index k of frames[0] */
+    int nframes;               /* 0 in audio-only files */
+    int size;                  /* S */
+    const uint8_t *frames;     /* (nframes, S, S, 3) RGB, row-major */
+    const double *frame_time;  /* (nframes) t_k - t0, s */
+    const double *source_time; /* (nframes) pts of the decoded frame used, - t0, s */
+    int64_t first_sample;      /* audio index j of audio[0] */
+    int64_t nsamples;          /* 0 when the file has no audio */
+    const float *audio;        /* (nsamples) mono, 16 kHz, [-1, 1] nominal */
+    int last;                  /* 1 on the final chunk (which may be empty) */
+} rv_ingest_chunk;
+
+/* Receives each chunk; the pointers live until it returns. Returning anything
+ * but RV_OK stops the ingest, which returns that status. */
+typedef rv_status (*rv_ingest_chunk_fn)(const rv_ingest_chunk *chunk, void *user);
+
+typedef struct rv_ingest_stats {
+    int video_stream, audio_stream; /* container stream indices used, -1 none */
+    int width, height;         /* coded size of the video, px */
+    int rotation;              /* clockwise degrees applied: 0, 90, 180, 270 */
+    double origin_s;           /* t0 on the container's clock, s */
+    double end_s;              /* end of the recording, s since t0 */
+    int64_t frames;            /* frames handed out */
+    int64_t samples;           /* audio samples handed out */
+    int64_t decoded_frames;    /* video frames the decoder produced */
+    int64_t converted_frames;  /* frames resized to RGB (<= frames) */
+    int64_t skipped_packets;   /* video packets the sparse path did not decode */
+    int64_t corrupt;           /* corrupt packets and frames skipped or concealed */
+    int seeked;                /* the start was reached by seeking */
+    int truncated;             /* the file ended before the container said it would */
+} rv_ingest_stats;
+
+/* Ingests path chunk by chunk: frames [k, k + chunk_frames) with the audio
+ * samples [J(k), J(k + chunk_frames)), J = rv_ingest_audio_index; the final
+ * chunk carries the audio up to the end. Memory stays bounded by the chunk size
+ * (plus about one GOP of compressed packets), whatever the file's length.
+ * stats may be NULL. */
+rv_status rv_ingest_stream(const char *path, const rv_ingest_opts *opts,
+                           rv_ingest_chunk_fn fn, void *user, rv_ingest_stats *stats);
+
+/* Time-range API for one rank's part: grid indices [first_frame, first_frame +
+ * count) of the same grid (and the matching audio), chunk by chunk. Seeks close
+ * to the range instead of decoding from the beginning. */
+rv_status rv_ingest_range(const char *path, const rv_ingest_opts *opts,
+                          int64_t first_frame, int64_t count, rv_ingest_chunk_fn fn,
+                          void *user, rv_ingest_stats *stats);
+
+/* Everything in memory at once (short files, tests). */
+typedef struct rv_ingest_result {
+    int64_t nframes;
+    int size;
+    uint8_t *frames;        /* (nframes, S, S, 3) RGB */
+    double *frame_time;     /* (nframes) s since t0 */
+    double *source_time;    /* (nframes) s since t0 */
+    int64_t first_sample;   /* audio index of audio[0] */
+    int64_t nsamples;
+    float *audio;           /* (nsamples) mono 16 kHz */
+    rv_ingest_stats stats;
+} rv_ingest_result;
+
+rv_status rv_ingest_read(const char *path, const rv_ingest_opts *opts,
+                         rv_ingest_result **out);
+
+/* Sets *r to NULL; NULL or *r == NULL is a no-op. */
+void rv_ingest_result_free(rv_ingest_result **r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

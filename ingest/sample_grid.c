@@ -1,0 +1,87 @@
+/* sample_grid.c: the sample-time grid t_k = t0 + start + k / fps as exact integer
+ * arithmetic against pts in a stream time base. Comparing "pts <= t_k" through
+ * doubles drifts over hours of video and disagrees with any other
+ * implementation at frame boundaries; with 128-bit integers it is exact, so the
+ * peer reference (tests/peer/ingest_golden.py, using Python fractions) picks the
+ * very same frames. */
+#include <math.h>
+
+#include "ingest_internal.h"
+
+__extension__ typedef __int128 i128;
+
+#define US 1000000
+
+void rv_grid_init(rv_grid *g, const rv_ingest_opts *o)
+{
+    g->fps_num = o->fps_num;
+    g->fps_den = o->fps_den;
+    g->start_us = llround(o->start_s * US);
+    g->origin = 0;
+    g->tb = (AVRational){1, 1};
+    g->k_first = o->first_frame > 0 ? o->first_frame : 0;
+    g->k_end = INT64_MAX;
+    if (o->max_frames > 0 && o->max_frames <= INT64_MAX - g->k_first)
+        g->k_end = g->k_first + o->max_frames;
+    if (o->duration_s > 0) {
+        /* k / fps < duration  <=>  k * fps_den * US < dur_us * fps_num */
+        i128 dur_us = (i128)llround(o->duration_s * US);
+        i128 num = dur_us * g->fps_num, den = (i128)g->fps_den * US;
+        i128 k_dur = (num + den - 1) / den; /* ceil: first k not allowed */
+        if (k_dur < g->k_end)
+            g->k_end = (int64_t)k_dur;
+    }
+}
+
+/* t_k - t0 = N(k) / D seconds with N = start_us * fps_num + k * fps_den * US and
+ * D = US * fps_num; in tb units multiply by tb.den / tb.num. */
+int64_t rv_grid_floor_pts(const rv_grid *g, int64_t k)
+{
+    i128 n = (i128)g->start_us * g->fps_num + (i128)k * g->fps_den * US;
+    i128 d = (i128)US * g->fps_num * g->tb.num;
+    i128 q = n * g->tb.den / d; /* n >= 0: truncation is floor */
+    i128 r = (i128)g->origin + q;
+    if (r > INT64_MAX)
+        return INT64_MAX;
+    return (int64_t)r;
+}
+
+int64_t rv_grid_first_k_at_or_after(const rv_grid *g, int64_t pts, int64_t k_from)
+{
+    /* pts - origin <= N(k) * tb.den / (D * tb.num) (pts integer, so floor does not
+     * matter) <=> k * fps_den * US * tb.den >= (pts - origin) * D * tb.num -
+     * start_us * fps_num * tb.den. */
+    i128 lhs = ((i128)pts - g->origin) * ((i128)US * g->fps_num * g->tb.num) -
+               (i128)g->start_us * g->fps_num * g->tb.den;
+    i128 step = (i128)g->fps_den * US * g->tb.den;
+    i128 k;
+    if (lhs <= 0)
+        k = -((-lhs) / step); /* ceil of a non-positive quotient */
+    else
+        k = (lhs + step - 1) / step;
+    if (k < k_from)
+        return k_from;
+    if (k > INT64_MAX)
+        return INT64_MAX;
+    return (int64_t)k;
+}
+
+int rv_grid_valid(const rv_grid *g, int64_t k)
+{
+    return k >= g->k_first && k < g->k_end;
+}
+
+double rv_grid_time(const rv_grid *g, int64_t k)
+{
+    i128 n = (i128)g->start_us * g->fps_num + (i128)k * g->fps_den * US;
+    i128 d = (i128)US * g->fps_num;
+    /* Both exact in a double for any realistic recording, so the quotient is
+     * correctly rounded, as float(Fraction(n, d)) is. */
+    return (double)n / (double)d;
+}
+
+double rv_grid_pts_seconds(const rv_grid *g, int64_t pts)
+{
+    i128 n = ((i128)pts - g->origin) * g->tb.num;
+    return (double)n / (double)g->tb.den;
+}

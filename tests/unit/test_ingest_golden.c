@@ -1,0 +1,194 @@
+/* test_ingest_golden.c: ingest against the peer reference (tests/peer/ingest_golden.py:
+ * PyAV decoding of every frame, numpy rotation and crop, the ffmpeg command's
+ * audio) on the media list of the ingest work: H.264 with B-frames, HEVC, VP9 in
+ * WebM, AV1, MPEG-4 part 2 in Matroska, MOV with PCM audio, a variable-frame-rate
+ * file, rotated files, 48 kHz 5.1 audio, audio only, video only, audio that starts
+ * before the video (negative container start); plus start/duration, padding and
+ * the probe. Frames within 1.0 mean absolute difference, times exact, audio RMS
+ * within 1e-3. */
+#include "ingest_media.h"
+
+#define TONE(f, r) "-f lavfi -i sine=frequency=" #f ":sample_rate=" #r
+
+const media_recipe rv_test_media[] = {
+    {"h264.mp4", "-f lavfi -i testsrc2=size=320x180:rate=30 " TONE(440, 48000)
+                 " -t 4 -c:v libx264 -bf 3 -g 30 -pix_fmt yuv420p -c:a aac", NULL},
+    {"hevc.mp4", "-f lavfi -i testsrc2=size=320x180:rate=30 -t 3 -c:v libx265 "
+                 "-x265-params log-level=none:bframes=3:keyint=30 -pix_fmt yuv420p "
+                 "-colorspace bt709 -color_primaries bt709 -color_trc bt709", NULL},
+    {"vp9.webm", "-f lavfi -i testsrc2=size=320x180:rate=30 " TONE(300, 48000)
+                 " -t 3 -c:v libvpx-vp9 -deadline realtime -cpu-used 8 -c:a libopus", NULL},
+    {"av1.mkv", "-f lavfi -i testsrc2=size=320x180:rate=30 -t 2 -c:v libaom-av1 "
+                "-usage realtime -cpu-used 8", NULL},
+    {"mpeg4.mkv", "-f lavfi -i testsrc2=size=320x180:rate=30 -t 3 -c:v mpeg4 -bf 2 -q:v 5",
+     NULL},
+    {"pcm.mov", "-f lavfi -i testsrc2=size=320x180:rate=24 " TONE(500, 44100)
+                " -t 3 -c:v libx264 -bf 2 -c:a pcm_s16le", NULL},
+    /* Frames dropped in a pattern (gaps of 5) and jittered by 0, 4, 8 ms. */
+    {"vfr.mp4", "-f lavfi -i testsrc2=size=320x180:rate=30 -vf "
+                "\"select='lt(mod(n\\,7)\\,3)+lt(n\\,5)',setpts='PTS+mod(N\\,3)*0.004/TB'\" "
+                "-fps_mode vfr -t 4 -c:v libx264 -bf 3 -g 24 -video_track_timescale 1000", NULL},
+    /* The tag is the counter-clockwise angle ffprobe reports: 270 shows 90 clockwise. */
+    {"rot90.mp4", "-i {DIR}/h264.mp4 -c copy -metadata:s:v:0 rotate=270", "h264.mp4"},
+    {"rot180.mp4", "-i {DIR}/h264.mp4 -c copy -metadata:s:v:0 rotate=180", "h264.mp4"},
+    {"rot270.mp4", "-i {DIR}/h264.mp4 -c copy -metadata:s:v:0 rotate=90", "h264.mp4"},
+    {"surround.mp4", "-f lavfi -i testsrc2=size=160x90:rate=25 -f lavfi -i "
+                     "\"aevalsrc=0.1*sin(2*PI*220*t)|0.1*sin(2*PI*330*t)|0.1*sin(2*PI*440*t)|"
+                     "0.05*sin(2*PI*60*t)|0.1*sin(2*PI*550*t)|0.1*sin(2*PI*660*t):s=48000:c=5.1\" "
+                     "-t 3 -c:v libx264 -c:a aac", NULL},
+    {"audio.m4a", TONE(700, 22050) " -t 3 -c:a aac", NULL},
+    /* Audio from -1.2 s, video from 0: the container starts at a negative time. */
+    {"negaudio.mkv", "-f lavfi -i testsrc2=size=160x90:rate=30 " TONE(440, 48000)
+                     " -t 3 -vf setpts=PTS-1.5/TB -af asetpts=PTS-1.2/TB -c:v libx264 -bf 3 "
+                     "-c:a aac -avoid_negative_ts disabled", NULL},
+    {NULL, NULL, NULL},
+};
+
+static void check(const char *name, int num, int den, int size, const char *tag)
+{
+    char *p = media(name);
+    rv_ingest_opts o = opts_fps(num, den, size);
+    expect_golden(p, &o, tag);
+    free(p);
+}
+
+Test(ingest_golden, h264_bframes_at_source_rate) { check("h264.mp4", 30, 1, 64, "h264-30"); }
+Test(ingest_golden, h264_bframes_fractional_rate) { check("h264.mp4", 7, 2, 64, "h264-3.5"); }
+Test(ingest_golden, h264_one_fps_224) { check("h264.mp4", 1, 1, 224, "h264-1"); }
+Test(ingest_golden, hevc_bt709) { check("hevc.mp4", 5, 1, 64, "hevc"); }
+Test(ingest_golden, vp9_webm_opus) { check("vp9.webm", 5, 1, 64, "vp9"); }
+Test(ingest_golden, av1) { check("av1.mkv", 5, 1, 64, "av1"); }
+Test(ingest_golden, mpeg4_mkv) { check("mpeg4.mkv", 5, 1, 64, "mpeg4"); }
+Test(ingest_golden, mov_pcm_dense) { check("pcm.mov", 24, 1, 64, "pcm"); }
+Test(ingest_golden, vfr_dense) { check("vfr.mp4", 30, 1, 64, "vfr-30"); }
+Test(ingest_golden, vfr_sparse) { check("vfr.mp4", 73, 10, 64, "vfr-7.3"); }
+Test(ingest_golden, rotated_90) { check("rot90.mp4", 5, 1, 64, "rot90"); }
+Test(ingest_golden, rotated_180) { check("rot180.mp4", 5, 1, 48, "rot180"); }
+Test(ingest_golden, rotated_270) { check("rot270.mp4", 5, 1, 48, "rot270"); }
+Test(ingest_golden, surround_48k_51) { check("surround.mp4", 2, 1, 32, "surround"); }
+Test(ingest_golden, negative_audio_start) { check("negaudio.mkv", 10, 1, 32, "negaudio"); }
+
+Test(ingest_golden, audio_only)
+{
+    char *p = media("audio.m4a");
+    rv_ingest_opts o = opts_fps(1, 1, 32);
+    o.chunk_frames = 1; /* audio chunks of one second */
+    expect_golden(p, &o, "audio");
+    rv_ingest_result *r = ingest_ok(p, &o);
+    cr_expect_eq(r->nframes, 0);
+    cr_expect_eq(r->stats.video_stream, -1);
+    cr_expect_geq(r->nsamples, 3 * 16000 - 1);
+    rv_ingest_result_free(&r);
+    free(p);
+}
+
+Test(ingest_golden, video_only_has_no_audio)
+{
+    char *p = media("hevc.mp4");
+    rv_ingest_opts o = opts_fps(2, 1, 32);
+    rv_ingest_result *r = ingest_ok(p, &o);
+    cr_expect_eq(r->nframes, 6);
+    cr_expect_eq(r->nsamples, 0);
+    cr_expect_eq(r->stats.audio_stream, -1);
+    rv_ingest_result_free(&r);
+    free(p);
+}
+
+Test(ingest_golden, start_and_duration)
+{
+    char *p = media("h264.mp4");
+    rv_ingest_opts o = opts_fps(5, 1, 48);
+    o.start_s = 1.3;
+    o.duration_s = 2.0;
+    expect_golden(p, &o, "h264-range");
+    rv_ingest_result *r = ingest_ok(p, &o);
+    cr_expect_eq(r->nframes, 10);
+    cr_expect_eq(r->nsamples, 32000);
+    cr_expect_eq(r->frame_time[0], 1.3);
+    rv_ingest_result_free(&r);
+    free(p);
+}
+
+Test(ingest_golden, pad_rotated)
+{
+    char *p = media("rot90.mp4");
+    rv_ingest_opts o = opts_fps(5, 1, 64);
+    o.pad = 1;
+    expect_golden(p, &o, "rot90-pad");
+    /* Portrait after the turn: black bars left and right, picture in the middle. */
+    rv_ingest_result *r = ingest_ok(p, &o);
+    cr_assert_gt(r->nframes, 0);
+    const uint8_t *f = r->frames;
+    int left = 0, mid = 0;
+    for (int y = 0; y < 64; y++) {
+        left += f[(y * 64 + 2) * 3] + f[(y * 64 + 2) * 3 + 1] + f[(y * 64 + 2) * 3 + 2];
+        mid += f[(y * 64 + 32) * 3] + f[(y * 64 + 32) * 3 + 1] + f[(y * 64 + 32) * 3 + 2];
+    }
+    cr_expect_eq(left, 0, "letterbox bars should be black");
+    cr_expect_gt(mid, 0);
+    rv_ingest_result_free(&r);
+    free(p);
+}
+
+Test(ingest_golden, no_audio_option)
+{
+    char *p = media("h264.mp4");
+    rv_ingest_opts o = opts_fps(2, 1, 32);
+    o.audio_stream = -2;
+    expect_golden(p, &o, "h264-noaudio");
+    free(p);
+}
+
+Test(ingest_golden, probe_fields)
+{
+    char *p = media("rot90.mp4");
+    rv_probe *pr = NULL;
+    cr_assert_eq(rv_probe_file(p, &pr), RV_OK, "%s", rv_last_error());
+    cr_expect_eq(pr->nstreams, 2);
+    cr_expect_eq(pr->video, 0);
+    cr_expect_eq(pr->audio, 1);
+    const rv_probe_stream *v = &pr->streams[0], *a = &pr->streams[1];
+    cr_expect_eq(v->kind, RV_STREAM_VIDEO);
+    cr_expect_str_eq(v->codec, "h264");
+    cr_expect_eq(v->width, 320);
+    cr_expect_eq(v->height, 180);
+    cr_expect_eq(v->rotation, 90);
+    cr_expect_float_eq(v->fps, 30.0, 1e-9);
+    cr_expect(v->decodable);
+    cr_expect_eq(a->kind, RV_STREAM_AUDIO);
+    cr_expect_eq(a->sample_rate, 48000);
+    cr_expect_eq(a->channels, 1);
+    cr_expect_float_eq(pr->duration_s, 4.0, 0.05);
+    rv_probe_free(&pr);
+    cr_expect_null(pr);
+    free(p);
+
+    p = media("audio.m4a");
+    cr_assert_eq(rv_probe_file(p, &pr), RV_OK, "%s", rv_last_error());
+    cr_expect_eq(pr->video, -1);
+    cr_expect_eq(pr->audio, 0);
+    cr_expect_eq(pr->streams[0].sample_rate, 22050);
+    rv_probe_free(&pr);
+    free(p);
+
+    p = media("surround.mp4");
+    cr_assert_eq(rv_probe_file(p, &pr), RV_OK, "%s", rv_last_error());
+    cr_expect_eq(pr->streams[1].channels, 6);
+    cr_expect_str_eq(pr->streams[1].channel_layout, "5.1");
+    rv_probe_free(&pr);
+    free(p);
+}
+
+Test(ingest_golden, rotation_in_stats)
+{
+    const char *names[] = {"h264.mp4", "rot90.mp4", "rot180.mp4", "rot270.mp4"};
+    const int want[] = {0, 90, 180, 270};
+    for (int i = 0; i < 4; i++) {
+        char *p = media(names[i]);
+        rv_ingest_opts o = opts_fps(1, 1, 16);
+        rv_ingest_result *r = ingest_ok(p, &o);
+        cr_expect_eq(r->stats.rotation, want[i], "%s: rotation %d", names[i], r->stats.rotation);
+        rv_ingest_result_free(&r);
+        free(p);
+    }
+}

@@ -1,0 +1,126 @@
+/* test_tokenize_patch.c: tubelet patchify then unpatchify gives the frames back
+ * exactly, the patch layout is (t, y, x, c) with the normalisation of
+ * rv_tokens.h, and audio patches are (f, w) of (fbank - mean) / (2 std). */
+#include <criterion/criterion.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "ref_ops.h"
+#include "rv_patch.h"
+#include "rv_tokens.h"
+
+static const float MEAN[3] = {0.485f, 0.456f, 0.406f}, STD[3] = {0.229f, 0.224f, 0.225f};
+
+static uint8_t *random_frames(ref_rng *r, int T, int S)
+{
+    size_t n = (size_t)T * S * S * 3;
+    uint8_t *f = malloc(n);
+    cr_assert_not_null(f);
+    for (size_t i = 0; i < n; i++)
+        f[i] = (uint8_t)(ref_rng_u64(r) >> 56);
+    /* the extremes are always present */
+    f[0] = 0;
+    f[n - 1] = 255;
+    return f;
+}
+
+Test(patch, tubelet_roundtrip_exact)
+{
+    const int cases[][3] = {{2, 32, 16}, {1, 32, 16}, {3, 24, 8}, {2, 16, 16}, {4, 12, 4}, {1, 8, 1}};
+    ref_rng r = ref_rng_make(42);
+    float lut[3][256];
+    rv_tubelet_lut(MEAN, STD, lut);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int T = cases[c][0], S = cases[c][1], P = cases[c][2], G = S / P;
+        size_t fsize = (size_t)S * S * 3;
+        uint8_t *in = random_frames(&r, T, S), *back = calloc((size_t)T, fsize);
+        const uint8_t *ip[8];
+        uint8_t *bp[8];
+        for (int t = 0; t < T; t++) {
+            ip[t] = in + t * fsize;
+            bp[t] = back + t * fsize;
+        }
+        int64_t dim = (int64_t)T * P * P * 3;
+        float *patches = ref_alloc_f((size_t)(G * G * dim));
+        rv_tubelet_patchify(ip, T, S, P, lut, patches);
+        /* layout: patch (gy, gx), element (t, py, px, c) */
+        for (int k = 0; k < 50; k++) {
+            int gy = (int)(ref_rng_u64(&r) % G), gx = (int)(ref_rng_u64(&r) % G);
+            int t = (int)(ref_rng_u64(&r) % T), py = (int)(ref_rng_u64(&r) % P);
+            int px = (int)(ref_rng_u64(&r) % P), ch = (int)(ref_rng_u64(&r) % 3);
+            uint8_t v = ip[t][((size_t)(gy * P + py) * S + gx * P + px) * 3 + ch];
+            float want = (float)(((double)v / 255.0 - MEAN[ch]) / STD[ch]);
+            float got = patches[(gy * G + gx) * dim + ((t * P + py) * P + px) * 3 + ch];
+            cr_assert_eq(got, want, "T=%d S=%d P=%d: patch (%d,%d) elem (%d,%d,%d,%d) = %g, want %g",
+                         T, S, P, gy, gx, t, py, px, ch, got, want);
+        }
+        rv_tubelet_unpatchify(patches, T, S, P, lut, bp);
+        cr_assert_arr_eq(in, back, (size_t)T * fsize, "T=%d S=%d P=%d: round trip differs", T, S, P);
+        free(in);
+        free(back);
+        free(patches);
+    }
+}
+
+/* Unpatchify picks the nearest table value, so values a little off (as after
+ * a round trip through another precision) still come back exact. */
+Test(patch, unpatchify_rounds_to_nearest)
+{
+    float lut[3][256];
+    rv_tubelet_lut(MEAN, STD, lut);
+    uint8_t px[8 * 8 * 3];
+    float patch[8 * 8 * 3];
+    for (int i = 0; i < 8 * 8 * 3; i++) {
+        int c = i % 3, v = (i * 37 + 11) % 256;
+        if (i < 6)
+            v = i / 3; /* 0 and 1: the bottom of the table */
+        float step = v < 255 ? lut[c][v + 1] - lut[c][v] : lut[c][v] - lut[c][v - 1];
+        patch[i] = lut[c][v] + (i % 2 ? 0.4f : -0.4f) * step;
+        px[i] = (uint8_t)v;
+    }
+    uint8_t back[8 * 8 * 3];
+    uint8_t *bp[1] = {back};
+    rv_tubelet_unpatchify(patch, 1, 8, 8, lut, bp);
+    cr_assert_arr_eq(back, px, sizeof px);
+}
+
+/* A repeated frame pointer repeats the frame (how a trailing odd frame fills
+ * its tubelet). */
+Test(patch, repeated_frame)
+{
+    ref_rng r = ref_rng_make(7);
+    float lut[3][256];
+    rv_tubelet_lut(MEAN, STD, lut);
+    uint8_t *f = random_frames(&r, 1, 16);
+    const uint8_t *ip[2] = {f, f};
+    float *p = ref_alloc_f(2 * 8 * 8 * 3 * 4);
+    rv_tubelet_patchify(ip, 2, 16, 8, lut, p);
+    for (int q = 0; q < 4; q++)
+        cr_assert_arr_eq(p + q * 384, p + q * 384 + 192, 192 * sizeof(float));
+    free(f);
+    free(p);
+}
+
+Test(patch, audio_layout)
+{
+    const int F = 16, W = 16, stride = 128;
+    ref_rng r = ref_rng_make(3);
+    float *rows = ref_alloc_f(W * stride);
+    ref_fill_uniform(&r, rows, W * stride, -15.9f, 5.0f);
+    float *out = ref_alloc_f(128 * W);
+    const float mean = -4.2677393f, std = 4.5689974f;
+    rv_audio_patchify(rows, stride, F, W, mean, std, out);
+    for (int b = 0; b < 128 / F; b++)
+        for (int f = 0; f < F; f++)
+            for (int w = 0; w < W; w++) {
+                double want = ((double)rows[w * stride + b * F + f] - mean) / (2.0 * std);
+                cr_assert_float_eq(out[(b * F + f) * W + w], want, 1e-5, "band %d f %d w %d", b,
+                                   f, w);
+            }
+    /* F = 128: one band; F = 32 with W = 4 */
+    rv_audio_patchify(rows, stride, 32, 4, 0.0f, 0.5f, out);
+    cr_assert_float_eq(out[(3 * 32 + 5) * 4 + 2], rows[2 * stride + 3 * 32 + 5], 1e-6);
+    free(rows);
+    free(out);
+}

@@ -1,0 +1,198 @@
+/* rv_tokens.h: the token sequence a recording becomes, and its layout.
+ *
+ * A recording (sampled frames and 16 kHz audio from ingest, rv_ingest.h) becomes
+ * one sequence of tokens of three kinds (modality ids):
+ *
+ *   RV_MOD_VIDEO (0)  a tubelet patch: T consecutive sampled frames x P x P pixels
+ *                     x 3 channels, flattened (t, y, x, c) (c fastest), each value
+ *                     (pixel / 255 - mean[c]) / std[c] (ImageNet mean and std by
+ *                     default). Position (t, y, x) = (tubelet index g, patch row,
+ *                     patch column). Tubelet g holds grid frames gT .. gT+T-1; a
+ *                     trailing partial tubelet repeats the last frame. T = 1 gives
+ *                     plain image patches (a still image is a one-frame video).
+ *                     The torchvision conv_proj weight (D, 3, T, P, P) matches
+ *                     after a permute to (D, T, P, P, 3).
+ *   RV_MOD_AUDIO (1)  an audio patch: F mel bins x W fbank frames of the Kaldi
+ *                     log-mel filterbank (rv_fbank.h), flattened (f, w) (w
+ *                     fastest, as AST's Conv2d over (freq, time) sees it), each
+ *                     value (fbank - mean) / (2 std) as AST normalises (mean
+ *                     -4.2677393, std 4.5689974 by default). Position (t, f, 0) =
+ *                     (time step p, frequency band b): fbank frames p*stride ..
+ *                     p*stride + W-1, mel bins b*F .. b*F + F-1. Only whole patches
+ *                     are made: the fbank frames after the last one are dropped.
+ *   RV_MOD_CLS   (2)  the optional leading class token: position (0, 0, 0), no
+ *                     patch, time [start, start].
+ *
+ * Times (seconds since t0, the time origin of rv_ingest.h): a tubelet spans
+ * [t_gT, t_{gT+T}) with t_k = rv_ingest_frame_time(k), so its start is exactly
+ * the frame_time ingest hands out for its first frame; an audio patch spans the
+ * samples its fbank frames read, [start + j0 / 16000, start + j1 / 16000) with
+ * j0 = p * stride * 160 and j1 = j0 + (W - 1) * 160 + 400.
+ *
+ * Order: the time after the grid start (ingest's start_s) is cut into windows
+ * of window_s seconds; window w holds every tubelet whose first frame and every
+ * audio patch whose first sample falls in [w * window_s, (w + 1) * window_s),
+ * decided in exact integer arithmetic (window_s is rounded to the microsecond).
+ * The sequence is: [CLS], then for w = 0, 1, ...: the video tokens of w (tubelet
+ * by tubelet, each row by row, column by column), then the audio tokens of w
+ * (time step by time step, each band from low to high frequency). Token times
+ * are therefore non-decreasing within each modality.
+ *
+ * The layout (rv_tok_layout) is that order as arithmetic: from the options and
+ * two numbers, the sampled frames and audio samples the sequence covers, every
+ * token's index, modality, position and time are computed without touching
+ * any data, so shard plans are made before decoding (rv_tok_layout_from_probe)
+ * and a rank can find which frames and samples its tokens need (rv_tok_span_of).
+ *
+ * Depends on ingest types only (and rv_shard.h, beside it). */
+#ifndef RV_TOKENS_H
+#define RV_TOKENS_H
+
+#include <stdint.h>
+
+#include "rv_ingest.h"
+#include "rv_shard.h"
+#include "rv_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum rv_modality {
+    RV_MOD_VIDEO = 0,
+    RV_MOD_AUDIO = 1,
+    RV_MOD_CLS = 2,
+} rv_modality;
+
+/* "video", "audio", "cls" ("?" outside the enum). */
+const char *rv_modality_name(int modality);
+
+#define RV_FBANK_HOP 160 /* samples between fbank frames (10 ms at 16 kHz) */
+#define RV_FBANK_LEN 400 /* samples read by one fbank frame (25 ms) */
+#define RV_FBANK_BINS 128 /* mel bins */
+
+/* How far the real recording may fall short of the length a plan assumed (the
+ * container's stated duration is often off by a frame or an encoder delay):
+ * up to this much is padded (the last frame repeated, silence), more fails. */
+#define RV_TOK_PAD_MAX_S 1.0
+
+typedef struct rv_tok_opts {
+    int tubelet;          /* T frames per video token (default 2) */
+    int patch;            /* P pixels per side (default 16); must divide the size */
+    float mean[3], std[3]; /* video normalisation per RGB channel, on [0, 1] values
+                             (ImageNet: 0.485 0.456 0.406 / 0.229 0.224 0.225) */
+    int audio_freq;       /* F mel bins per audio patch (default 16); divides 128 */
+    int audio_time;       /* W fbank frames per audio patch (default 16) */
+    int audio_stride;     /* fbank frames between patch starts (default 16 = W) */
+    float audio_mean, audio_std; /* AST: -4.2677393, 4.5689974 */
+    double window_s;      /* interleaving window, s (default 2) */
+    int cls;              /* 1: a leading CLS token (default 0) */
+    int video, audio;     /* 0 leaves that modality out (default 1, 1) */
+} rv_tok_opts;
+
+void rv_tok_opts_default(rv_tok_opts *o);
+
+/* Checks the options on their own (ranges, std > 0, F divides 128); the
+ * layout checks what depends on the frame size. */
+rv_status rv_tok_opts_check(const rv_tok_opts *o);
+
+/* One token's description. */
+typedef struct rv_token {
+    int modality;      /* rv_modality */
+    int64_t pos[3];    /* video (g, y, x); audio (p, band, 0); cls (0, 0, 0) */
+    double time[2];    /* start, end, s since t0 */
+    int64_t item;      /* tubelet g or audio time step p (-1 for cls) */
+    int part;          /* patch y * grid + x, or band (0 for cls) */
+} rv_token;
+
+/* The layout of one sequence. Plain data: copy it, send it to other ranks. */
+typedef struct rv_tok_layout {
+    rv_tok_opts opts;
+    rv_ingest_opts ingest;  /* the grid: fps, size, start (range fields zeroed) */
+    int64_t nframes;        /* sampled frames covered: grid k < nframes (0: none) */
+    int64_t nsamples;       /* audio samples covered: j < nsamples (0: none) */
+    /* derived */
+    int grid;               /* size / patch: patches per side */
+    int per_tubelet;        /* grid * grid video tokens per tubelet */
+    int bands;              /* 128 / F audio tokens per time step */
+    int64_t video_dim;      /* T * P * P * 3 floats per video patch */
+    int64_t audio_dim;      /* F * W floats per audio patch */
+    int64_t tubelets;       /* ceil(nframes / T) */
+    int64_t fbank_frames;   /* 1 + (nsamples - 400) / 160, 0 under 400 samples */
+    int64_t steps;          /* audio time steps: 1 + (fbank_frames - W) / stride */
+    int64_t window_us;      /* window_s in microseconds */
+    int64_t windows;        /* windows holding at least one token */
+    int64_t nvideo, naudio; /* tokens per modality */
+    int64_t seq;            /* all tokens, CLS included */
+} rv_tok_layout;
+
+/* The layout of a sequence covering nframes sampled frames and nsamples audio
+ * samples of the grid in io (fps, size, start_s; start_s rounded to the
+ * microsecond as ingest does). Checks to against io (patch divides size, ...).
+ * With to->video == 0 (to->audio == 0) nframes (nsamples) is taken as 0. */
+rv_status rv_tok_layout_make(const rv_tok_opts *to, const rv_ingest_opts *io,
+                             int64_t nframes, int64_t nsamples, rv_tok_layout *out);
+
+/* The layout planned from what the container says, before decoding: the end of
+ * the recording is the duration of the video stream ingest would use (of the
+ * audio stream in an audio-only file, or with io->video_stream == -2), else the
+ * container's end less that stream's start; frames and samples follow from it,
+ * start_s and duration_s as rv_ingest.h defines them. *end_s gets that end (s
+ * since t0; may be NULL). RV_ERR_UNSUPPORTED when the file states no duration
+ * (count with a whole pass then: rv_tokenize_file with plan NULL). */
+rv_status rv_tok_layout_from_probe(const rv_probe *p, const rv_tok_opts *to,
+                                   const rv_ingest_opts *io, rv_tok_layout *out,
+                                   double *end_s);
+
+/* Window w's first global token index (w in [0, windows]; windows gives seq). */
+int64_t rv_tok_window_start(const rv_tok_layout *L, int64_t w);
+/* The window holding global token i (0 <= i < seq; the CLS token is in 0). */
+int64_t rv_tok_window_of(const rv_tok_layout *L, int64_t i);
+/* Windows of tubelet g and of audio step p. */
+int64_t rv_tok_window_of_tubelet(const rv_tok_layout *L, int64_t g);
+int64_t rv_tok_window_of_step(const rv_tok_layout *L, int64_t p);
+/* Tubelets [*g0, *g1) and audio steps [*p0, *p1) of window w. */
+void rv_tok_window_items(const rv_tok_layout *L, int64_t w, int64_t *g0, int64_t *g1,
+                         int64_t *p0, int64_t *p1);
+
+/* Describes global token i (0 <= i < seq); RV_ERR_INVALID out of range. */
+rv_status rv_tok_info(const rv_tok_layout *L, int64_t i, rv_token *out);
+/* Global index of video token (g, part) / audio token (p, band). */
+int64_t rv_tok_index_video(const rv_tok_layout *L, int64_t g, int part);
+int64_t rv_tok_index_audio(const rv_tok_layout *L, int64_t p, int band);
+/* Video (audio) tokens among the global tokens [0, i). */
+int64_t rv_tok_video_before(const rv_tok_layout *L, int64_t i);
+int64_t rv_tok_audio_before(const rv_tok_layout *L, int64_t i);
+
+/* Time spans, s since t0. */
+void rv_tok_tubelet_time(const rv_tok_layout *L, int64_t g, double t[2]);
+void rv_tok_step_time(const rv_tok_layout *L, int64_t p, double t[2]);
+
+/* What a run of global tokens [first, first + count) needs. */
+typedef struct rv_tok_span {
+    int64_t first, count;     /* the tokens */
+    int cls;                  /* 1 when the CLS token is among them */
+    int64_t tubelet0, tubelet1; /* tubelets with a token in the run, [0, 0) none */
+    int64_t step0, step1;     /* audio steps with a token in the run */
+    int64_t frame0, frame1;   /* sampled frames those tubelets read (< nframes) */
+    int64_t fbank0, fbank1;   /* fbank frames those steps read */
+    int64_t sample0, sample1; /* audio samples those fbank frames read */
+    int64_t grid0, grid1;     /* grid indices to ingest so frames and samples are
+                                 all handed out: [grid0, grid1) (rv_ingest_range) */
+    double t0, t1;            /* earliest token start, latest token end (0, 0 empty) */
+} rv_tok_span;
+
+rv_status rv_tok_span_of(const rv_tok_layout *L, int64_t first, int64_t count,
+                         rv_tok_span *out);
+
+/* The shard plan of the layout's sequence over ranks (rv_shard.h), and the
+ * spans of rank r's segments (RV_SHARD_MAX_SEGS; returns how many). */
+rv_status rv_tok_shard_plan(const rv_tok_layout *L, rv_shard_kind kind, int ranks,
+                            rv_shard_plan *out);
+int rv_tok_rank_spans(const rv_tok_layout *L, const rv_shard_plan *p, int rank,
+                      rv_tok_span spans[RV_SHARD_MAX_SEGS]);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

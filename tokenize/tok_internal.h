@@ -1,0 +1,30 @@
+/* tok_internal.h: what the tokenize files share and nobody else sees: the
+ * window arithmetic behind rv_tok_layout, and the "open" layout the whole-file
+ * pass uses while the recording's length is still unknown. */
+#ifndef RV_TOK_INTERNAL_H
+#define RV_TOK_INTERNAL_H
+
+#include "rv_tokens.h"
+
+/* Frame and sample counts of an open layout: "as many as arrive". Every derived
+ * count is then RV_TOK_OPEN too; only windows whose items are all known may be
+ * asked about (the whole-file pass closes the layout at the end). */
+#define RV_TOK_OPEN INT64_MAX
+
+/* Makes L without checks beyond the arithmetic (rv_tok_layout_make checks). */
+void tok_layout_fill(rv_tok_layout *L, const rv_tok_opts *to, const rv_ingest_opts *io,
+                     int64_t nframes, int64_t nsamples);
+
+/* First tubelet / audio step whose window is >= w (not clamped to the count). */
+int64_t tok_tubelet_lo(const rv_tok_layout *L, int64_t w);
+int64_t tok_step_lo(const rv_tok_layout *L, int64_t w);
+
+/* Largest grid index k with J(k) <= j, and smallest with J(k) >= j, where J(k)
+ * = rv_ingest_audio_index(io, k), the first audio sample of grid index k. */
+int64_t tok_grid_at_or_before(const rv_ingest_opts *io, int64_t j);
+int64_t tok_grid_at_or_after(const rv_ingest_opts *io, int64_t j);
+
+static inline int64_t tok_min(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t tok_max(int64_t a, int64_t b) { return a > b ? a : b; }
+
+#endif

@@ -1,0 +1,70 @@
+/* tok_opts.c: the tokenizer options: defaults (AST audio, ImageNet video) and
+ * the checks that need nothing but the options themselves. */
+#include <math.h>
+
+#include "rv_tokens.h"
+
+const char *rv_modality_name(int modality)
+{
+    switch (modality) {
+    case RV_MOD_VIDEO: return "video";
+    case RV_MOD_AUDIO: return "audio";
+    case RV_MOD_CLS: return "cls";
+    default: return "?";
+    }
+}
+
+void rv_tok_opts_default(rv_tok_opts *o)
+{
+    *o = (rv_tok_opts){
+        .tubelet = 2,
+        .patch = 16,
+        .mean = {0.485f, 0.456f, 0.406f},
+        .std = {0.229f, 0.224f, 0.225f},
+        .audio_freq = 16,
+        .audio_time = 16,
+        .audio_stride = 16,
+        .audio_mean = -4.2677393f,
+        .audio_std = 4.5689974f,
+        .window_s = 2.0,
+        .cls = 0,
+        .video = 1,
+        .audio = 1,
+    };
+}
+
+rv_status rv_tok_opts_check(const rv_tok_opts *o)
+{
+    if (!o)
+        return rv_fail(RV_ERR_INVALID, "tokenize: no options");
+    if (o->tubelet < 1 || o->tubelet > 64)
+        return rv_fail(RV_ERR_INVALID, "tokenize: tubelet %d must be in [1, 64] frames", o->tubelet);
+    if (o->patch < 1 || o->patch > 4096)
+        return rv_fail(RV_ERR_INVALID, "tokenize: patch %d must be in [1, 4096] pixels", o->patch);
+    for (int c = 0; c < 3; c++) {
+        if (!isfinite(o->mean[c]) || !(o->std[c] > 0) || !isfinite(o->std[c]))
+            return rv_fail(RV_ERR_INVALID,
+                           "tokenize: video mean %g / std %g of channel %d: need finite, std > 0",
+                           o->mean[c], o->std[c], c);
+    }
+    if (o->audio_freq < 1 || o->audio_freq > RV_FBANK_BINS || RV_FBANK_BINS % o->audio_freq)
+        return rv_fail(RV_ERR_INVALID, "tokenize: audio patch of %d mel bins must divide %d",
+                       o->audio_freq, RV_FBANK_BINS);
+    if (o->audio_time < 1 || o->audio_time > 4096)
+        return rv_fail(RV_ERR_INVALID, "tokenize: audio patch of %d frames must be in [1, 4096]",
+                       o->audio_time);
+    if (o->audio_stride < 1 || o->audio_stride > 4096)
+        return rv_fail(RV_ERR_INVALID, "tokenize: audio stride %d must be in [1, 4096] frames",
+                       o->audio_stride);
+    if (!isfinite(o->audio_mean) || !(o->audio_std > 0) || !isfinite(o->audio_std))
+        return rv_fail(RV_ERR_INVALID, "tokenize: audio mean %g / std %g: need finite, std > 0",
+                       o->audio_mean, o->audio_std);
+    if (!(o->window_s >= 0.01 && o->window_s <= 86400.0))
+        return rv_fail(RV_ERR_INVALID, "tokenize: window %g s must be in [0.01, 86400]",
+                       o->window_s);
+    if (o->cls != 0 && o->cls != 1)
+        return rv_fail(RV_ERR_INVALID, "tokenize: cls must be 0 or 1");
+    if (!o->video && !o->audio)
+        return rv_fail(RV_ERR_INVALID, "tokenize: neither video nor audio: no tokens to make");
+    return RV_OK;
+}

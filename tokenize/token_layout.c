@@ -1,0 +1,251 @@
+/* token_layout.c: the sequence order of rv_tokens.h as arithmetic. Windows are
+ * decided on exact integers: tubelet g starts g*T*fps_den/fps_num seconds after
+ * the grid start and audio step p starts p*stride*10000 microseconds after it,
+ * and window w is [w*window_us, (w+1)*window_us) microseconds, so every rank and
+ * every pass puts a token in the same window, whatever the chunking. */
+#include <math.h>
+
+#include "tok_internal.h"
+
+__extension__ typedef __int128 i128;
+
+#define US 1000000
+
+static i128 ceil_div(i128 a, i128 b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
+
+static int64_t clamp_i128(i128 v)
+{
+    return v > INT64_MAX ? INT64_MAX : (int64_t)v;
+}
+
+/* first g with g*T*fps_den*US >= w*window_us*fps_num */
+int64_t tok_tubelet_lo(const rv_tok_layout *L, int64_t w)
+{
+    i128 num = (i128)w * L->window_us * L->ingest.fps_num;
+    i128 den = (i128)L->opts.tubelet * L->ingest.fps_den * US;
+    return clamp_i128(ceil_div(num, den));
+}
+
+/* first p with p*stride*10000 >= w*window_us */
+int64_t tok_step_lo(const rv_tok_layout *L, int64_t w)
+{
+    i128 num = (i128)w * L->window_us;
+    i128 den = (i128)L->opts.audio_stride * 10000;
+    return clamp_i128(ceil_div(num, den));
+}
+
+int64_t rv_tok_window_of_tubelet(const rv_tok_layout *L, int64_t g)
+{
+    i128 num = (i128)g * L->opts.tubelet * L->ingest.fps_den * US;
+    i128 den = (i128)L->window_us * L->ingest.fps_num;
+    return clamp_i128(num / den);
+}
+
+int64_t rv_tok_window_of_step(const rv_tok_layout *L, int64_t p)
+{
+    i128 num = (i128)p * L->opts.audio_stride * 10000;
+    return clamp_i128(num / L->window_us);
+}
+
+static int64_t mul_or_open(int64_t a, int64_t n)
+{
+    return n == RV_TOK_OPEN ? RV_TOK_OPEN : a * n;
+}
+
+void tok_layout_fill(rv_tok_layout *L, const rv_tok_opts *to, const rv_ingest_opts *io,
+                     int64_t nframes, int64_t nsamples)
+{
+    const int open = nframes == RV_TOK_OPEN;
+    L->opts = *to;
+    L->ingest = *io;
+    L->ingest.first_frame = 0;
+    L->ingest.max_frames = 0;
+    L->nframes = to->video ? (nframes > 0 ? nframes : 0) : 0;
+    L->nsamples = to->audio ? (nsamples > 0 ? nsamples : 0) : 0;
+    L->grid = io->size / to->patch;
+    L->per_tubelet = L->grid * L->grid;
+    L->bands = RV_FBANK_BINS / to->audio_freq;
+    L->video_dim = (int64_t)to->tubelet * to->patch * to->patch * 3;
+    L->audio_dim = (int64_t)to->audio_freq * to->audio_time;
+    L->window_us = llround(to->window_s * US);
+    if (L->window_us < 1)
+        L->window_us = 1;
+    if (L->nframes == RV_TOK_OPEN)
+        L->tubelets = RV_TOK_OPEN;
+    else
+        L->tubelets = (L->nframes + to->tubelet - 1) / to->tubelet;
+    if (L->nsamples == RV_TOK_OPEN) {
+        L->fbank_frames = L->steps = RV_TOK_OPEN;
+    } else {
+        L->fbank_frames = L->nsamples >= RV_FBANK_LEN
+                              ? 1 + (L->nsamples - RV_FBANK_LEN) / RV_FBANK_HOP : 0;
+        L->steps = L->fbank_frames >= to->audio_time
+                       ? 1 + (L->fbank_frames - to->audio_time) / to->audio_stride : 0;
+    }
+    L->nvideo = mul_or_open(L->per_tubelet, L->tubelets);
+    L->naudio = mul_or_open(L->bands, L->steps);
+    if (open || L->nvideo == RV_TOK_OPEN || L->naudio == RV_TOK_OPEN) {
+        L->windows = RV_TOK_OPEN;
+        L->seq = RV_TOK_OPEN;
+        return;
+    }
+    int64_t wv = L->tubelets > 0 ? rv_tok_window_of_tubelet(L, L->tubelets - 1) + 1 : 0;
+    int64_t wa = L->steps > 0 ? rv_tok_window_of_step(L, L->steps - 1) + 1 : 0;
+    L->windows = tok_max(wv, wa);
+    L->seq = to->cls + L->nvideo + L->naudio;
+}
+
+rv_status rv_tok_layout_make(const rv_tok_opts *to, const rv_ingest_opts *io,
+                             int64_t nframes, int64_t nsamples, rv_tok_layout *out)
+{
+    rv_status st = rv_tok_opts_check(to);
+    if (st != RV_OK)
+        return st;
+    if ((st = rv_ingest_opts_check(io)) != RV_OK)
+        return st;
+    if (to->patch > io->size || io->size % to->patch)
+        return rv_fail(RV_ERR_INVALID, "tokenize: patch %d px must divide the frame size %d px",
+                       to->patch, io->size);
+    if (nframes < 0 || nsamples < 0)
+        return rv_fail(RV_ERR_INVALID, "tokenize: negative frame (%lld) or sample (%lld) count",
+                       (long long)nframes, (long long)nsamples);
+    /* Keep every token index, position and patch offset well inside int64. */
+    if (nframes > ((int64_t)1 << 40) || nsamples > ((int64_t)1 << 45))
+        return rv_fail(RV_ERR_UNSUPPORTED, "tokenize: %lld frames / %lld samples is too long",
+                       (long long)nframes, (long long)nsamples);
+    tok_layout_fill(out, to, io, nframes, nsamples);
+    return RV_OK;
+}
+
+int64_t rv_tok_window_start(const rv_tok_layout *L, int64_t w)
+{
+    if (w <= 0)
+        return L->opts.cls;
+    int64_t g = tok_min(tok_tubelet_lo(L, w), L->tubelets);
+    int64_t p = tok_min(tok_step_lo(L, w), L->steps);
+    return L->opts.cls + (int64_t)L->per_tubelet * g + (int64_t)L->bands * p;
+}
+
+void rv_tok_window_items(const rv_tok_layout *L, int64_t w, int64_t *g0, int64_t *g1,
+                         int64_t *p0, int64_t *p1)
+{
+    *g0 = tok_min(tok_tubelet_lo(L, w), L->tubelets);
+    *g1 = tok_min(tok_tubelet_lo(L, w + 1), L->tubelets);
+    *p0 = tok_min(tok_step_lo(L, w), L->steps);
+    *p1 = tok_min(tok_step_lo(L, w + 1), L->steps);
+}
+
+int64_t rv_tok_window_of(const rv_tok_layout *L, int64_t i)
+{
+    /* The largest w with start(w) <= i: empty windows share their start with
+     * the next one, and the largest picks the window that holds i. */
+    int64_t lo = 0, hi = L->windows > 0 ? L->windows - 1 : 0;
+    if (i < rv_tok_window_start(L, 0))
+        return 0;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo + 1) / 2;
+        if (rv_tok_window_start(L, mid) <= i)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+static void window_split(const rv_tok_layout *L, int64_t i, int64_t *w, int64_t *off,
+                         int64_t *g0, int64_t *nv, int64_t *p0)
+{
+    int64_t g1, p1;
+    *w = rv_tok_window_of(L, i);
+    *off = i - rv_tok_window_start(L, *w);
+    rv_tok_window_items(L, *w, g0, &g1, p0, &p1);
+    *nv = (int64_t)L->per_tubelet * (g1 - *g0);
+}
+
+int64_t rv_tok_video_before(const rv_tok_layout *L, int64_t i)
+{
+    if (i >= L->seq)
+        return L->nvideo;
+    if (i <= L->opts.cls)
+        return 0;
+    int64_t w, off, g0, nv, p0;
+    window_split(L, i, &w, &off, &g0, &nv, &p0);
+    return (int64_t)L->per_tubelet * g0 + tok_min(off, nv);
+}
+
+int64_t rv_tok_audio_before(const rv_tok_layout *L, int64_t i)
+{
+    if (i >= L->seq)
+        return L->naudio;
+    if (i <= L->opts.cls)
+        return 0;
+    int64_t w, off, g0, nv, p0;
+    window_split(L, i, &w, &off, &g0, &nv, &p0);
+    return (int64_t)L->bands * p0 + tok_max(0, off - nv);
+}
+
+int64_t rv_tok_index_video(const rv_tok_layout *L, int64_t g, int part)
+{
+    int64_t w = rv_tok_window_of_tubelet(L, g);
+    int64_t glo = tok_min(tok_tubelet_lo(L, w), L->tubelets);
+    return rv_tok_window_start(L, w) + (int64_t)L->per_tubelet * (g - glo) + part;
+}
+
+int64_t rv_tok_index_audio(const rv_tok_layout *L, int64_t p, int band)
+{
+    int64_t w = rv_tok_window_of_step(L, p), g0, g1, p0, p1;
+    rv_tok_window_items(L, w, &g0, &g1, &p0, &p1);
+    return rv_tok_window_start(L, w) + (int64_t)L->per_tubelet * (g1 - g0) +
+           (int64_t)L->bands * (p - p0) + band;
+}
+
+/* Audio sample j is at start + j / 16000 s: one correctly rounded division of
+ * exact integers (microseconds * 16 and samples * 1000 are both 1/16e6 s). */
+static double sample_time(const rv_tok_layout *L, int64_t j)
+{
+    int64_t start_us = llround(L->ingest.start_s * US);
+    return (double)(start_us * 16 + j * 1000) / 16e6;
+}
+
+void rv_tok_tubelet_time(const rv_tok_layout *L, int64_t g, double t[2])
+{
+    t[0] = rv_ingest_frame_time(&L->ingest, g * L->opts.tubelet);
+    t[1] = rv_ingest_frame_time(&L->ingest, (g + 1) * L->opts.tubelet);
+}
+
+void rv_tok_step_time(const rv_tok_layout *L, int64_t p, double t[2])
+{
+    int64_t j0 = p * L->opts.audio_stride * RV_FBANK_HOP;
+    int64_t j1 = j0 + (int64_t)(L->opts.audio_time - 1) * RV_FBANK_HOP + RV_FBANK_LEN;
+    t[0] = sample_time(L, j0);
+    t[1] = sample_time(L, j1);
+}
+
+rv_status rv_tok_info(const rv_tok_layout *L, int64_t i, rv_token *out)
+{
+    if (i < 0 || i >= L->seq)
+        return rv_fail(RV_ERR_INVALID, "tokenize: token %lld outside the sequence of %lld",
+                       (long long)i, (long long)L->seq);
+    if (L->opts.cls && i == 0) {
+        double t0 = rv_ingest_frame_time(&L->ingest, 0);
+        *out = (rv_token){.modality = RV_MOD_CLS, .time = {t0, t0}, .item = -1};
+        return RV_OK;
+    }
+    int64_t w, off, g0, nv, p0;
+    window_split(L, i, &w, &off, &g0, &nv, &p0);
+    if (off < nv) {
+        int64_t g = g0 + off / L->per_tubelet;
+        int part = (int)(off % L->per_tubelet);
+        *out = (rv_token){.modality = RV_MOD_VIDEO,
+                          .pos = {g, part / L->grid, part % L->grid},
+                          .item = g,
+                          .part = part};
+        rv_tok_tubelet_time(L, g, out->time);
+    } else {
+        int64_t a = off - nv, p = p0 + a / L->bands;
+        int band = (int)(a % L->bands);
+        *out = (rv_token){.modality = RV_MOD_AUDIO, .pos = {p, band, 0}, .item = p, .part = band};
+        rv_tok_step_time(L, p, out->time);
+    }
+    return RV_OK;
+}
