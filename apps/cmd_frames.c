@@ -288,12 +288,19 @@ static int frames_main(int argc, char **argv)
     frames_state fs = {.frames = {-1, 0, NULL}, .audio = {-1, 0, NULL}};
     rv_ingest_stats stats;
     rv_status st;
+    char input[4096];
+    int spooled = 0;
+    if ((rc = rv_cli_input_open(CMD, a.path, input, sizeof input, &spooled)) != 0)
+        return rc;
+    a.path = input;
     rc = RV_EXIT_FAIL;
 
     if ((st = rv_probe_file(a.path, &probe)) != RV_OK) {
         rv_cli_fail(st, CMD);
         goto end;
     }
+    if (spooled)
+        snprintf(probe->path, sizeof probe->path, "-");
     if ((st = spill_open(&fs.frames, a.out)) != RV_OK ||
         (st = spill_open(&fs.audio, a.out)) != RV_OK) {
         rv_cli_fail(st, CMD);
@@ -351,6 +358,7 @@ end:
     free(probe_text);
     free(meta_text);
     rv_probe_free(&probe);
+    rv_cli_input_done(input, spooled);
     return rc;
 }
 

@@ -89,11 +89,17 @@ static int probe_main(int argc, char **argv)
     if (!path)
         return rv_cli_usage_error(CMD, "which file? give a media FILE");
 
+    char input[4096];
+    int spooled = 0, rc = rv_cli_input_open(CMD, path, input, sizeof input, &spooled);
+    if (rc)
+        return rc;
     rv_probe *p = NULL;
-    rv_status st = rv_probe_file(path, &p);
+    rv_status st = rv_probe_file(input, &p);
+    rv_cli_input_done(input, spooled);
     if (st != RV_OK)
         return rv_cli_fail(st, CMD);
-    int rc = RV_EXIT_OK;
+    if (spooled)
+        snprintf(p->path, sizeof p->path, "-");
     if (json) {
         json_t *root = rv_probe_json(p);
         if (!root) {

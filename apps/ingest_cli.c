@@ -2,10 +2,13 @@
  * `ringvit probe`, `ringvit frames` and `ringvit bench ingest`. */
 #include "ingest_cli.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -133,4 +136,58 @@ int rv_cli_take_fps(const char *cmd, int argc, char **argv, int *i, int *num, in
     if (!text)
         return RV_EXIT_USAGE;
     return rv_cli_parse_fps(cmd, flag, text, num, den);
+}
+
+int rv_cli_input_open(const char *cmd, const char *arg, char *path, size_t len, int *spooled)
+{
+    *spooled = 0;
+    if (strcmp(arg, "-") != 0) {
+        snprintf(path, len, "%s", arg);
+        return RV_EXIT_OK;
+    }
+    if (isatty(STDIN_FILENO))
+        return rv_cli_usage_error(cmd, "FILE is '-' but standard input is a terminal");
+    const char *dir = getenv("TMPDIR");
+    snprintf(path, len, "%s/ringvit-stdin.XXXXXX", dir && dir[0] ? dir : "/tmp");
+    int fd = mkstemp(path), rc = RV_EXIT_FAIL;
+    if (fd < 0) {
+        rv_cli_error("%s: cannot create a temporary file for standard input in %s: %s", cmd,
+                     dir && dir[0] ? dir : "/tmp", strerror(errno));
+        return RV_EXIT_FAIL;
+    }
+    char buf[1 << 16];
+    for (;;) {
+        ssize_t n = read(STDIN_FILENO, buf, sizeof buf);
+        if (n == 0)
+            break;
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            rv_cli_error("%s: reading standard input: %s", cmd, strerror(errno));
+            goto end;
+        }
+        for (ssize_t off = 0; off < n;) {
+            ssize_t w = write(fd, buf + off, (size_t)(n - off));
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w < 0) {
+                rv_cli_error("%s: copying standard input to %s: %s", cmd, path, strerror(errno));
+                goto end;
+            }
+            off += w;
+        }
+    }
+    rc = RV_EXIT_OK;
+    *spooled = 1;
+end:
+    close(fd);
+    if (rc != RV_EXIT_OK)
+        unlink(path);
+    return rc;
+}
+
+void rv_cli_input_done(const char *path, int spooled)
+{
+    if (spooled)
+        unlink(path);
 }

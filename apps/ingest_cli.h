@@ -19,4 +19,11 @@ int rv_cli_parse_fps(const char *cmd, const char *flag, const char *text, int *n
 /* The flag at argv[*i] with its frame-rate value (see rv_cli_take_int). */
 int rv_cli_take_fps(const char *cmd, int argc, char **argv, int *i, int *num, int *den);
 
+/* The file to ingest for the command-line argument arg. "-" is standard input:
+ * the ingest opens its input more than once (probe, one demuxer per stream), so
+ * standard input is first copied to a temporary file in $TMPDIR (default /tmp),
+ * which rv_cli_input_done removes. Returns 0, or an exit code after a message. */
+int rv_cli_input_open(const char *cmd, const char *arg, char *path, size_t len, int *spooled);
+void rv_cli_input_done(const char *path, int spooled);
+
 #endif

@@ -197,6 +197,16 @@ s = d["streams"]
 sys.exit(0 if d["video_stream"] == 0 and s[0]["width"] == 64 and s[1]["type"] == "audio" else 3)
 ' <"$tmp/out" 2>"$tmp/pyerr" || { why="probe JSON wrong: $(tail -n 1 "$tmp/pyerr")"; return 1; }
 }
+t_probe_stdin() {
+    make_clip || { why="ffmpeg could not make a clip"; return 1; }
+    "$EXE" probe - --json <"$tmp/clip.mp4" >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    want_rc 0 && /usr/bin/python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+sys.exit(0 if d["path"] == "-" and d["streams"][0]["width"] == 64 else 3)
+' <"$tmp/out" 2>"$tmp/pyerr" || { why="probe of standard input wrong: $(tail -n 1 "$tmp/pyerr")"; return 1; }
+}
 t_frames_file() {
     make_clip || { why="ffmpeg could not make a clip"; return 1; }
     run_exe frames "$tmp/clip.mp4" --fps 4 --size 16 -o "$tmp/clip.safetensors"
@@ -280,6 +290,7 @@ check frames-no-output t_frames_no_output
 check frames-bad-fps t_frames_bad_fps
 check frames-not-media t_frames_not_media
 check probe-json t_probe_json
+check probe-stdin t_probe_stdin
 check frames-file t_frames_file
 check bench-ingest-json t_bench_ingest_json
 check tokens-missing t_tokens_missing
