@@ -23,6 +23,7 @@
 #include "apps.h"
 #include "cli.h"
 #include "ingest_cli.h"
+#include "spill_file.h"
 #include "rv_ingest.h"
 #include "rv_safetensors.h"
 
@@ -60,71 +61,9 @@ static const char help_text[] =
     "example:\n"
     "  ringvit frames talk.mp4 --fps 2 --size 224 -o talk.safetensors\n";
 
-/* An unlinked scratch file that grows as data arrive, mapped read-only at the end. */
-typedef struct spill {
-    int fd;
-    size_t bytes;
-    void *map;
-} spill;
-
-static rv_status spill_open(spill *s, const char *out_path)
-{
-    char *copy = strdup(out_path);
-    char tmpl[4096];
-    s->fd = -1;
-    s->bytes = 0;
-    s->map = NULL;
-    if (!copy)
-        return rv_fail(RV_ERR_NOMEM, "out of memory");
-    snprintf(tmpl, sizeof tmpl, "%s/.ringvit-frames.XXXXXX", dirname(copy));
-    free(copy);
-    s->fd = mkstemp(tmpl);
-    if (s->fd < 0)
-        return rv_fail(RV_ERR_IO, "%s: cannot create a scratch file: %s", tmpl, strerror(errno));
-    unlink(tmpl);
-    return RV_OK;
-}
-
-static rv_status spill_write(spill *s, const void *data, size_t n)
-{
-    const char *p = data;
-    while (n > 0) {
-        ssize_t w = write(s->fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return rv_fail(RV_ERR_IO, "scratch file: write failed: %s", strerror(errno));
-        p += w;
-        n -= (size_t)w;
-        s->bytes += (size_t)w;
-    }
-    return RV_OK;
-}
-
-static rv_status spill_map(spill *s)
-{
-    if (s->bytes == 0)
-        return RV_OK;
-    s->map = mmap(NULL, s->bytes, PROT_READ, MAP_SHARED, s->fd, 0);
-    if (s->map == MAP_FAILED) {
-        s->map = NULL;
-        return rv_fail(RV_ERR_IO, "scratch file: mmap failed: %s", strerror(errno));
-    }
-    return RV_OK;
-}
-
-static void spill_close(spill *s)
-{
-    if (s->map)
-        munmap(s->map, s->bytes);
-    if (s->fd >= 0)
-        close(s->fd);
-    s->map = NULL;
-    s->fd = -1;
-}
 
 typedef struct frames_state {
-    spill frames, audio;
+    rv_spill frames, audio;
     double *times, *src_times;
     int64_t nframes, times_cap, nsamples;
     int progress;          /* stderr is a terminal */
@@ -146,7 +85,7 @@ static rv_status on_chunk(const rv_ingest_chunk *c, void *user)
     rv_status st;
     if (c->nframes > 0) {
         size_t fsize = (size_t)c->size * c->size * 3;
-        if ((st = spill_write(&fs->frames, c->frames, fsize * (size_t)c->nframes)) != RV_OK)
+        if ((st = rv_spill_write(&fs->frames, c->frames, fsize * (size_t)c->nframes)) != RV_OK)
             return st;
         if (fs->nframes + c->nframes > fs->times_cap) {
             int64_t cap = fs->times_cap ? fs->times_cap : 1024;
@@ -167,7 +106,7 @@ static rv_status on_chunk(const rv_ingest_chunk *c, void *user)
         fs->nframes += c->nframes;
     }
     if (c->nsamples > 0) {
-        if ((st = spill_write(&fs->audio, c->audio, sizeof(float) * (size_t)c->nsamples)) != RV_OK)
+        if ((st = rv_spill_write(&fs->audio, c->audio, sizeof(float) * (size_t)c->nsamples)) != RV_OK)
             return st;
         fs->nsamples += c->nsamples;
     }
@@ -301,8 +240,8 @@ static int frames_main(int argc, char **argv)
     }
     if (spooled)
         snprintf(probe->path, sizeof probe->path, "-");
-    if ((st = spill_open(&fs.frames, a.out)) != RV_OK ||
-        (st = spill_open(&fs.audio, a.out)) != RV_OK) {
+    if ((st = rv_spill_open(&fs.frames, a.out)) != RV_OK ||
+        (st = rv_spill_open(&fs.audio, a.out)) != RV_OK) {
         rv_cli_fail(st, CMD);
         goto end;
     }
@@ -315,7 +254,7 @@ static int frames_main(int argc, char **argv)
         rv_cli_fail(st, CMD);
         goto end;
     }
-    if ((st = spill_map(&fs.frames)) != RV_OK || (st = spill_map(&fs.audio)) != RV_OK) {
+    if ((st = rv_spill_map(&fs.frames)) != RV_OK || (st = rv_spill_map(&fs.audio)) != RV_OK) {
         rv_cli_fail(st, CMD);
         goto end;
     }
@@ -351,8 +290,8 @@ static int frames_main(int argc, char **argv)
     rc = RV_EXIT_OK;
 end:
     rv_st_writer_free(&w);
-    spill_close(&fs.frames);
-    spill_close(&fs.audio);
+    rv_spill_close(&fs.frames);
+    rv_spill_close(&fs.audio);
     free(fs.times);
     free(fs.src_times);
     free(probe_text);

@@ -25,6 +25,7 @@
 
 #include "apps.h"
 #include "cli.h"
+#include "spill_file.h"
 #include "ingest_cli.h"
 #include "rv_ingest.h"
 #include "rv_safetensors.h"
@@ -225,71 +226,12 @@ static int parse_args(int argc, char **argv, tokens_args *a)
 
 /* ---- collecting the tokens --------------------------------------------------------- */
 
-/* An unlinked scratch file that grows as data arrive, mapped read-only at the end. */
-typedef struct spill {
-    int fd;
-    size_t bytes;
-    void *map;
-} spill;
-
-static rv_status spill_open(spill *s, const char *out_path)
-{
-    char *copy = strdup(out_path);
-    char tmpl[4096];
-    if (!copy)
-        return rv_fail(RV_ERR_NOMEM, "out of memory");
-    snprintf(tmpl, sizeof tmpl, "%s/.ringvit-tokens.XXXXXX", dirname(copy));
-    free(copy);
-    s->fd = mkstemp(tmpl);
-    if (s->fd < 0)
-        return rv_fail(RV_ERR_IO, "%s: cannot create a scratch file: %s", tmpl, strerror(errno));
-    unlink(tmpl);
-    return RV_OK;
-}
-
-static rv_status spill_write(spill *s, const void *data, size_t n)
-{
-    const char *p = data;
-    while (n > 0) {
-        ssize_t w = write(s->fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return rv_fail(RV_ERR_IO, "scratch file: write failed: %s", strerror(errno));
-        p += w;
-        n -= (size_t)w;
-        s->bytes += (size_t)w;
-    }
-    return RV_OK;
-}
-
-static rv_status spill_map(spill *s)
-{
-    if (s->bytes == 0)
-        return RV_OK;
-    s->map = mmap(NULL, s->bytes, PROT_READ, MAP_SHARED, s->fd, 0);
-    if (s->map == MAP_FAILED) {
-        s->map = NULL;
-        return rv_fail(RV_ERR_IO, "scratch file: mmap failed: %s", strerror(errno));
-    }
-    return RV_OK;
-}
-
-static void spill_close(spill *s)
-{
-    if (s->map)
-        munmap(s->map, s->bytes);
-    if (s->fd >= 0)
-        close(s->fd);
-    s->map = NULL;
-    s->fd = -1;
-}
 
 enum { SP_VIDEO, SP_FBANK, SP_AUDIO, SP_MOD, SP_POS, SP_TIME, SP_COUNT };
 
 typedef struct collect {
     int write;                 /* spill the tensors (-o) */
-    spill sp[SP_COUNT];
+    rv_spill sp[SP_COUNT];
     int64_t tokens, video, audio, cls, fbank;
     int64_t video_dim, audio_dim;
 } collect;
@@ -306,12 +248,12 @@ static rv_status on_batch(const rv_tok_batch *b, void *user)
     if (!c->write)
         return RV_OK;
     rv_status st;
-    if ((st = spill_write(&c->sp[SP_VIDEO], b->video, sizeof(float) * (size_t)(b->nvideo * c->video_dim))) ||
-        (st = spill_write(&c->sp[SP_AUDIO], b->audio, sizeof(float) * (size_t)(b->naudio * c->audio_dim))) ||
-        (st = spill_write(&c->sp[SP_FBANK], b->fbank, sizeof(float) * (size_t)(b->nfbank * RV_FBANK_BINS))) ||
-        (st = spill_write(&c->sp[SP_MOD], b->modality, (size_t)b->count)) ||
-        (st = spill_write(&c->sp[SP_POS], b->pos, sizeof(int64_t) * 3 * (size_t)b->count)) ||
-        (st = spill_write(&c->sp[SP_TIME], b->time, sizeof(double) * 2 * (size_t)b->count)))
+    if ((st = rv_spill_write(&c->sp[SP_VIDEO], b->video, sizeof(float) * (size_t)(b->nvideo * c->video_dim))) ||
+        (st = rv_spill_write(&c->sp[SP_AUDIO], b->audio, sizeof(float) * (size_t)(b->naudio * c->audio_dim))) ||
+        (st = rv_spill_write(&c->sp[SP_FBANK], b->fbank, sizeof(float) * (size_t)(b->nfbank * RV_FBANK_BINS))) ||
+        (st = rv_spill_write(&c->sp[SP_MOD], b->modality, (size_t)b->count)) ||
+        (st = rv_spill_write(&c->sp[SP_POS], b->pos, sizeof(int64_t) * 3 * (size_t)b->count)) ||
+        (st = rv_spill_write(&c->sp[SP_TIME], b->time, sizeof(double) * 2 * (size_t)b->count)))
         return st;
     return RV_OK;
 }
@@ -528,7 +470,7 @@ static rv_status write_output(const tokens_args *a, collect *c, const rv_tok_lay
     rv_st_writer *w = NULL;
     char *probe_text = NULL, *meta_text = NULL;
     for (int i = 0; i < SP_COUNT && st == RV_OK; i++)
-        st = spill_map(&c->sp[i]);
+        st = rv_spill_map(&c->sp[i]);
     if (st != RV_OK)
         return st;
     if (c->tokens != L->seq || c->video != L->nvideo || c->audio != L->naudio ||
@@ -605,7 +547,7 @@ static int tokens_main(int argc, char **argv)
         if (a.out) {
             col.write = 1;
             for (int i = 0; i < SP_COUNT; i++)
-                if ((st = spill_open(&col.sp[i], a.out)) != RV_OK) {
+                if ((st = rv_spill_open(&col.sp[i], a.out)) != RV_OK) {
                     rv_cli_fail(st, CMD);
                     goto end;
                 }
@@ -670,7 +612,7 @@ static int tokens_main(int argc, char **argv)
     }
 end:
     for (int i = 0; i < SP_COUNT; i++)
-        spill_close(&col.sp[i]);
+        rv_spill_close(&col.sp[i]);
     rv_probe_free(&probe);
     return rc;
 }

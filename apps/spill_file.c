@@ -1,0 +1,67 @@
+/* spill_file.c: unlinked scratch files beside an output, for commands that write
+ * more than fits comfortably in memory (frames, tokens); see spill_file.h. */
+#include "spill_file.h"
+
+#include <errno.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+rv_status rv_spill_open(rv_spill *s, const char *out_path)
+{
+    char *copy = strdup(out_path);
+    char tmpl[4096];
+    s->fd = -1;
+    s->bytes = 0;
+    s->map = NULL;
+    if (!copy)
+        return rv_fail(RV_ERR_NOMEM, "out of memory");
+    snprintf(tmpl, sizeof tmpl, "%s/.ringvit-scratch.XXXXXX", dirname(copy));
+    free(copy);
+    s->fd = mkstemp(tmpl);
+    if (s->fd < 0)
+        return rv_fail(RV_ERR_IO, "%s: cannot create a scratch file: %s", tmpl, strerror(errno));
+    unlink(tmpl);
+    return RV_OK;
+}
+
+rv_status rv_spill_write(rv_spill *s, const void *data, size_t n)
+{
+    const char *p = data;
+    while (n > 0) {
+        ssize_t w = write(s->fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return rv_fail(RV_ERR_IO, "scratch file: write failed: %s", strerror(errno));
+        p += w;
+        n -= (size_t)w;
+        s->bytes += (size_t)w;
+    }
+    return RV_OK;
+}
+
+rv_status rv_spill_map(rv_spill *s)
+{
+    if (s->bytes == 0)
+        return RV_OK;
+    s->map = mmap(NULL, s->bytes, PROT_READ, MAP_SHARED, s->fd, 0);
+    if (s->map == MAP_FAILED) {
+        s->map = NULL;
+        return rv_fail(RV_ERR_IO, "scratch file: mmap failed: %s", strerror(errno));
+    }
+    return RV_OK;
+}
+
+void rv_spill_close(rv_spill *s)
+{
+    if (s->map)
+        munmap(s->map, s->bytes);
+    if (s->fd >= 0)
+        close(s->fd);
+    s->map = NULL;
+    s->fd = -1;
+}
