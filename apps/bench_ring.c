@@ -20,7 +20,7 @@ static const char help_text[] =
     "usage: ringvit bench ring [--strategy ring|allgather|ulysses] [--cp N] [--seq S]\n"
     "                          [--heads H] [--dim D] [--causal] [--backward]\n"
     "                          [--shard contiguous|zigzag] [--threads-per-rank T]\n"
-    "                          [--timeout SEC] [--json]\n"
+    "                          [--repeat N] [--timeout SEC] [--json]\n"
     "\n"
     "Runs context-parallel attention on N ranks (threads of this process, T threads\n"
     "each) and, in the same run, single-rank attention of the whole sequence with\n"
@@ -34,6 +34,8 @@ static const char help_text[] =
     "  --backward           also run and time the backward pass\n"
     "  --shard P            contiguous (default without --causal) or zigzag\n"
     "  --threads-per-rank T compute threads per rank (default 1)\n"
+    "  --repeat N           alternate single-rank and N-rank runs N times and compare\n"
+    "                       the fastest of each (default 1)\n"
     "  --timeout SEC        communication deadline (default 120)\n"
     "  --json               one JSON object on stdout\n"
     "\n"
@@ -48,7 +50,7 @@ static const char help_text[] =
 typedef struct opts {
     rv_cp_strategy strategy;
     rv_shard_kind shard;
-    int shard_set, cp, heads, dim, causal, backward, tpr, json;
+    int shard_set, cp, heads, dim, causal, backward, tpr, json, repeat;
     int64_t seq;
     double timeout;
 } opts;
@@ -139,7 +141,7 @@ end:
 
 static int parse(int argc, char **argv, opts *o)
 {
-    *o = (opts){.strategy = RV_CP_RING, .cp = 2, .heads = 4, .dim = 64, .tpr = 1,
+    *o = (opts){.strategy = RV_CP_RING, .cp = 2, .heads = 4, .dim = 64, .tpr = 1, .repeat = 1,
                 .seq = 32768, .timeout = RV_COMM_DEFAULT_TIMEOUT_S};
     int rc = 0;
     for (int i = 1; i < argc && !rc; i++) {
@@ -161,6 +163,8 @@ static int parse(int argc, char **argv, opts *o)
             rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1024, &o->heads);
         } else if (rv_cli_flag_is(a, "--dim")) {
             rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1024, &o->dim);
+        } else if (rv_cli_flag_is(a, "--repeat")) {
+            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 100, &o->repeat);
         } else if (rv_cli_flag_is(a, "--threads-per-rank")) {
             rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1024, &o->tpr);
         } else if (rv_cli_flag_is(a, "--timeout")) {
@@ -233,28 +237,35 @@ int rv_bench_ring(int argc, char **argv)
     rv_attn_mask m = {o.causal ? RV_MASK_CAUSAL : RV_MASK_NONE, 0, 0};
     rv_attn_fwd_args fa = {g[0], g[1], g[2], g[6], s_lse, (int)o.seq, (int)o.seq, o.heads, o.dim,
                            0.0f, m, 0};
-    double t0 = now_s();
-    if ((st = be->attn_fwd(be, &fa)) != RV_OK) {
-        rc = rv_cli_fail(st, CMD);
-        goto end;
-    }
-    double single_fwd = now_s() - t0, single_bwd = 0;
-    if (o.backward) {
-        rv_attn_bwd_args ba = {g[0], g[1], g[2], g[6], s_lse, g[3], g[7], s_dk, s_dv, (int)o.seq,
-                               (int)o.seq, o.heads, o.dim, 0.0f, m, 0};
-        t0 = now_s();
-        if ((st = be->attn_bwd(be, &ba)) != RV_OK) {
+    /* Single rank and the N ranks alternate `repeat` times; the fastest of each
+     * is compared, so a slow spell of the machine does not land on one side. */
+    double single_fwd = INFINITY, single_bwd = INFINITY, cp_fwd = INFINITY, cp_bwd = INFINITY;
+    shared sh = {&o, g[0], g[1], g[2], g[3], g[4], g[5], 0, 0, fwd, bwd, tb};
+    for (int rep = 0; rep < o.repeat; rep++) {
+        double t0 = now_s();
+        if ((st = be->attn_fwd(be, &fa)) != RV_OK) {
             rc = rv_cli_fail(st, CMD);
             goto end;
         }
-        single_bwd = now_s() - t0;
+        single_fwd = fmin(single_fwd, now_s() - t0);
+        if (o.backward) {
+            rv_attn_bwd_args ba = {g[0], g[1], g[2], g[6], s_lse, g[3], g[7], s_dk, s_dv,
+                                   (int)o.seq, (int)o.seq, o.heads, o.dim, 0.0f, m, 0};
+            t0 = now_s();
+            if ((st = be->attn_bwd(be, &ba)) != RV_OK) {
+                rc = rv_cli_fail(st, CMD);
+                goto end;
+            }
+            single_bwd = fmin(single_bwd, now_s() - t0);
+        }
+        if ((st = rv_local_run(o.cp, rank_main, &sh)) != RV_OK) {
+            rc = rv_cli_fail(st, CMD);
+            goto end;
+        }
+        cp_fwd = fmin(cp_fwd, sh.t_fwd);
+        cp_bwd = fmin(cp_bwd, sh.t_bwd);
     }
-
-    shared sh = {&o, g[0], g[1], g[2], g[3], g[4], g[5], 0, 0, fwd, bwd, tb};
-    if ((st = rv_local_run(o.cp, rank_main, &sh)) != RV_OK) {
-        rc = rv_cli_fail(st, CMD);
-        goto end;
-    }
+    sh.t_fwd = cp_fwd, sh.t_bwd = cp_bwd;
     double err_o = max_abs_diff(g[4], g[6], nt), err_dq = o.backward ? max_abs_diff(g[5], g[7], nt) : NAN;
     double busy_min = INFINITY, busy_max = 0, sent_max = 0, mem_max = 0;
     for (int r = 0; r < o.cp; r++) {
