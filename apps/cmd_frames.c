@@ -139,31 +139,15 @@ static int parse_args(int argc, char **argv, frames_args *a)
 {
     rv_ingest_opts_default(&a->o);
     a->path = a->out = NULL;
-    int rc = 0, no_audio = 0, audio_set = 0;
+    int rc = 0, no_audio = 0, audio_set = 0, video_set = 0;
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         if (rv_cli_flag_is(s, "-o") || rv_cli_flag_is(s, "--output")) {
             if (!(a->out = rv_cli_flag_value(CMD, argc, argv, &i)))
                 return RV_EXIT_USAGE;
-        } else if (rv_cli_flag_is(s, "--fps")) {
-            rc = rv_cli_take_fps(CMD, argc, argv, &i, &a->o.fps_num, &a->o.fps_den);
-        } else if (rv_cli_flag_is(s, "--size")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 8, 4096, &a->o.size);
-        } else if (rv_cli_flag_is(s, "--start")) {
-            rc = rv_cli_take_double(CMD, argc, argv, &i, 0, 1e8, &a->o.start_s);
-        } else if (rv_cli_flag_is(s, "--duration")) {
-            rc = rv_cli_take_double(CMD, argc, argv, &i, 1e-6, 1e8, &a->o.duration_s);
-        } else if (rv_cli_flag_is(s, "--audio-stream")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 0, 65535, &a->o.audio_stream);
-            audio_set = 1;
-        } else if (rv_cli_flag_is(s, "--video-stream")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 0, 65535, &a->o.video_stream);
-        } else if (rv_cli_flag_is(s, "--threads")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 0, 256, &a->o.threads);
-        } else if (rv_cli_flag_is(s, "--max-corrupt")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 0, 1 << 30, &a->o.max_corrupt);
-        } else if (strcmp(s, "--pad") == 0) {
-            a->o.pad = 1;
+        } else if (rv_cli_ingest_flag(CMD, argc, argv, &i, &a->o, &audio_set, &video_set,
+                                      &rc)) {
+            /* parsed into a->o */
         } else if (strcmp(s, "--no-audio") == 0) {
             no_audio = 1;
         } else if (strcmp(s, "--decode-all") == 0) {

@@ -126,24 +126,9 @@ static int parse_args(int argc, char **argv, tokens_args *a)
         if (rv_cli_flag_is(s, "-o") || rv_cli_flag_is(s, "--output")) {
             if (!(a->out = rv_cli_flag_value(CMD, argc, argv, &i)))
                 return RV_EXIT_USAGE;
-        } else if (rv_cli_flag_is(s, "--fps")) {
-            rc = rv_cli_take_fps(CMD, argc, argv, &i, &a->io.fps_num, &a->io.fps_den);
-        } else if (rv_cli_flag_is(s, "--size")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 8, 4096, &a->io.size);
-        } else if (rv_cli_flag_is(s, "--start")) {
-            rc = rv_cli_take_double(CMD, argc, argv, &i, 0, 1e8, &a->io.start_s);
-        } else if (rv_cli_flag_is(s, "--duration")) {
-            rc = rv_cli_take_double(CMD, argc, argv, &i, 1e-6, 1e8, &a->io.duration_s);
-        } else if (rv_cli_flag_is(s, "--audio-stream")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 0, 65535, &a->io.audio_stream);
-            audio_set = 1;
-        } else if (rv_cli_flag_is(s, "--video-stream")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 0, 65535, &a->io.video_stream);
-            video_set = 1;
-        } else if (rv_cli_flag_is(s, "--threads")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 0, 256, &a->io.threads);
-        } else if (rv_cli_flag_is(s, "--max-corrupt")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 0, 1 << 30, &a->io.max_corrupt);
+        } else if (rv_cli_ingest_flag(CMD, argc, argv, &i, &a->io, &audio_set, &video_set,
+                                      &rc)) {
+            /* parsed into a->io */
         } else if (rv_cli_flag_is(s, "--tubelet")) {
             rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 64, &a->to.tubelet);
         } else if (rv_cli_flag_is(s, "--patch")) {
@@ -179,8 +164,6 @@ static int parse_args(int argc, char **argv, tokens_args *a)
                 return rv_cli_usage_error(CMD, "--shard wants contiguous or zigzag, got '%s'", v);
         } else if (strcmp(s, "--cls") == 0) {
             a->to.cls = 1;
-        } else if (strcmp(s, "--pad") == 0) {
-            a->io.pad = 1;
         } else if (strcmp(s, "--no-audio") == 0) {
             no_audio = 1;
         } else if (strcmp(s, "--no-video") == 0) {

@@ -191,3 +191,34 @@ void rv_cli_input_done(const char *path, int spooled)
     if (spooled)
         unlink(path);
 }
+
+int rv_cli_ingest_flag(const char *cmd, int argc, char **argv, int *i, rv_ingest_opts *o,
+                       int *audio_set, int *video_set, int *rc)
+{
+    const char *s = argv[*i];
+    *rc = 0;
+    if (rv_cli_flag_is(s, "--fps")) {
+        *rc = rv_cli_take_fps(cmd, argc, argv, i, &o->fps_num, &o->fps_den);
+    } else if (rv_cli_flag_is(s, "--size")) {
+        *rc = rv_cli_take_int(cmd, argc, argv, i, 8, 4096, &o->size);
+    } else if (rv_cli_flag_is(s, "--start")) {
+        *rc = rv_cli_take_double(cmd, argc, argv, i, 0, 1e8, &o->start_s);
+    } else if (rv_cli_flag_is(s, "--duration")) {
+        *rc = rv_cli_take_double(cmd, argc, argv, i, 1e-6, 1e8, &o->duration_s);
+    } else if (rv_cli_flag_is(s, "--audio-stream")) {
+        *rc = rv_cli_take_int(cmd, argc, argv, i, 0, 65535, &o->audio_stream);
+        *audio_set = 1;
+    } else if (rv_cli_flag_is(s, "--video-stream")) {
+        *rc = rv_cli_take_int(cmd, argc, argv, i, 0, 65535, &o->video_stream);
+        *video_set = 1;
+    } else if (rv_cli_flag_is(s, "--threads")) {
+        *rc = rv_cli_take_int(cmd, argc, argv, i, 0, 256, &o->threads);
+    } else if (rv_cli_flag_is(s, "--max-corrupt")) {
+        *rc = rv_cli_take_int(cmd, argc, argv, i, 0, 1 << 30, &o->max_corrupt);
+    } else if (strcmp(s, "--pad") == 0) {
+        o->pad = 1;
+    } else {
+        return 0;
+    }
+    return 1;
+}

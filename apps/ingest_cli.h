@@ -19,6 +19,14 @@ int rv_cli_parse_fps(const char *cmd, const char *flag, const char *text, int *n
 /* The flag at argv[*i] with its frame-rate value (see rv_cli_take_int). */
 int rv_cli_take_fps(const char *cmd, int argc, char **argv, int *i, int *num, int *den);
 
+/* The ingest flags every media command shares (--fps --size --start --duration
+ * --audio-stream --video-stream --threads --max-corrupt --pad), parsed into o.
+ * Returns 1 when argv[*i] is one of them (*rc is then 0 or a usage exit code,
+ * after a message), 0 when it is not. *audio_set, *video_set become 1 when the
+ * stream is chosen explicitly. */
+int rv_cli_ingest_flag(const char *cmd, int argc, char **argv, int *i, rv_ingest_opts *o,
+                       int *audio_set, int *video_set, int *rc);
+
 /* The file to ingest for the command-line argument arg. "-" is standard input:
  * the ingest opens its input more than once (probe, one demuxer per stream), so
  * standard input is first copied to a temporary file in $TMPDIR (default /tmp),
