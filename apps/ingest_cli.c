@@ -156,6 +156,7 @@ int rv_cli_input_open(const char *cmd, const char *arg, char *path, size_t len, 
         return RV_EXIT_FAIL;
     }
     char buf[1 << 16];
+    size_t total = 0;
     for (;;) {
         ssize_t n = read(STDIN_FILENO, buf, sizeof buf);
         if (n == 0)
@@ -176,6 +177,11 @@ int rv_cli_input_open(const char *cmd, const char *arg, char *path, size_t len, 
             }
             off += w;
         }
+        total += (size_t)n;
+    }
+    if (total == 0) {
+        rv_cli_error("%s: standard input is empty", cmd);
+        goto end;
     }
     rc = RV_EXIT_OK;
     *spooled = 1;

@@ -207,6 +207,11 @@ d = json.load(sys.stdin)
 sys.exit(0 if d["path"] == "-" and d["streams"][0]["width"] == 64 else 3)
 ' <"$tmp/out" 2>"$tmp/pyerr" || { why="probe of standard input wrong: $(tail -n 1 "$tmp/pyerr")"; return 1; }
 }
+t_probe_stdin_empty() {
+    "$EXE" probe - </dev/null >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    want_rc 1 && want_no_out && want_err "^ringvit: probe: standard input is empty"
+}
 t_frames_file() {
     make_clip || { why="ffmpeg could not make a clip"; return 1; }
     run_exe frames "$tmp/clip.mp4" --fps 4 --size 16 -o "$tmp/clip.safetensors"
@@ -291,6 +296,7 @@ check frames-bad-fps t_frames_bad_fps
 check frames-not-media t_frames_not_media
 check probe-json t_probe_json
 check probe-stdin t_probe_stdin
+check probe-stdin-empty t_probe_stdin_empty
 check frames-file t_frames_file
 check bench-ingest-json t_bench_ingest_json
 check tokens-missing t_tokens_missing
