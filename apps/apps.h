@@ -29,6 +29,9 @@ extern const rv_command rv_cmd_frames;
 /* cmd_tokens.c: `ringvit tokens FILE [--cp N] [--json] [-o OUT.safetensors] ...` */
 extern const rv_command rv_cmd_tokens;
 
+/* cmd_init.c: `ringvit init --preset NAME -o OUT.safetensors [--seed S] ...` */
+extern const rv_command rv_cmd_init;
+
 /* bench_ingest.c: `ringvit bench ingest FILE ...`; argv[0] is "ingest".
  * Handles its own --help; returns an exit code. */
 int rv_bench_ingest(int argc, char **argv);
@@ -42,5 +45,8 @@ int rv_bench_attention(int argc, char **argv);
 int rv_bench_comm(int argc, char **argv);
 /* bench_ring.c: `ringvit bench ring ...` (context-parallel attention). */
 int rv_bench_ring(int argc, char **argv);
+/* bench_encoder.c: `ringvit bench encoder ...` (the encoder forward with context
+ * parallelism). */
+int rv_bench_encoder(int argc, char **argv);
 
 #endif

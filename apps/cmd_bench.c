@@ -18,6 +18,7 @@ typedef struct bench_entry {
 static const bench_entry benches[] = {
     {"attention", rv_bench_attention},
     {"comm", rv_bench_comm},
+    {"encoder", rv_bench_encoder},
     {"ingest", rv_bench_ingest},
     {"ring", rv_bench_ring},
 };
@@ -31,6 +32,7 @@ static const bench_entry benches[] = {
     "benches:\n"                                                                       \
     "  attention   attention block forward (and backward) of the compute backend\n"    \
     "  comm        ring shift and allreduce of a communicator (local threads, MPI)\n"   \
+    "  encoder     encoder forward with context parallelism (tokens/s, MFU, memory)\n" \
     "  ingest      media ingest (decode, sample, resize) against the ffmpeg command\n"  \
     "  ring        context-parallel attention (ring, allgather, ulysses) vs one rank\n"  \
     "\n"                                                                               \

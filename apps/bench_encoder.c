@@ -1,0 +1,374 @@
+/* bench_encoder.c: `ringvit bench encoder`, the encoder forward (rv_vit.h) of a
+ * preset model with random weights (seed 0) on a synthetic video sequence (S
+ * tokens of 224 px frames, 14 x 14 patches per tubelet, random patches, CLS
+ * first when the preset has one), on N local ranks (threads of this process,
+ * threads / N compute threads each) with context parallelism. The backend's
+ * sgemm (2048^3) is measured in the same run, before and after (the faster is the
+ * reference), so the achieved rate reads as a fraction of it (MFU).
+ *
+ * Prints tokens/s, GFLOP/s (rv_vit_forward_flops over the wall time of the
+ * slowest rank), the ratio to sgemm, the peak activation memory of a rank (max
+ * over ranks; weights excluded), the per-part times of rank 0, and an OK/FAILED
+ * footer (FAILED when an output is not finite). */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "apps.h"
+#include "cli.h"
+#include "rv_tokens.h"
+#include "rv_vit.h"
+
+#define CMD "bench encoder"
+#define BENCH_GRID 14 /* 224 / 16 */
+
+static const char help_text[] =
+    "usage: ringvit bench encoder [--preset tiny|small|base] [--seq S] [--cp N]\n"
+    "                             [--strategy ring|allgather|ulysses] [--causal]\n"
+    "                             [--threads T] [--repeat R] [--json]\n"
+    "\n"
+    "Runs the encoder forward of a preset model (random weights, seed 0) on a\n"
+    "synthetic video sequence of S tokens split over N ranks (threads of this\n"
+    "process, T / N compute threads each), and the backend's sgemm (2048^3) on T\n"
+    "threads in the same run.\n"
+    "\n"
+    "  --preset P     tiny (default), small or base\n"
+    "  --seq S        tokens, CLS included (default 16384)\n"
+    "  --cp N         ranks (default 1)\n"
+    "  --strategy S   ring (default), allgather or ulysses\n"
+    "  --causal       causal attention (zigzag shards; contiguous otherwise)\n"
+    "  --threads T    compute threads in all (default: every core)\n"
+    "  --repeat R     timed forwards, the fastest is reported (default 1)\n"
+    "  --json         one JSON object on stdout\n"
+    "\n"
+    "Rows: wall time, tokens/s, GFLOP/s (forward FLOPs: GEMMs and attention), sgemm\n"
+    "GFLOP/s and their ratio (MFU), peak activation MB of a rank (max over ranks,\n"
+    "weights excluded), then rank 0's time per part: embedding, attention sublayer\n"
+    "(of which attention kernels and communication wait), MLP, other.\n"
+    "\n"
+    "example:\n"
+    "  ringvit bench encoder --preset tiny --seq 16384 --cp 4 --threads 4\n";
+
+typedef struct opts {
+    char preset[16];
+    int64_t seq;
+    int cp, causal, threads, repeat, json;
+    rv_cp_strategy strategy;
+} opts;
+
+typedef struct shared {
+    const opts *o;
+    const rv_vit_model *m;
+    rv_shard_plan plan;
+    double wall;           /* fastest forward, slowest rank */
+    rv_vit_stats *stats;   /* (N) of the fastest run */
+    int *bad;              /* (N) non-finite outputs seen */
+} shared;
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* Fastest of `repeat` runs of the backend's sgemm on (n x n) @ (n x n), GFLOP/s. */
+static rv_status sgemm_rate(rv_backend *be, int repeat, double *gflops)
+{
+    const int n = 2048;
+    size_t nn = (size_t)n * n;
+    float *a = malloc(sizeof(float) * nn), *b = malloc(sizeof(float) * nn),
+          *c = malloc(sizeof(float) * nn);
+    rv_status st = RV_OK;
+    if (!a || !b || !c) {
+        st = rv_fail(RV_ERR_NOMEM, "sgemm baseline: out of memory");
+        goto end;
+    }
+    for (size_t i = 0; i < nn; i++) {
+        a[i] = (float)((i * 7919) % 1000) * 1e-3f;
+        b[i] = (float)((i * 104729) % 1000) * 1e-3f;
+    }
+    double best = 1e30;
+    for (int r = 0; r <= repeat; r++) { /* the first call warms up */
+        double t0 = now_s();
+        st = be->gemm(be, 0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        double dt = now_s() - t0;
+        if (st != RV_OK)
+            goto end;
+        if (r > 0 && dt < best)
+            best = dt;
+    }
+    *gflops = 2.0 * n * n * (double)n / best * 1e-9;
+end:
+    free(a);
+    free(b);
+    free(c);
+    return st;
+}
+
+/* A synthetic rank slice: global token g is the CLS token (g == 0 with cls) or
+ * video token i = g - cls of tubelet i / 196, patch i % 196, starting at 2 s per
+ * tubelet (tubelet 2 at 1 frame/s); patch values from a hash of (g, element). */
+typedef struct slice {
+    rv_vit_tokens t;
+    uint8_t *mod;
+    int64_t *pos;
+    double *time;
+    float *video;
+} slice;
+
+static void slice_free(slice *s)
+{
+    free(s->mod), free(s->pos), free(s->time), free(s->video);
+    memset(s, 0, sizeof *s);
+}
+
+static rv_status slice_make(const rv_vit_config *c, const rv_shard_plan *p, int r, slice *s)
+{
+    memset(s, 0, sizeof *s);
+    const int64_t len = rv_shard_len(p, r), cap = len > 0 ? len : 1;
+    const size_t vdim = (size_t)c->tubelet * c->patch * c->patch * RV_VIT_CHANNELS;
+    const int per = BENCH_GRID * BENCH_GRID;
+    s->mod = malloc((size_t)cap);
+    s->pos = malloc(sizeof(int64_t) * 3 * (size_t)cap);
+    s->time = malloc(sizeof(double) * 2 * (size_t)cap);
+    s->video = malloc(sizeof(float) * vdim * (size_t)cap);
+    if (!s->mod || !s->pos || !s->time || !s->video) {
+        slice_free(s);
+        return rv_fail(RV_ERR_NOMEM, "rank %d: out of memory for %lld tokens", r, (long long)len);
+    }
+    rv_shard_seg seg[RV_SHARD_MAX_SEGS];
+    int n = rv_shard_segments(p, r, seg);
+    int64_t k = 0, nv = 0;
+    for (int j = 0; j < n; j++)
+        for (int64_t g = seg[j].start; g < seg[j].start + seg[j].len; g++, k++) {
+            int64_t *ps = s->pos + 3 * k;
+            double *ts = s->time + 2 * k;
+            if (c->cls && g == 0) {
+                s->mod[k] = RV_MOD_CLS;
+                ps[0] = ps[1] = ps[2] = 0;
+                ts[0] = ts[1] = 0;
+                continue;
+            }
+            int64_t i = g - c->cls, tub = i / per, part = i % per;
+            s->mod[k] = RV_MOD_VIDEO;
+            ps[0] = tub, ps[1] = part / BENCH_GRID, ps[2] = part % BENCH_GRID;
+            ts[0] = (double)tub * c->tubelet, ts[1] = ts[0] + c->tubelet;
+            float *v = s->video + (size_t)nv++ * vdim;
+            uint64_t x = 0x9E3779B97F4A7C15ull * (uint64_t)(g + 1);
+            for (size_t e = 0; e < vdim; e++) {
+                x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+                v[e] = (float)((x >> 40) & 0xFFFF) / 16384.0f - 2.0f;
+            }
+        }
+    s->t = (rv_vit_tokens){len, s->mod, s->pos, s->time, nv, s->video, 0, NULL, BENCH_GRID};
+    return RV_OK;
+}
+
+static rv_status rank_main(rv_comm *comm, void *arg)
+{
+    shared *sh = arg;
+    const opts *o = sh->o;
+    const int r = comm->rank, D = sh->m->cfg.dim;
+    rv_backend *be = NULL;
+    slice s;
+    float *y = NULL;
+    rv_status st = slice_make(&sh->m->cfg, &sh->plan, r, &s);
+    if (st != RV_OK)
+        return st;
+    int tpr = o->threads / o->cp > 0 ? o->threads / o->cp : 1;
+    if ((st = rv_backend_cpu_create(tpr, &be)) != RV_OK)
+        goto end;
+    if ((st = be->alloc(be, sizeof(float) * (size_t)(s.t.len > 0 ? s.t.len : 1) * D,
+                        (void **)&y)) != RV_OK)
+        goto end;
+    rv_vit_run run = {be, comm, sh->plan, o->strategy, o->causal};
+    double best = INFINITY;
+    for (int rep = 0; rep < o->repeat; rep++) {
+        rv_vit_stats stats;
+        if ((st = rv_comm_barrier(comm)) != RV_OK)
+            goto end;
+        double t0 = now_s();
+        if ((st = rv_vit_forward(sh->m, &run, &s.t, y, &stats)) != RV_OK ||
+            (st = rv_comm_barrier(comm)) != RV_OK)
+            goto end;
+        double dt = now_s() - t0;
+        /* The mean of the ranks' clocks (they leave the barriers together), so
+         * every rank keeps the stats of the same run. */
+        double t = dt;
+        if ((st = rv_comm_allreduce(comm, &dt, &t, 1, RV_COMM_F64)) != RV_OK)
+            goto end;
+        t /= o->cp;
+        if (t < best) {
+            best = t;
+            sh->stats[r] = stats;
+        }
+    }
+    if (r == 0)
+        sh->wall = best;
+    for (size_t i = 0; i < (size_t)s.t.len * D; i++)
+        if (!isfinite(y[i])) {
+            sh->bad[r] = 1;
+            break;
+        }
+end:
+    if (be)
+        be->free(be, y);
+    rv_backend_free(&be);
+    slice_free(&s);
+    return st;
+}
+
+static int parse(int argc, char **argv, opts *o)
+{
+    *o = (opts){.seq = 16384, .cp = 1, .threads = rv_cpu_default_threads(), .repeat = 1,
+                .strategy = RV_CP_RING};
+    strcpy(o->preset, "tiny");
+    int rc = 0;
+    for (int i = 1; i < argc && !rc; i++) {
+        const char *a = argv[i];
+        if (rv_cli_flag_is(a, "--strategy")) {
+            const char *v = rv_cli_flag_value(CMD, argc, argv, &i);
+            if (!v)
+                return RV_EXIT_USAGE;
+            if (rv_cp_strategy_parse(v, &o->strategy) != RV_OK)
+                return rv_cli_usage_error(CMD, "%s", rv_last_error());
+        } else if (rv_cli_flag_is(a, "--preset")) {
+            const char *v = rv_cli_flag_value(CMD, argc, argv, &i);
+            if (!v)
+                return RV_EXIT_USAGE;
+            rv_vit_config c;
+            if (rv_vit_preset(v, &c) != RV_OK)
+                return rv_cli_usage_error(CMD, "%s", rv_last_error());
+            snprintf(o->preset, sizeof o->preset, "%s", v);
+        } else if (rv_cli_flag_is(a, "--seq")) {
+            rc = rv_cli_take_i64(CMD, argc, argv, &i, 1, (int64_t)1 << 28, &o->seq);
+        } else if (rv_cli_flag_is(a, "--cp")) {
+            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1024, &o->cp);
+        } else if (rv_cli_flag_is(a, "--threads")) {
+            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 4096, &o->threads);
+        } else if (rv_cli_flag_is(a, "--repeat")) {
+            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 100, &o->repeat);
+        } else if (strcmp(a, "--causal") == 0) {
+            o->causal = 1;
+        } else if (strcmp(a, "--json") == 0) {
+            o->json = 1;
+        } else {
+            return rv_cli_unknown_arg(CMD, a);
+        }
+    }
+    return rc;
+}
+
+int rv_bench_encoder(int argc, char **argv)
+{
+    if (argc >= 2 && rv_cli_is_help(argv[1])) {
+        fputs(help_text, stdout);
+        return RV_EXIT_OK;
+    }
+    opts o;
+    int rc = parse(argc, argv, &o);
+    if (rc)
+        return rc;
+    rv_vit_config cfg;
+    rv_vit_model *m = NULL;
+    rv_backend *be = NULL;
+    shared sh = {&o, NULL, {0}, 0, calloc((size_t)o.cp, sizeof(rv_vit_stats)),
+                 calloc((size_t)o.cp, sizeof(int))};
+    rv_status st;
+    rc = RV_EXIT_FAIL;
+    if (!sh.stats || !sh.bad) {
+        rv_cli_error("%s: out of memory", CMD);
+        goto end;
+    }
+    if ((st = rv_vit_preset(o.preset, &cfg)) != RV_OK)
+        goto fail;
+    if (o.strategy == RV_CP_ULYSSES && cfg.heads % o.cp != 0) {
+        rc = rv_cli_usage_error(CMD, "ulysses needs the %s preset's %d heads to be a multiple "
+                                "of --cp (%d)", o.preset, cfg.heads, o.cp);
+        goto end;
+    }
+    if (o.seq < o.cp) {
+        rc = rv_cli_usage_error(CMD, "--seq %lld is shorter than --cp %d", (long long)o.seq, o.cp);
+        goto end;
+    }
+    if ((st = rv_vit_new(&cfg, &m)) != RV_OK || (st = rv_vit_init_random(m, 0)) != RV_OK ||
+        (st = rv_shard_plan_make(o.causal ? RV_SHARD_ZIGZAG : RV_SHARD_CONTIGUOUS, o.cp, o.seq,
+                                 &sh.plan)) != RV_OK ||
+        (st = rv_backend_cpu_create(o.threads, &be)) != RV_OK)
+        goto fail;
+    sh.m = m;
+    double sgemm = 0, sgemm2 = 0;
+    if ((st = sgemm_rate(be, 3, &sgemm)) != RV_OK || (st = rv_local_run(o.cp, rank_main, &sh)) != RV_OK ||
+        (st = sgemm_rate(be, 3, &sgemm2)) != RV_OK)
+        goto fail;
+    sgemm = sgemm2 > sgemm ? sgemm2 : sgemm;
+
+    const int64_t nvideo = o.seq - cfg.cls;
+    const double flops = rv_vit_forward_flops(&cfg, o.seq, nvideo, 0, o.causal);
+    const double gflops = flops / sh.wall * 1e-9;
+    size_t peak = 0;
+    int bad = 0;
+    for (int r = 0; r < o.cp; r++) {
+        peak = sh.stats[r].peak_bytes > peak ? sh.stats[r].peak_bytes : peak;
+        bad |= sh.bad[r];
+    }
+    const rv_vit_stats *s0 = &sh.stats[0];
+    const int tpr = o.threads / o.cp > 0 ? o.threads / o.cp : 1;
+    if (o.json) {
+        json_t *j = json_object(), *parts = json_object();
+        json_object_set_new(j, "bench", json_string("encoder"));
+        json_object_set_new(j, "preset", json_string(o.preset));
+        json_object_set_new(j, "seq", json_integer(o.seq));
+        json_object_set_new(j, "cp", json_integer(o.cp));
+        json_object_set_new(j, "strategy", json_string(rv_cp_strategy_name(o.strategy)));
+        json_object_set_new(j, "causal", json_boolean(o.causal));
+        json_object_set_new(j, "threads", json_integer(o.threads));
+        json_object_set_new(j, "threads_per_rank", json_integer(tpr));
+        json_object_set_new(j, "blas_core", json_string(rv_blas_corename()));
+        json_object_set_new(j, "wall_s", json_real(sh.wall));
+        json_object_set_new(j, "tokens_per_s", json_real(o.seq / sh.wall));
+        json_object_set_new(j, "gflop", json_real(flops * 1e-9));
+        json_object_set_new(j, "gflops", json_real(gflops));
+        json_object_set_new(j, "sgemm_gflops", json_real(sgemm));
+        json_object_set_new(j, "mfu", json_real(gflops / sgemm));
+        json_object_set_new(j, "peak_act_mb", json_real(peak / 1048576.0));
+        json_object_set_new(parts, "embed_s", json_real(s0->embed_s));
+        json_object_set_new(parts, "attn_s", json_real(s0->attn_s));
+        json_object_set_new(parts, "attn_kernel_s", json_real(s0->cp.busy_s));
+        json_object_set_new(parts, "attn_wait_s", json_real(s0->cp.wait_s));
+        json_object_set_new(parts, "mlp_s", json_real(s0->mlp_s));
+        json_object_set_new(parts, "other_s", json_real(s0->other_s));
+        json_object_set_new(j, "rank0", parts);
+        json_object_set_new(j, "ok", json_boolean(!bad));
+        rc = rv_cli_json_print(j);
+        json_decref(j);
+    } else {
+        printf("# ringvit bench encoder: preset %s (D %d, L %d, H %d), S=%lld%s, cp %d x %d "
+               "thread(s), %s, BLAS %s\n#\n", o.preset, cfg.dim, cfg.layers, cfg.heads,
+               (long long)o.seq, o.causal ? " causal" : "", o.cp, tpr,
+               rv_cp_strategy_name(o.strategy), rv_blas_corename());
+        printf("# %9s %10s %9s %9s %6s %12s\n", "wall(s)", "tokens/s", "GFLOP/s", "sgemm",
+               "MFU", "peak act(MB)");
+        printf("  %9.3f %10.0f %9.1f %9.1f %6.3f %12.1f\n", sh.wall, o.seq / sh.wall, gflops,
+               sgemm, gflops / sgemm, peak / 1048576.0);
+        printf("#\n# rank 0 time per part (s): embed %.3f, attention %.3f (kernels %.3f, "
+               "wait %.3f), mlp %.3f, other %.3f\n", s0->embed_s, s0->attn_s, s0->cp.busy_s,
+               s0->cp.wait_s, s0->mlp_s, s0->other_s);
+        printf("# %s\n", bad ? "FAILED: non-finite outputs" : "OK");
+        rc = RV_EXIT_OK;
+    }
+    if (rc == RV_EXIT_OK && bad)
+        rc = RV_EXIT_FAIL;
+    goto end;
+fail:
+    rc = rv_cli_fail(st, CMD);
+end:
+    rv_backend_free(&be);
+    rv_vit_free(&m);
+    free(sh.stats), free(sh.bad);
+    return rc;
+}

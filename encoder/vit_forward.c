@@ -1,0 +1,188 @@
+/* vit_forward.c: the encoder forward of one rank's slice with context
+ * parallelism (rv_vit.h): embedding, L pre-LayerNorm blocks whose attention goes
+ * through rv_cp_attention.h (the only step that sees other ranks' tokens), and
+ * the final LayerNorm, every op through the backend table.
+ *
+ * Activation buffers, all (len, .) of this rank's slice, so memory per rank
+ * scales with its share of the sequence:
+ *   y    (len, D)   the residual stream, in the caller's output; the final
+ *                   LayerNorm runs in place
+ *   h    (len, D)   LayerNorm output, then the attention output
+ *   qkv  (3, len, D) q, k, v, each (len, heads, dh) as the CP attention wants
+ *                   them; also the embedding's scratch and the MLP's hidden rows
+ *                   (the MLP runs over row chunks that fit there)
+ *   lse  (heads, len), mean, rstd (len)
+ * plus the resampled position grid when the recording's grid differs. Host memory
+ * only for now: the CPU backend (another backend is RV_ERR_UNSUPPORTED). */
+#include <limits.h>
+#include <string.h>
+#include <time.h>
+
+#include "vit_internal.h"
+
+/* Fewest MLP rows per chunk worth a GEMM; below it the hidden rows get a buffer
+ * of their own (of MLP_OWN_ROWS rows) instead of borrowing qkv. */
+#define MLP_MIN_ROWS 64
+#define MLP_OWN_ROWS 1024
+
+double vit_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+double rv_vit_forward_flops(const rv_vit_config *c, int64_t seq, int64_t nvideo,
+                            int64_t naudio, int causal)
+{
+    const double D = c->dim, M = c->mlp, S = (double)seq;
+    const double vdim = (double)c->tubelet * c->patch * c->patch * RV_VIT_CHANNELS;
+    const double adim = (double)c->audio_freq * c->audio_time;
+    double pairs = causal ? S * (S + 1) / 2 : S * S;
+    double embed = 2.0 * S * D * D + 2.0 * (double)nvideo * vdim * D +
+                   2.0 * (double)naudio * adim * D;
+    double layer = 2.0 * S * D * (4.0 * D + 2.0 * M) + 4.0 * D * pairs;
+    return embed + c->layers * layer;
+}
+
+rv_status vit_check_args(const rv_vit_model *m, const rv_vit_run *run, const rv_vit_tokens *in,
+                         const float *y)
+{
+    if (!m || !run || !in || !run->be || !run->comm)
+        return rv_fail(RV_ERR_INVALID, "vit forward: model, run (backend, communicator) and "
+                       "tokens are required");
+    rv_status st = rv_vit_config_check(&m->cfg);
+    if (st != RV_OK)
+        return st;
+    /* The weights, the tokens and the embedding's scatter live in host memory. */
+    if (strcmp(run->be->name, "cpu") != 0)
+        return rv_fail(RV_ERR_UNSUPPORTED, "vit forward: the %s backend is not supported yet "
+                       "(the model and the embedding are in host memory)", run->be->name);
+    if (run->plan.ranks != run->comm->size)
+        return rv_fail(RV_ERR_INVALID, "vit forward: the shard plan is for %d ranks but the "
+                       "communicator has %d", run->plan.ranks, run->comm->size);
+    int64_t want = rv_shard_len(&run->plan, run->comm->rank);
+    if (in->len != want)
+        return rv_fail(RV_ERR_INVALID, "vit forward: rank %d holds %lld tokens but its shard "
+                       "of the %lld-token plan has %lld", run->comm->rank, (long long)in->len,
+                       (long long)run->plan.seq, (long long)want);
+    if (in->len > INT_MAX / 4)
+        return rv_fail(RV_ERR_INVALID, "vit forward: %lld tokens on one rank is too many",
+                       (long long)in->len);
+    if (in->len > 0 && !y)
+        return rv_fail(RV_ERR_INVALID, "vit forward: y is NULL");
+    return vit_tokens_check(m, in);
+}
+
+rv_status rv_vit_forward(const rv_vit_model *m, const rv_vit_run *run,
+                         const rv_vit_tokens *in, float *y, rv_vit_stats *stats)
+{
+    rv_status st = vit_check_args(m, run, in, y);
+    if (st != RV_OK)
+        return st;
+    const rv_vit_config *c = &m->cfg;
+    rv_backend *be = run->be;
+    const int D = c->dim, H = c->heads, M = c->mlp, len = (int)in->len;
+    const int cap = len > 0 ? len : 1; /* buffers stay valid pointers on an empty rank */
+    const size_t nd = (size_t)cap * D;
+    rv_vit_stats s = {0};
+    rv_cp_attn cp;
+    float *h = NULL, *qkv = NULL, *lse = NULL, *mean = NULL, *rstd = NULL, *hid = NULL,
+          *pos = NULL;
+    double t0 = vit_now(), t1;
+
+    /* The MLP's hidden rows borrow qkv when a worthwhile chunk fits there. */
+    int chunk = (int)(3 * nd / (size_t)M < (size_t)cap ? 3 * nd / (size_t)M : (size_t)cap);
+    int own_hidden = chunk < (cap < MLP_MIN_ROWS ? cap : MLP_MIN_ROWS);
+    if (own_hidden)
+        chunk = cap < MLP_OWN_ROWS ? cap : MLP_OWN_ROWS;
+    int resample = in->nvideo > 0 && in->grid != c->grid;
+    size_t pos_floats = resample ? (size_t)in->grid * in->grid * D : 0;
+    size_t bytes = sizeof(float) * (nd /* y */ + nd + 3 * nd + (size_t)H * cap + 2 * (size_t)cap +
+                                    (own_hidden ? (size_t)chunk * M : 0) + pos_floats);
+    if ((st = be->alloc(be, sizeof(float) * nd, (void **)&h)) != RV_OK ||
+        (st = be->alloc(be, sizeof(float) * 3 * nd, (void **)&qkv)) != RV_OK ||
+        (st = be->alloc(be, sizeof(float) * (size_t)H * cap, (void **)&lse)) != RV_OK ||
+        (st = be->alloc(be, sizeof(float) * cap, (void **)&mean)) != RV_OK ||
+        (st = be->alloc(be, sizeof(float) * cap, (void **)&rstd)) != RV_OK)
+        goto end;
+    if (own_hidden && (st = be->alloc(be, sizeof(float) * (size_t)chunk * M, (void **)&hid)) != RV_OK)
+        goto end;
+    if (!own_hidden)
+        hid = qkv;
+    if (resample) {
+        if ((st = be->alloc(be, sizeof(float) * pos_floats, (void **)&pos)) != RV_OK)
+            goto end;
+        vit_pos_resample(m->pos + D, c->grid, in->grid, D, pos);
+    }
+    float *q = qkv, *k = qkv + nd, *v = qkv + 2 * nd;
+    if ((st = rv_cp_attn_init(&cp, be, run->comm, &run->plan, run->strategy, H, D / H,
+                              run->causal, 0.0f)) != RV_OK)
+        goto end;
+
+    vit_embed_scratch es = {q, k, v, pos};
+    if ((st = vit_embed(m, be, in, NULL, NULL, &es, y, &s.flops)) != RV_OK)
+        goto end;
+    t1 = vit_now();
+    s.embed_s = t1 - t0, t0 = t1;
+
+    for (int l = 0; l < c->layers; l++) {
+        const rv_vit_layer *w = &m->layer[l];
+        /* Attention: h = ln_1(y); q, k, v = h W^T + b; h = attention; y += h Wo^T + bo. */
+        if ((st = be->layernorm_fwd(be, y, w->ln1_w, w->ln1_b, len, D, c->eps, h, mean,
+                                    rstd)) != RV_OK)
+            goto end;
+        for (int j = 0; j < 3; j++) {
+            float *dst = qkv + (size_t)j * nd;
+            if ((st = be->gemm(be, 0, 1, len, D, D, 1.0f, h, D, w->qkv_w + (size_t)j * D * D, D,
+                               0.0f, dst, D)) != RV_OK ||
+                (st = be->bias_add(be, dst, w->qkv_b + (size_t)j * D, len, D)) != RV_OK)
+                goto end;
+        }
+        if ((st = rv_cp_attn_forward(&cp, q, k, v, h, lse)) != RV_OK ||
+            (st = be->bias_add(be, y, w->proj_b, len, D)) != RV_OK ||
+            (st = be->gemm(be, 0, 1, len, D, D, 1.0f, h, D, w->proj_w, D, 1.0f, y, D)) != RV_OK)
+            goto end;
+        s.flops += 2.0 * len * (double)D * 4 * D;
+        t1 = vit_now();
+        s.attn_s += t1 - t0, t0 = t1;
+
+        /* MLP: h = ln_2(y); y += gelu(h W1^T + b1) W2^T + b2, over row chunks. */
+        if ((st = be->layernorm_fwd(be, y, w->ln2_w, w->ln2_b, len, D, c->eps, h, mean,
+                                    rstd)) != RV_OK ||
+            (st = be->bias_add(be, y, w->fc2_b, len, D)) != RV_OK)
+            goto end;
+        for (int r0 = 0; r0 < len; r0 += chunk) {
+            int n = len - r0 < chunk ? len - r0 : chunk;
+            if ((st = be->gemm(be, 0, 1, n, M, D, 1.0f, h + (size_t)r0 * D, D, w->fc1_w, D, 0.0f,
+                               hid, M)) != RV_OK ||
+                (st = be->bias_add(be, hid, w->fc1_b, n, M)) != RV_OK ||
+                (st = be->gelu_fwd(be, hid, hid, (size_t)n * M)) != RV_OK ||
+                (st = be->gemm(be, 0, 1, n, D, M, 1.0f, hid, M, w->fc2_w, M, 1.0f,
+                               y + (size_t)r0 * D, D)) != RV_OK)
+                goto end;
+        }
+        s.flops += 4.0 * len * (double)D * M;
+        t1 = vit_now();
+        s.mlp_s += t1 - t0, t0 = t1;
+    }
+    if ((st = be->layernorm_fwd(be, y, m->ln_w, m->ln_b, len, D, c->eps, y, mean, rstd)) != RV_OK ||
+        (st = be->synchronize(be)) != RV_OK)
+        goto end;
+    s.other_s += vit_now() - t0;
+    s.cp = cp.stats;
+    s.flops += cp.stats.flops;
+    s.peak_bytes = bytes + cp.stats.peak_bytes;
+    if (stats)
+        *stats = s;
+end:
+    be->free(be, h);
+    be->free(be, qkv);
+    be->free(be, lse);
+    be->free(be, mean);
+    be->free(be, rstd);
+    if (own_hidden)
+        be->free(be, hid);
+    be->free(be, pos);
+    return st;
+}
