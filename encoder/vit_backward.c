@@ -1,0 +1,207 @@
+/* vit_backward.c: the encoder backward of one rank's slice with context
+ * parallelism (rv_vit_train.h), from the activations rv_vit_forward_train kept
+ * (vit_internal.h), layer by layer in reverse:
+ *   final LayerNorm:  dx = ln_bwd(dy)                        (ln_w, ln_b accumulated)
+ *   MLP block:        fc2_b += colsum dx, fc2_w += dx^T gelu(pre), da = dx W2,
+ *                     dpre = gelu'(pre) da, fc1_b += colsum dpre,
+ *                     fc1_w += dpre^T ln_2(xm), dx += ln_2_bwd(dpre W1)
+ *   attention block:  proj_b += colsum dx, proj_w += dx^T o, do = dx Wo,
+ *                     dq, dk, dv = CP attention backward (communicates: every
+ *                     rank gets the gradient of its own keys and values back),
+ *                     qkv_b += colsums, qkv_w += d{q,k,v}^T ln_1(x),
+ *                     dx += ln_1_bwd(dq Wq + dk Wk + dv Wv)
+ *   embedding:        vit_embed_backward.c
+ * LayerNorm outputs are recomputed from the saved block inputs. Every gradient
+ * is ADDED into grad (this rank's share; the sum over ranks is the sequence's).
+ * Bias gradients are column sums in double. Scratch: a few (len, D) buffers and
+ * one (len, M). CPU backend only for now. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "rv_tokens.h"
+#include "rv_vit_train.h"
+#include "vit_internal.h"
+
+void rv_vit_grad_zero(rv_vit_model *g)
+{
+    if (g && g->arena)
+        memset(g->arena, 0, sizeof(float) * g->arena_floats);
+}
+
+double rv_vit_backward_flops(const rv_vit_config *c, int64_t seq, int64_t nvideo,
+                             int64_t naudio, int causal)
+{
+    const double D = c->dim, M = c->mlp, S = (double)seq;
+    const double vdim = (double)c->tubelet * c->patch * c->patch * RV_VIT_CHANNELS;
+    const double adim = (double)c->audio_freq * c->audio_time;
+    double pairs = causal ? S * (S + 1) / 2 : S * S;
+    /* Weight gradients only in the embedding (the patches need none); per layer
+     * twice the forward's GEMMs (input and weight gradients) and the attention
+     * backward's 10 D per visible pair. */
+    double embed = 2.0 * S * D * D + 2.0 * (double)nvideo * vdim * D +
+                   2.0 * (double)naudio * adim * D;
+    double layer = 4.0 * S * D * (4.0 * D + 2.0 * M) + 10.0 * D * pairs;
+    return embed + c->layers * layer;
+}
+
+/* dst (cols) += the column sums of x (rows, cols), summed in double in acc (cols). */
+static void colsum_add(const float *x, int rows, int cols, double *acc, float *dst)
+{
+    for (int j = 0; j < cols; j++)
+        acc[j] = 0;
+    for (int i = 0; i < rows; i++) {
+        const float *r = x + (size_t)i * cols;
+        for (int j = 0; j < cols; j++)
+            acc[j] += r[j];
+    }
+    for (int j = 0; j < cols; j++)
+        dst[j] += (float)acc[j];
+}
+
+static void add_into(float *x, const float *a, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] += a[i];
+}
+
+static rv_status check_backward(const rv_vit_model *m, const rv_vit_tokens *in,
+                                const rv_vit_acts *a, const rv_vit_model *grad,
+                                const float *dmask)
+{
+    const rv_vit_config *c = &m->cfg;
+    if (!a || !grad)
+        return rv_fail(RV_ERR_INVALID, "vit backward: acts and grad are required");
+    if (a->len != in->len || a->dim != c->dim || a->layers != c->layers ||
+        a->heads != c->heads || a->mlp != c->mlp)
+        return rv_fail(RV_ERR_INVALID, "vit backward: the activations are of %lld tokens (D %d, "
+                       "L %d, heads %d, M %d) but the slice has %lld tokens (D %d, L %d, heads "
+                       "%d, M %d)", (long long)a->len, a->dim, a->layers, a->heads, a->mlp,
+                       (long long)in->len, c->dim, c->layers, c->heads, c->mlp);
+    if (grad->arena_floats != m->arena_floats || grad->cfg.dim != c->dim ||
+        grad->cfg.layers != c->layers || grad->cfg.mlp != c->mlp || grad->cfg.grid != c->grid)
+        return rv_fail(RV_ERR_INVALID, "vit backward: the gradient buffer holds %zu floats, the "
+                       "model %zu (not the same config)", grad->arena_floats, m->arena_floats);
+    if (a->any_hidden && !dmask)
+        return rv_fail(RV_ERR_INVALID, "vit backward: tokens were hidden but dmask_token is NULL");
+    return RV_OK;
+}
+
+rv_status rv_vit_backward(const rv_vit_model *m, const rv_vit_run *run,
+                          const rv_vit_tokens *in, const rv_vit_acts *acts, const float *dy,
+                          rv_vit_model *grad, float *dmask_token, rv_vit_stats *stats)
+{
+    rv_status st = vit_check_args(m, run, in, dy);
+    if (st != RV_OK || (st = check_backward(m, in, acts, grad, dmask_token)) != RV_OK)
+        return st;
+    const rv_vit_config *c = &m->cfg;
+    rv_backend *be = run->be;
+    const int D = c->dim, H = c->heads, M = c->mlp, len = (int)in->len;
+    const int cap = len > 0 ? len : 1;
+    const size_t nd = (size_t)cap * D;
+    const rv_vit_acts *a = acts;
+    rv_vit_stats s = {0};
+    rv_cp_attn cp;
+    float *dx = NULL, *t1 = NULL, *t2 = NULL, *dqkv = NULL, *big = NULL, *ms = NULL;
+    double *acc = NULL;
+    double t0 = vit_now(), t1s;
+    size_t bytes = a->bytes + sizeof(float) * (6 * nd + (size_t)cap * M + 2 * (size_t)cap) +
+                   sizeof(double) * (size_t)(M > D ? M : D);
+
+    if ((st = be->alloc(be, sizeof(float) * nd, (void **)&dx)) != RV_OK ||
+        (st = be->alloc(be, sizeof(float) * nd, (void **)&t1)) != RV_OK ||
+        (st = be->alloc(be, sizeof(float) * nd, (void **)&t2)) != RV_OK ||
+        (st = be->alloc(be, sizeof(float) * 3 * nd, (void **)&dqkv)) != RV_OK ||
+        (st = be->alloc(be, sizeof(float) * (size_t)cap * M, (void **)&big)) != RV_OK ||
+        (st = be->alloc(be, sizeof(float) * 2 * (size_t)cap, (void **)&ms)) != RV_OK)
+        goto end;
+    if (!(acc = malloc(sizeof(double) * (size_t)(M > D ? M : D)))) {
+        st = rv_fail(RV_ERR_NOMEM, "vit backward: out of memory");
+        goto end;
+    }
+    if ((st = rv_cp_attn_init(&cp, be, run->comm, &run->plan, run->strategy, H, D / H,
+                              run->causal, 0.0f)) != RV_OK)
+        goto end;
+
+    /* Final LayerNorm. */
+    if ((st = be->layernorm_bwd(be, dy, a->x + (size_t)c->layers * nd, m->ln_w, a->final_stats,
+                                a->final_stats + cap, len, D, dx, grad->ln_w, grad->ln_b)) != RV_OK)
+        goto end;
+    t1s = vit_now();
+    s.other_s += t1s - t0, t0 = t1s;
+
+    for (int l = c->layers - 1; l >= 0; l--) {
+        const rv_vit_layer *w = &m->layer[l];
+        rv_vit_layer *g = &grad->layer[l];
+        const float *x = a->x + (size_t)l * nd, *xm = a->xmid + (size_t)l * nd;
+        const float *q = a->qkv + (size_t)l * 3 * nd, *o = a->o + (size_t)l * nd;
+        const float *pre = a->pre + (size_t)l * cap * M, *lse = a->lse + (size_t)l * H * cap;
+        const float *ls = a->ln_stats + (size_t)l * 4 * cap;
+
+        /* MLP block: dx is the gradient of its output xn = xm + fc2(gelu(fc1(ln_2(xm)))). */
+        colsum_add(dx, len, D, acc, g->fc2_b);
+        if ((st = be->gelu_fwd(be, pre, big, (size_t)len * M)) != RV_OK ||
+            (st = be->gemm(be, 1, 0, D, M, len, 1.0f, dx, D, big, M, 1.0f, g->fc2_w, M)) != RV_OK ||
+            (st = be->gemm(be, 0, 0, len, M, D, 1.0f, dx, D, w->fc2_w, M, 0.0f, big, M)) != RV_OK ||
+            (st = be->gelu_bwd(be, pre, big, big, (size_t)len * M)) != RV_OK)
+            goto end;
+        colsum_add(big, len, M, acc, g->fc1_b);
+        if ((st = be->layernorm_fwd(be, xm, w->ln2_w, w->ln2_b, len, D, c->eps, t2, ms,
+                                    ms + cap)) != RV_OK ||
+            (st = be->gemm(be, 1, 0, M, D, len, 1.0f, big, M, t2, D, 1.0f, g->fc1_w, D)) != RV_OK ||
+            (st = be->gemm(be, 0, 0, len, D, M, 1.0f, big, M, w->fc1_w, D, 0.0f, t1, D)) != RV_OK ||
+            (st = be->layernorm_bwd(be, t1, xm, w->ln2_w, ls + 2 * cap, ls + 3 * cap, len, D, t1,
+                                    g->ln2_w, g->ln2_b)) != RV_OK)
+            goto end;
+        add_into(dx, t1, (size_t)len * D); /* dx: now the gradient of xm */
+        s.flops += 8.0 * len * (double)D * M;
+        t1s = vit_now();
+        s.mlp_s += t1s - t0, t0 = t1s;
+
+        /* Attention block: xm = x + proj(attention(qkv(ln_1(x)))). */
+        float *dq = dqkv, *dk = dqkv + nd, *dv = dqkv + 2 * nd;
+        colsum_add(dx, len, D, acc, g->proj_b);
+        if ((st = be->gemm(be, 1, 0, D, D, len, 1.0f, dx, D, o, D, 1.0f, g->proj_w, D)) != RV_OK ||
+            (st = be->gemm(be, 0, 0, len, D, D, 1.0f, dx, D, w->proj_w, D, 0.0f, t1, D)) != RV_OK ||
+            (st = rv_cp_attn_backward(&cp, q, q + nd, q + 2 * nd, o, lse, t1, dq, dk, dv)) != RV_OK ||
+            (st = be->layernorm_fwd(be, x, w->ln1_w, w->ln1_b, len, D, c->eps, t2, ms,
+                                    ms + cap)) != RV_OK)
+            goto end;
+        for (int j = 0; j < 3; j++) {
+            const float *dj = dqkv + (size_t)j * nd, *wj = w->qkv_w + (size_t)j * D * D;
+            colsum_add(dj, len, D, acc, g->qkv_b + (size_t)j * D);
+            if ((st = be->gemm(be, 1, 0, D, D, len, 1.0f, dj, D, t2, D, 1.0f,
+                               g->qkv_w + (size_t)j * D * D, D)) != RV_OK ||
+                (st = be->gemm(be, 0, 0, len, D, D, 1.0f, dj, D, wj, D, j ? 1.0f : 0.0f, t1,
+                               D)) != RV_OK)
+                goto end;
+        }
+        if ((st = be->layernorm_bwd(be, t1, x, w->ln1_w, ls, ls + cap, len, D, t1, g->ln1_w,
+                                    g->ln1_b)) != RV_OK)
+            goto end;
+        add_into(dx, t1, (size_t)len * D); /* dx: now the gradient of x */
+        s.flops += 16.0 * len * (double)D * D;
+        t1s = vit_now();
+        s.attn_s += t1s - t0, t0 = t1s;
+    }
+
+    /* Embedding: t1 holds the time codes, dqkv the per-modality rows. */
+    if ((st = vit_embed_backward(m, be, in, a->any_hidden ? a->hidden : NULL, dx, t1, dqkv, grad,
+                                 dmask_token, &s.flops)) != RV_OK ||
+        (st = be->synchronize(be)) != RV_OK)
+        goto end;
+    s.embed_s += vit_now() - t0;
+    s.cp = cp.stats;
+    s.flops += cp.stats.flops;
+    s.peak_bytes = bytes + cp.stats.peak_bytes;
+    if (stats)
+        *stats = s;
+end:
+    be->free(be, dx);
+    be->free(be, t1);
+    be->free(be, t2);
+    be->free(be, dqkv);
+    be->free(be, big);
+    be->free(be, ms);
+    free(acc);
+    return st;
+}

@@ -1,0 +1,183 @@
+/* vit_train_forward.c: the encoder forward of one rank's slice for training
+ * (rv_vit_train.h): the same ops in the same order as rv_vit_forward
+ * (vit_forward.c), so the outputs are the same, but every block keeps what its
+ * backward needs in an rv_vit_acts (vit_internal.h), all (len, .) of this rank's
+ * slice: the block input, the residual after attention, q, k, v, the attention
+ * output and its LSE, the MLP's pre-activation, and the LayerNorm statistics
+ * (the LayerNorm outputs are recomputed by the backward). Hidden tokens get the
+ * mask token in place of their patch projection. CPU backend only for now. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "rv_tokens.h"
+#include "rv_vit_train.h"
+#include "vit_internal.h"
+
+void rv_vit_acts_free(rv_vit_acts **a)
+{
+    if (!a || !*a)
+        return;
+    free((*a)->arena);
+    free((*a)->hidden);
+    free(*a);
+    *a = NULL;
+}
+
+/* The activations of a (len)-token slice, carved out of one arena. */
+static rv_status acts_new(const rv_vit_config *c, int64_t len, rv_vit_acts **out)
+{
+    const size_t n = (size_t)(len > 0 ? len : 1), D = (size_t)c->dim, L = (size_t)c->layers;
+    const size_t M = (size_t)c->mlp, H = (size_t)c->heads;
+    /* Every part a multiple of 16 floats, so each starts on a cache line. */
+#define ROUND16(f) (((f) + 15) / 16 * 16)
+    const size_t fx = ROUND16((L + 1) * n * D), fm = ROUND16(L * n * D);
+    const size_t fqkv = ROUND16(L * 3 * n * D), fo = ROUND16(L * n * D);
+    const size_t fpre = ROUND16(L * n * M), flse = ROUND16(L * H * n);
+    const size_t fst = ROUND16(L * 4 * n), ffin = ROUND16(2 * n);
+#undef ROUND16
+    const size_t floats = fx + fm + fqkv + fo + fpre + flse + fst + ffin;
+    rv_vit_acts *a = calloc(1, sizeof *a);
+    rv_status st = RV_OK;
+    if (!a)
+        return rv_fail(RV_ERR_NOMEM, "vit forward_train: out of memory");
+    a->len = len, a->dim = c->dim, a->layers = c->layers, a->heads = c->heads, a->mlp = c->mlp;
+    a->bytes = sizeof(float) * floats + n;
+    a->arena = aligned_alloc(64, sizeof(float) * floats);
+    a->hidden = calloc(n, 1);
+    if (!a->arena || !a->hidden) {
+        st = rv_fail(RV_ERR_NOMEM, "vit forward_train: cannot allocate %zu bytes of activations "
+                     "for %lld tokens", a->bytes, (long long)len);
+        goto end;
+    }
+    float *p = a->arena;
+    a->x = p, p += fx;
+    a->xmid = p, p += fm;
+    a->qkv = p, p += fqkv;
+    a->o = p, p += fo;
+    a->pre = p, p += fpre;
+    a->lse = p, p += flse;
+    a->ln_stats = p, p += fst;
+    a->final_stats = p;
+    *out = a;
+    a = NULL;
+end:
+    rv_vit_acts_free(&a);
+    return st;
+}
+
+rv_status rv_vit_forward_train(const rv_vit_model *m, const rv_vit_run *run,
+                               const rv_vit_tokens *in, const uint8_t *hidden,
+                               const float *mask_token, float *y, rv_vit_acts **acts,
+                               rv_vit_stats *stats)
+{
+    if (!acts)
+        return rv_fail(RV_ERR_INVALID, "vit forward_train: acts is NULL");
+    *acts = NULL;
+    rv_status st = vit_check_args(m, run, in, y);
+    if (st != RV_OK)
+        return st;
+    const rv_vit_config *c = &m->cfg;
+    rv_backend *be = run->be;
+    const int D = c->dim, H = c->heads, M = c->mlp, len = (int)in->len;
+    const int cap = len > 0 ? len : 1;
+    const size_t nd = (size_t)cap * D;
+    rv_vit_stats s = {0};
+    rv_vit_acts *a = NULL;
+    rv_cp_attn cp;
+    float *h = NULL, *act = NULL, *pos = NULL;
+    double t0 = vit_now(), t1;
+
+    int any_hidden = 0;
+    for (int i = 0; hidden && i < len; i++)
+        any_hidden |= hidden[i] && in->modality[i] != RV_MOD_CLS;
+    if (any_hidden && !mask_token)
+        return rv_fail(RV_ERR_INVALID, "vit forward_train: tokens are hidden but mask_token "
+                       "is NULL");
+    if ((st = acts_new(c, in->len, &a)) != RV_OK)
+        goto end;
+    if (hidden && len > 0)
+        memcpy(a->hidden, hidden, (size_t)len);
+    a->any_hidden = any_hidden;
+
+    int resample = in->nvideo > 0 && in->grid != c->grid;
+    size_t pos_floats = resample ? (size_t)in->grid * in->grid * D : 0;
+    size_t bytes = a->bytes + sizeof(float) * (nd + (size_t)cap * M + pos_floats);
+    if ((st = be->alloc(be, sizeof(float) * nd, (void **)&h)) != RV_OK ||
+        (st = be->alloc(be, sizeof(float) * (size_t)cap * M, (void **)&act)) != RV_OK)
+        goto end;
+    if (resample) {
+        if ((st = be->alloc(be, sizeof(float) * pos_floats, (void **)&pos)) != RV_OK)
+            goto end;
+        vit_pos_resample(m->pos + D, c->grid, in->grid, D, pos);
+    }
+    if ((st = rv_cp_attn_init(&cp, be, run->comm, &run->plan, run->strategy, H, D / H,
+                              run->causal, 0.0f)) != RV_OK)
+        goto end;
+
+    /* Layer 0's q, k, v are the embedding's scratch. */
+    vit_embed_scratch es = {a->qkv, a->qkv + nd, a->qkv + 2 * nd, pos};
+    if ((st = vit_embed(m, be, in, hidden, mask_token, &es, a->x, &s.flops)) != RV_OK)
+        goto end;
+    t1 = vit_now();
+    s.embed_s = t1 - t0, t0 = t1;
+
+    for (int l = 0; l < c->layers; l++) {
+        const rv_vit_layer *w = &m->layer[l];
+        const float *x = a->x + (size_t)l * nd;
+        float *xm = a->xmid + (size_t)l * nd, *xn = a->x + (size_t)(l + 1) * nd;
+        float *q = a->qkv + (size_t)l * 3 * nd, *o = a->o + (size_t)l * nd;
+        float *pre = a->pre + (size_t)l * cap * M, *lse = a->lse + (size_t)l * H * cap;
+        float *ls = a->ln_stats + (size_t)l * 4 * cap;
+        /* Attention: h = ln_1(x); q, k, v = h W^T + b; o = attention; xm = x + o Wo^T + bo. */
+        if ((st = be->layernorm_fwd(be, x, w->ln1_w, w->ln1_b, len, D, c->eps, h, ls,
+                                    ls + cap)) != RV_OK)
+            goto end;
+        for (int j = 0; j < 3; j++) {
+            float *dst = q + (size_t)j * nd;
+            if ((st = be->gemm(be, 0, 1, len, D, D, 1.0f, h, D, w->qkv_w + (size_t)j * D * D, D,
+                               0.0f, dst, D)) != RV_OK ||
+                (st = be->bias_add(be, dst, w->qkv_b + (size_t)j * D, len, D)) != RV_OK)
+                goto end;
+        }
+        memcpy(xm, x, sizeof(float) * (size_t)len * D);
+        if ((st = rv_cp_attn_forward(&cp, q, q + nd, q + 2 * nd, o, lse)) != RV_OK ||
+            (st = be->bias_add(be, xm, w->proj_b, len, D)) != RV_OK ||
+            (st = be->gemm(be, 0, 1, len, D, D, 1.0f, o, D, w->proj_w, D, 1.0f, xm, D)) != RV_OK)
+            goto end;
+        s.flops += 2.0 * len * (double)D * 4 * D;
+        t1 = vit_now();
+        s.attn_s += t1 - t0, t0 = t1;
+
+        /* MLP: h = ln_2(xm); pre = h W1^T + b1; xn = xm + gelu(pre) W2^T + b2. */
+        memcpy(xn, xm, sizeof(float) * (size_t)len * D);
+        if ((st = be->layernorm_fwd(be, xm, w->ln2_w, w->ln2_b, len, D, c->eps, h, ls + 2 * cap,
+                                    ls + 3 * cap)) != RV_OK ||
+            (st = be->bias_add(be, xn, w->fc2_b, len, D)) != RV_OK ||
+            (st = be->gemm(be, 0, 1, len, M, D, 1.0f, h, D, w->fc1_w, D, 0.0f, pre, M)) != RV_OK ||
+            (st = be->bias_add(be, pre, w->fc1_b, len, M)) != RV_OK ||
+            (st = be->gelu_fwd(be, pre, act, (size_t)len * M)) != RV_OK ||
+            (st = be->gemm(be, 0, 1, len, D, M, 1.0f, act, M, w->fc2_w, M, 1.0f, xn, D)) != RV_OK)
+            goto end;
+        s.flops += 4.0 * len * (double)D * M;
+        t1 = vit_now();
+        s.mlp_s += t1 - t0, t0 = t1;
+    }
+    if ((st = be->layernorm_fwd(be, a->x + (size_t)c->layers * nd, m->ln_w, m->ln_b, len, D,
+                                c->eps, y, a->final_stats, a->final_stats + cap)) != RV_OK ||
+        (st = be->synchronize(be)) != RV_OK)
+        goto end;
+    s.other_s += vit_now() - t0;
+    s.cp = cp.stats;
+    s.flops += cp.stats.flops;
+    s.peak_bytes = bytes + cp.stats.peak_bytes;
+    if (stats)
+        *stats = s;
+    *acts = a;
+    a = NULL;
+end:
+    rv_vit_acts_free(&a);
+    be->free(be, h);
+    be->free(be, act);
+    be->free(be, pos);
+    return st;
+}
