@@ -32,6 +32,10 @@ extern const rv_command rv_cmd_tokens;
 /* cmd_init.c: `ringvit init --preset NAME -o OUT.safetensors [--seed S] ...` */
 extern const rv_command rv_cmd_init;
 
+/* cmd_embed.c: `ringvit embed INPUT... [-o OUT.safetensors | --out-dir DIR] ...`
+ * (its parts: embed.h) */
+extern const rv_command rv_cmd_embed;
+
 /* bench_ingest.c: `ringvit bench ingest FILE ...`; argv[0] is "ingest".
  * Handles its own --help; returns an exit code. */
 int rv_bench_ingest(int argc, char **argv);

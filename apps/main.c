@@ -22,6 +22,7 @@ static const rv_command *const commands[] = {
     &rv_cmd_probe,
     &rv_cmd_frames,
     &rv_cmd_tokens,
+    &rv_cmd_embed,
     &rv_cmd_init,
     &rv_cmd_bench,
 };

@@ -1,0 +1,570 @@
+/* cmd_embed.c: `ringvit embed INPUT...`, recordings to embeddings. Parses the
+ * flags, sets up the model (a preset with seeded random weights, or a weights
+ * file), names the outputs, installs the SIGINT/SIGTERM handler, and runs the
+ * batch on N ranks: threads of this process (--backend local, the default) or
+ * the processes of an MPI job (--backend mpi). Each rank decodes, tokenizes and
+ * encodes only its own part of each recording (embed_job.c); rank 0 writes the
+ * outputs, the JSON-lines log and the progress.
+ *
+ * Exit status: 0 every input embedded (or skipped by --resume), 3 some failed,
+ * 2 usage error, 1 nothing could run (model, backend, output folder, or the
+ * ranks lost each other), 128 + signal number when stopped by SIGINT/SIGTERM. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "apps.h"
+#include "cli.h"
+#include "embed.h"
+#include "ingest_cli.h"
+#include "rv_backend.h"
+
+#define CMD "embed"
+
+volatile sig_atomic_t embed_stop_signal;
+char embed_tmp_path[4200];
+
+static const char help_text[] =
+    "usage: ringvit embed INPUT... [-o OUT.safetensors | --out-dir DIR] [--manifest LIST.txt]\n"
+    "                     [--resume] [--model PRESET|WEIGHTS.safetensors] [--seed N]\n"
+    "                     [--cp N] [--backend local|mpi|nccl] [--device cpu|cuda]\n"
+    "                     [--strategy ring|allgather|ulysses] [--causal]\n"
+    "                     [--fps F] [--size N] [--segment SECONDS] [--no-audio | --no-video]\n"
+    "                     [--tokens] [--threads N] [--quiet] [--json]\n"
+    "\n"
+    "Embeds each recording (video with its audio, a video alone, a still image, or\n"
+    "an audio file) with the vision transformer: the recording becomes one token\n"
+    "sequence (video tubelets and audio patches interleaved by time), the sequence\n"
+    "is split over N ranks, each rank decodes and tokenizes only its own time range\n"
+    "and the encoder attends over the whole sequence with context parallelism. The\n"
+    "outputs are the same for every N and strategy (within 1e-5 relative).\n"
+    "\n"
+    "inputs and outputs:\n"
+    "  INPUT...            media files\n"
+    "  --manifest LIST     more inputs, one path per line ('#' comments, blank lines\n"
+    "                      ignored; relative paths are relative to LIST's folder)\n"
+    "  -o, --output OUT    the output of a single INPUT\n"
+    "  --out-dir DIR       outputs DIR/<input name without extension>.safetensors\n"
+    "                      (default: the current folder); a name taken by an earlier\n"
+    "                      input gets -2, -3, ...; the log DIR/" EMBED_LOG_NAME " gets\n"
+    "                      one JSON line per input (path, output, status, error,\n"
+    "                      seconds, tokens)\n"
+    "  --log FILE          the JSON-lines log there instead (with -o: no log unless given)\n"
+    "  --resume            skip inputs whose complete output (same model) exists\n"
+    "  --tokens            also write every token's output (tokens, token_time,\n"
+    "                      token_modality, token_pos)\n"
+    "\n"
+    "model:\n"
+    "  --model M           a preset (tiny, small, base: default tiny) or a weights\n"
+    "                      file (.safetensors, as 'ringvit init' or torchvision's ViT\n"
+    "                      converted). A preset's weights are RANDOM (seeded): its\n"
+    "                      embeddings show the pipeline works, they mean nothing.\n"
+    "                      Pass a weights file for real embeddings.\n"
+    "  --seed N            seed of a preset's random weights (default 0)\n"
+    "\n"
+    "parallelism:\n"
+    "  --cp N              ranks (default 1; with --backend mpi: the process count)\n"
+    "  --backend B         local (default: N threads of this process), mpi (run under\n"
+    "                      mpiexec -n N, one rank per process, on one or many\n"
+    "                      machines), nccl (GPUs: not built yet)\n"
+    "  --device D          cpu (default) or cuda (not built yet)\n"
+    "  --strategy S        ring (default), allgather or ulysses (heads % N == 0)\n"
+    "  --causal            causal attention (zigzag shards)\n"
+    "  --threads N         compute threads in all (local, default: every core) or per\n"
+    "                      process (mpi, default: the cores over the ranks on the machine)\n"
+    "  --decode-threads N  decoder threads per rank (default: its compute threads)\n"
+    "  --timeout SEC       communication deadline inside the encoder (default 120)\n"
+    "\n"
+    "sampling (tubelet, patch and audio patch sizes come from the model):\n"
+    "  --fps F             video frames sampled per second (default 1)\n"
+    "  --size N            frame side, px (default the model's grid x patch: 224)\n"
+    "  --segment SECONDS   window of the per-segment means (default 10)\n"
+    "  --no-audio, --no-video\n"
+    "                      leave a modality out\n"
+    "  --pad, --start S, --duration D, --audio-stream I, --video-stream I, --max-corrupt N\n"
+    "                      as in 'ringvit frames'\n"
+    "\n"
+    "reporting:\n"
+    "  --quiet             nothing on standard error but errors\n"
+    "  --json              one JSON object per input and line on standard output (path,\n"
+    "                      output, status, seconds, tokens, stage seconds, peak memory)\n"
+    "\n"
+    "Each output holds global (D), segments (G, D), segment_start, segment_end (G, s),\n"
+    "segment_tokens (G), video_mean, audio_mean (D) and cls (D, models with a class\n"
+    "token) plus metadata (source, probe, model and its hash, config, cp, strategy,\n"
+    "ringvit version). Outputs are written to a temporary name and renamed when\n"
+    "complete: a batch killed at any moment and rerun with --resume ends with every\n"
+    "output complete. SIGINT or SIGTERM stops after the current stage (a second one\n"
+    "at once), leaving no partial output.\n"
+    "\n"
+    "Exit status: 0 every input embedded or skipped, 3 some inputs failed (each is\n"
+    "logged and the batch goes on), 2 usage, 1 nothing could run (model, backend,\n"
+    "output folder), 128+N stopped by signal N.\n"
+    "\n"
+    "examples:\n"
+    "  ringvit embed talk.mp4 --cp 2 -o talk.safetensors\n"
+    "  ringvit embed --manifest videos.txt --out-dir emb --resume --json\n"
+    "  mpiexec -n 4 --hostfile hosts ringvit embed --backend mpi long.mp4 -o long.safetensors\n";
+
+typedef struct embed_args {
+    const char *out, *out_dir, *log, *model, *backend, *device;
+    const char **manifests;
+    int nmanifests;
+    const char **inputs;
+    int ninputs;
+    int cp, cp_set, threads, decode_threads, seed_set, size_set, no_audio, no_video, tokens;
+    int64_t seed;
+    int resume, quiet, json, causal;
+    rv_cp_strategy strategy;
+    double segment_s, timeout_s;
+    rv_ingest_opts io;
+} embed_args;
+
+static int parse_args(int argc, char **argv, embed_args *a)
+{
+    memset(a, 0, sizeof *a);
+    rv_ingest_opts_default(&a->io);
+    a->model = "tiny";
+    a->backend = "local";
+    a->device = "cpu";
+    a->cp = 1;
+    a->strategy = RV_CP_RING;
+    a->segment_s = 10.0;
+    if (rv_comm_default_timeout(&a->timeout_s) != RV_OK)
+        a->timeout_s = RV_COMM_DEFAULT_TIMEOUT_S;
+    a->manifests = calloc((size_t)argc, sizeof *a->manifests);
+    a->inputs = calloc((size_t)argc, sizeof *a->inputs);
+    if (!a->manifests || !a->inputs) {
+        rv_cli_error("embed: out of memory");
+        return RV_EXIT_FAIL;
+    }
+    int rc = 0, audio_set = 0, video_set = 0;
+    for (int i = 1; i < argc && !rc; i++) {
+        const char *s = argv[i], *v;
+#define VALUE()                                                            \
+    do {                                                                   \
+        if (!(v = rv_cli_flag_value(CMD, argc, argv, &i)))                 \
+            return RV_EXIT_USAGE;                                          \
+    } while (0)
+        if (rv_cli_flag_is(s, "-o") || rv_cli_flag_is(s, "--output")) {
+            VALUE();
+            a->out = v;
+        } else if (rv_cli_flag_is(s, "--out-dir")) {
+            VALUE();
+            a->out_dir = v;
+        } else if (rv_cli_flag_is(s, "--log")) {
+            VALUE();
+            a->log = v;
+        } else if (rv_cli_flag_is(s, "--manifest")) {
+            VALUE();
+            a->manifests[a->nmanifests++] = v;
+        } else if (rv_cli_flag_is(s, "--model")) {
+            VALUE();
+            a->model = v;
+        } else if (rv_cli_flag_is(s, "--seed")) {
+            rc = rv_cli_take_i64(CMD, argc, argv, &i, 0, INT64_MAX, &a->seed);
+            a->seed_set = 1;
+        } else if (rv_cli_flag_is(s, "--cp")) {
+            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1024, &a->cp);
+            a->cp_set = 1;
+        } else if (rv_cli_flag_is(s, "--backend")) {
+            VALUE();
+            if (strcmp(v, "local") && strcmp(v, "mpi") && strcmp(v, "nccl"))
+                return rv_cli_usage_error(CMD, "--backend wants local, mpi or nccl, got '%s'", v);
+            a->backend = v;
+        } else if (rv_cli_flag_is(s, "--device")) {
+            VALUE();
+            if (strcmp(v, "cpu") && strcmp(v, "cuda"))
+                return rv_cli_usage_error(CMD, "--device wants cpu or cuda, got '%s'", v);
+            a->device = v;
+        } else if (rv_cli_flag_is(s, "--strategy")) {
+            VALUE();
+            if (rv_cp_strategy_parse(v, &a->strategy) != RV_OK)
+                return rv_cli_usage_error(CMD, "--strategy wants ring, allgather or ulysses, "
+                                          "got '%s'", v);
+        } else if (rv_cli_flag_is(s, "--segment")) {
+            rc = rv_cli_take_double(CMD, argc, argv, &i, 0.001, 1e9, &a->segment_s);
+        } else if (rv_cli_flag_is(s, "--threads")) {
+            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 4096, &a->threads);
+        } else if (rv_cli_flag_is(s, "--decode-threads")) {
+            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 256, &a->decode_threads);
+        } else if (rv_cli_flag_is(s, "--timeout")) {
+            rc = rv_cli_take_double(CMD, argc, argv, &i, 0.001, 1e7, &a->timeout_s);
+        } else if (rv_cli_flag_is(s, "--size")) {
+            rc = rv_cli_take_int(CMD, argc, argv, &i, 8, 4096, &a->io.size);
+            a->size_set = 1;
+        } else if (rv_cli_ingest_flag(CMD, argc, argv, &i, &a->io, &audio_set, &video_set, &rc)) {
+            /* --fps --pad --start --duration --audio-stream --video-stream --max-corrupt */
+        } else if (strcmp(s, "--no-audio") == 0) {
+            a->no_audio = 1;
+        } else if (strcmp(s, "--no-video") == 0) {
+            a->no_video = 1;
+        } else if (strcmp(s, "--tokens") == 0) {
+            a->tokens = 1;
+        } else if (strcmp(s, "--resume") == 0) {
+            a->resume = 1;
+        } else if (strcmp(s, "--causal") == 0) {
+            a->causal = 1;
+        } else if (strcmp(s, "--quiet") == 0 || strcmp(s, "-q") == 0) {
+            a->quiet = 1;
+        } else if (strcmp(s, "--json") == 0) {
+            a->json = 1;
+        } else if (strcmp(s, "--") == 0) {
+            for (i++; i < argc; i++)
+                a->inputs[a->ninputs++] = argv[i];
+        } else if (s[0] == '-' && s[1] != '\0') {
+            return rv_cli_unknown_arg(CMD, s);
+        } else if (strcmp(s, "-") == 0) {
+            return rv_cli_usage_error(CMD, "standard input ('-') cannot be embedded: every rank "
+                                      "opens the file itself; save it to a file first");
+        } else {
+            a->inputs[a->ninputs++] = s;
+        }
+#undef VALUE
+    }
+    if (rc)
+        return rc;
+    if (a->no_audio && audio_set)
+        return rv_cli_usage_error(CMD, "--no-audio and --audio-stream contradict each other");
+    if (a->no_video && video_set)
+        return rv_cli_usage_error(CMD, "--no-video and --video-stream contradict each other");
+    if (a->no_audio && a->no_video)
+        return rv_cli_usage_error(CMD, "--no-audio and --no-video leave nothing to embed");
+    if (a->out && a->out_dir)
+        return rv_cli_usage_error(CMD, "-o names one output, --out-dir a folder of them: "
+                                  "give one of them");
+    if (a->ninputs == 0 && a->nmanifests == 0)
+        return rv_cli_usage_error(CMD, "which recordings? give INPUT files or --manifest LIST");
+    if (strcmp(a->backend, "mpi") != 0 && a->cp_set == 0)
+        a->cp = 1;
+    return 0;
+}
+
+/* ---- setup ------------------------------------------------------------------------ */
+
+/* mkdir -p dir. */
+static int make_dirs(const char *dir)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s", dir);
+    size_t n = strlen(path);
+    for (size_t i = 1; i <= n; i++) {
+        if (path[i] != '/' && path[i] != '\0')
+            continue;
+        char c = path[i];
+        path[i] = '\0';
+        if (mkdir(path, 0777) != 0 && errno != EEXIST) {
+            rv_cli_error("embed: cannot create the folder %s: %s", path, strerror(errno));
+            return RV_EXIT_FAIL;
+        }
+        path[i] = c;
+    }
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        rv_cli_error("embed: %s is not a folder", dir);
+        return RV_EXIT_FAIL;
+    }
+    return 0;
+}
+
+/* Compute threads per rank: local ranks share the cores; MPI ranks share the
+ * machine with the other ranks on it (OpenMPI and MPICH say how many). */
+static int threads_per_rank(const embed_args *a, int ranks, int mpi)
+{
+    int cores = rv_cpu_default_threads();
+    if (!mpi) {
+        int t = (a->threads > 0 ? a->threads : cores) / ranks;
+        return t > 0 ? t : 1;
+    }
+    if (a->threads > 0)
+        return a->threads;
+    const char *env = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (!env)
+        env = getenv("MPI_LOCALNRANKS");
+    int local = env ? atoi(env) : 1;
+    int t = cores / (local > 0 ? local : 1);
+    return t > 0 ? t : 1;
+}
+
+/* The model of --model: a preset with random weights or a weights file. */
+static int setup_model(const embed_args *a, rv_vit_model **m, int loud)
+{
+    rv_vit_config cfg;
+    rv_status st;
+    size_t n = strlen(a->model);
+    int is_file = strchr(a->model, '/') || (n > 12 && strcmp(a->model + n - 12, ".safetensors") == 0) ||
+                  access(a->model, F_OK) == 0;
+    if (!is_file) {
+        if (rv_vit_preset(a->model, &cfg) != RV_OK)
+            return loud ? rv_cli_usage_error(CMD, "--model wants a preset (tiny, small, base) or a "
+                                             "weights file, got '%s'", a->model)
+                        : RV_EXIT_USAGE;
+        if ((st = rv_vit_new(&cfg, m)) != RV_OK ||
+            (st = rv_vit_init_random(*m, (uint64_t)a->seed)) != RV_OK) {
+            rv_vit_free(m);
+            return loud ? rv_cli_fail(st, "embed: model") : RV_EXIT_FAIL;
+        }
+        return 0;
+    }
+    if (a->seed_set)
+        return loud ? rv_cli_usage_error(CMD, "--seed seeds a preset's random weights; '%s' is a "
+                                         "weights file", a->model)
+                    : RV_EXIT_USAGE;
+    if ((st = rv_vit_load(a->model, NULL, m)) != RV_OK)
+        return loud ? rv_cli_fail(st, "embed: model") : RV_EXIT_FAIL;
+    return 0;
+}
+
+/* ---- signals ------------------------------------------------------------------------ */
+
+static void on_signal(int sig)
+{
+    if (embed_stop_signal) {
+        /* The second signal: at once, without leaving a partial output. */
+        if (embed_tmp_path[0])
+            unlink(embed_tmp_path);
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    embed_stop_signal = sig;
+    static const char msg[] =
+        "\nringvit: embed: stopping after the current stage (send the signal again to stop at once)\n";
+    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)w;
+}
+
+static void install_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* ---- main --------------------------------------------------------------------------- */
+
+static int embed_main(int argc, char **argv)
+{
+    embed_args a;
+    embed_settings set;
+    embed_batch b;
+    embed_input *in = NULL;
+    rv_vit_model *model = NULL;
+    rv_comm *world = NULL;
+    int n = 0, cap = 0, rank = 0, rc;
+    memset(&set, 0, sizeof set);
+    memset(&b, 0, sizeof b);
+    double t0 = now_s();
+    if ((rc = parse_args(argc, argv, &a)) != 0)
+        goto end;
+    if (strcmp(a.backend, "nccl") == 0 || strcmp(a.device, "cuda") == 0) {
+        rv_fail(RV_ERR_UNSUPPORTED, "%s is not built yet: the GPU path of embed needs the CUDA "
+                "kernels (a later release); use --device cpu with --backend local or mpi",
+                strcmp(a.backend, "nccl") == 0 ? "--backend nccl" : "--device cuda");
+        rc = rv_cli_fail(RV_ERR_UNSUPPORTED, CMD);
+        goto end;
+    }
+    for (int i = 0; i < a.ninputs; i++)
+        if ((rc = embed_inputs_add(a.inputs[i], &in, &n, &cap)) != 0)
+            goto end;
+    for (int i = 0; i < a.nmanifests; i++)
+        if ((rc = embed_inputs_manifest(a.manifests[i], &in, &n, &cap)) != 0)
+            goto end;
+    if (n == 0) {
+        rc = rv_cli_usage_error(CMD, "the manifest lists no recordings");
+        goto end;
+    }
+    if (a.out && n > 1) {
+        rc = rv_cli_usage_error(CMD, "-o names the output of one input; for %d inputs use "
+                                "--out-dir DIR", n);
+        goto end;
+    }
+
+    /* The ranks. */
+    set.mpi = strcmp(a.backend, "mpi") == 0;
+    set.ranks = a.cp;
+    if (set.mpi) {
+        if (!rv_comm_backend_built("mpi")) {
+            rv_fail(RV_ERR_UNSUPPORTED, "this build has no MPI (rebuild with MPI found, "
+                    "-DRINGVIT_MPI=ON); --backend local runs --cp N ranks as threads");
+            rc = rv_cli_fail(RV_ERR_UNSUPPORTED, CMD);
+            goto end;
+        }
+        rv_status st = rv_comm_mpi_world(&world);
+        if (st != RV_OK) {
+            rc = rv_cli_fail(st, CMD);
+            goto end;
+        }
+        rank = world->rank;
+        if (a.cp_set && a.cp != world->size) {
+            rc = rank == 0 ? rv_cli_usage_error(CMD, "--cp %d but mpiexec started %d processes "
+                                                "(leave --cp out under MPI)", a.cp, world->size)
+                           : RV_EXIT_USAGE;
+            goto end;
+        }
+        set.ranks = world->size;
+    }
+    const int loud = rank == 0;
+
+    /* The model and the options it decides. */
+    if ((rc = setup_model(&a, &model, loud)) != 0)
+        goto end;
+    const rv_vit_config *cfg = &model->cfg;
+    if (a.strategy == RV_CP_ULYSSES && cfg->heads % set.ranks != 0) {
+        rc = loud ? rv_cli_usage_error(CMD, "ulysses needs the model's heads (%d) to be a multiple "
+                                       "of the ranks (%d); use ring or allgather", cfg->heads,
+                                       set.ranks)
+                  : RV_EXIT_USAGE;
+        goto end;
+    }
+    set.model = model;
+    set.model_name = a.model;
+    rv_vit_hash(model, set.model_hash);
+    if (!(set.config_json = rv_vit_config_to_json(cfg))) {
+        rc = loud ? (rv_cli_error("embed: out of memory"), RV_EXIT_FAIL) : RV_EXIT_FAIL;
+        goto end;
+    }
+    rv_tok_opts_default(&set.to);
+    set.to.tubelet = cfg->tubelet;
+    set.to.patch = cfg->patch;
+    set.to.audio_freq = cfg->audio_freq;
+    set.to.audio_time = cfg->audio_time;
+    set.to.audio_stride = cfg->audio_time;
+    set.to.cls = cfg->cls;
+    set.io = a.io;
+    if (!a.size_set)
+        set.io.size = cfg->grid * cfg->patch;
+    if (set.io.size % cfg->patch) {
+        rc = loud ? rv_cli_usage_error(CMD, "--size %d must be a multiple of the model's patch (%d)",
+                                       set.io.size, cfg->patch)
+                  : RV_EXIT_USAGE;
+        goto end;
+    }
+    if (a.no_audio) {
+        set.io.audio_stream = -2;
+        set.to.audio = 0;
+    }
+    if (a.no_video) {
+        set.io.video_stream = -2;
+        set.to.video = 0;
+    }
+    set.strategy = a.strategy;
+    set.causal = a.causal;
+    set.threads = threads_per_rank(&a, set.ranks, set.mpi);
+    set.io.threads = a.decode_threads > 0 ? a.decode_threads : set.threads;
+    set.timeout_s = a.timeout_s;
+    set.segment_s = a.segment_s;
+    set.tokens = a.tokens;
+    set.resume = a.resume;
+    set.quiet = a.quiet || !loud;
+    set.json = a.json && loud;
+
+    /* Outputs, stale temporary files and the log (rank 0). */
+    const char *dir = a.out_dir ? a.out_dir : ".";
+    if ((rc = embed_inputs_name(in, n, a.out, dir)) != 0)
+        goto end;
+    char log_path[4200];
+    const char *log = a.log;
+    if (!log && !a.out) {
+        snprintf(log_path, sizeof log_path, "%s/%s", dir, EMBED_LOG_NAME);
+        log = log_path;
+    }
+    b.set = &set;
+    b.in = in;
+    b.n = n;
+    if (!(b.res = calloc((size_t)n, sizeof *b.res))) {
+        rc = loud ? (rv_cli_error("embed: out of memory"), RV_EXIT_FAIL) : RV_EXIT_FAIL;
+        goto end;
+    }
+    if (rank == 0) {
+        char odir[4096];
+        const char *slash = a.out ? strrchr(a.out, '/') : NULL;
+        snprintf(odir, sizeof odir, "%.*s", a.out ? (slash ? (int)(slash - a.out) : 1) : (int)strlen(dir),
+                 a.out ? (slash ? a.out : ".") : dir);
+        if (odir[0] && (rc = make_dirs(odir)) != 0)
+            goto end;
+        embed_output_clean_stale(in, n);
+        rv_status st = embed_report_open(&set, log, n, &b.report);
+        if (st != RV_OK) {
+            rc = rv_cli_fail(st, NULL);
+            goto end;
+        }
+        for (int i = 0; i < n && !a.quiet; i++)
+            if (in[i].note)
+                embed_report_message(b.report, "embed: %s: %s", in[i].path, in[i].note);
+    }
+
+    install_signals();
+    if (set.mpi) {
+        embed_batch_rank(world, &b);
+    } else {
+        rv_status st = rv_local_run(set.ranks, embed_batch_rank, &b);
+        if (st != RV_OK && !b.fatal) {
+            b.fatal = 1;
+            snprintf(b.fatal_msg, sizeof b.fatal_msg, "%s", rv_last_error());
+        }
+    }
+    embed_report_close(&b.report);
+
+    int ok = 0, bad = 0, skipped = 0;
+    for (int i = 0; i < b.done; i++) {
+        ok += b.res[i].status == EMBED_OK;
+        bad += b.res[i].status == EMBED_FAILED;
+        skipped += b.res[i].status == EMBED_SKIPPED;
+    }
+    if (b.stopped) {
+        rc = 128 + (embed_stop_signal ? (int)embed_stop_signal : SIGTERM);
+        if (loud)
+            rv_cli_error("embed: stopped by a signal after %d of %d inputs (%d ok, %d failed, %d "
+                         "skipped); rerun with --resume to finish", b.done, n, ok, bad, skipped);
+    } else if (b.fatal) {
+        rc = RV_EXIT_FAIL;
+        if (loud)
+            rv_cli_error("embed: %s%s (%d of %d inputs done)",
+                         b.done ? "the batch could not go on: " : "nothing could run: ",
+                         b.fatal_msg[0] ? b.fatal_msg : "the ranks lost each other", b.done, n);
+    } else {
+        rc = bad ? RV_EXIT_SOME_FAILED : RV_EXIT_OK;
+        if (loud && !set.quiet && n > 1)
+            fprintf(stderr, RV_CLI_PROG ": embed: %d ok, %d failed, %d skipped of %d in %.1f s%s%s\n",
+                    ok, bad, skipped, n, now_s() - t0, log ? "; log " : "", log ? log : "");
+    }
+end:
+    if (world) {
+        /* A broken communicator cannot finalize cleanly: end the job. */
+        if (b.fatal && set.ranks > 1)
+            rv_comm_abort(world, rc);
+        rv_comm_free(&world);
+        rv_comm_mpi_finalize();
+    }
+    free(b.res);
+    free(set.config_json);
+    rv_vit_free(&model);
+    embed_inputs_free(in, n);
+    free(a.manifests);
+    free(a.inputs);
+    return rc;
+}
+
+const rv_command rv_cmd_embed = {
+    .name = "embed",
+    .summary = "embed recordings with the encoder (embed INPUT... -o OUT | --out-dir DIR)",
+    .main = embed_main,
+    .help = help_text,
+};

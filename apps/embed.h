@@ -1,0 +1,173 @@
+/* embed.h: what the files of `ringvit embed` share.
+ *
+ *   cmd_embed.c     flags, help, the model, output names, signals, exit codes
+ *   embed_inputs.c  the input list (arguments and --manifest) and output names
+ *   embed_batch.c   one rank's loop over the inputs, and the votes by which the
+ *                   ranks agree after every stage that can fail
+ *   embed_job.c     one recording on one rank: probe, plan, tokenize, forward,
+ *                   pool, gather (--tokens)
+ *   embed_output.c  the output safetensors: write, check (--resume), stale
+ *                   temporary files
+ *   embed_log.c     the JSON-lines log, progress on standard error, --json
+ *
+ * Every rank runs embed_batch_rank with the same embed_batch: the ranks of
+ * --backend local are threads sharing it, under --backend mpi each process has
+ * its own copy (the same inputs and settings). Rank 0 writes the outputs and the
+ * log and prints; the other ranks only compute. */
+#ifndef RV_EMBED_H
+#define RV_EMBED_H
+
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "rv_comm.h"
+#include "rv_ingest.h"
+#include "rv_tokens.h"
+#include "rv_vit.h"
+
+/* Exit status beyond cli.h's: some inputs failed. */
+#define RV_EXIT_SOME_FAILED 3
+#define EMBED_FORMAT "ringvit-embed" /* metadata "format" of every output */
+#define EMBED_LOG_NAME "embed-log.jsonl"
+/* Deadline of the waits between stages (a rank may decode for long while
+ * another waits for it); the forward's own waits use --timeout. */
+#define EMBED_STAGE_TIMEOUT_S 86400.0
+
+/* Set by the SIGINT/SIGTERM handler (cmd_embed.c): stop after the current stage. */
+extern volatile sig_atomic_t embed_stop_signal;
+/* The temporary file of the output being written ("" when none), so a second
+ * signal, which ends the process at once, can remove it. */
+extern char embed_tmp_path[4200];
+
+typedef struct embed_input {
+    char *path;   /* media file (manifest entries resolved against its folder) */
+    char *output; /* its output .safetensors */
+    char *note;   /* why the output name differs from the input's (NULL) */
+} embed_input;
+
+typedef struct embed_settings {
+    const rv_vit_model *model; /* shared read-only by the local ranks */
+    const char *model_name;    /* preset name or weights path */
+    char model_hash[17];
+    char *config_json;         /* rv_vit_config_to_json */
+    rv_tok_opts to;            /* from the model config and flags */
+    rv_ingest_opts io;         /* fps, size, streams */
+    rv_cp_strategy strategy;
+    int causal;
+    int ranks;                 /* cp size */
+    int mpi;                   /* 1: --backend mpi (one rank per process) */
+    int threads;               /* compute threads per rank */
+    double timeout_s;          /* communication deadline inside the forward */
+    double segment_s;
+    int tokens;                /* --tokens: per-token outputs too */
+    int resume;
+    int quiet, json;
+} embed_settings;
+
+typedef enum embed_status {
+    EMBED_OK = 0,
+    EMBED_FAILED = 1,
+    EMBED_SKIPPED = 2,
+} embed_status;
+
+/* One input's outcome, as rank 0 reports it. Stage times are wall seconds on
+ * rank 0 between the ranks' agreements (so the slowest rank sets them); decode
+ * and tokenize split their common stage by the slowest rank's tokenizer CPU time. */
+typedef struct embed_result {
+    embed_status status;
+    char error[1024];
+    double seconds;           /* the whole input */
+    double probe_s, decode_s, tokenize_s, encode_s, write_s;
+    double recording_s;       /* seconds the sequence covers */
+    int64_t tokens, video_tokens, audio_tokens;
+    double flops;             /* forward FLOPs, all ranks */
+    double rank_mb;           /* most bytes a rank held for this input (its token
+                                 slice, outputs and activations), MiB */
+    double rss_mb;            /* largest peak resident set of a rank's process, MiB */
+} embed_result;
+
+typedef struct embed_report embed_report; /* embed_log.c */
+
+typedef struct embed_batch {
+    const embed_settings *set;
+    embed_input *in;          /* (n) */
+    int n;
+    embed_result *res;        /* (n) filled on rank 0 */
+    embed_report *report;     /* rank 0's process only (NULL elsewhere) */
+    /* outcome of the run, set by rank 0 */
+    int fatal;                /* communication broke or setup failed on a rank */
+    char fatal_msg[1024];
+    int stopped;              /* a signal stopped the batch */
+    int done;                 /* inputs handled */
+} embed_batch;
+
+/* ---- embed_inputs.c --------------------------------------------------------- */
+
+/* Appends the paths of manifest (one per line; '#' comments and blank lines
+ * ignored; relative paths are relative to the manifest's folder). Returns 0, or
+ * RV_EXIT_USAGE after a message when it cannot be read. */
+int embed_inputs_manifest(const char *manifest, embed_input **in, int *n, int *cap);
+/* Appends one path. Returns 0 or RV_EXIT_FAIL (out of memory). */
+int embed_inputs_add(const char *path, embed_input **in, int *n, int *cap);
+/* Output names: out given: the single input goes there; else DIR/<basename
+ * without extension>.safetensors, a name taken by an earlier input getting -2,
+ * -3, ... (noted in in[i].note). Returns 0 or RV_EXIT_FAIL. */
+int embed_inputs_name(embed_input *in, int n, const char *out, const char *dir);
+void embed_inputs_free(embed_input *in, int n);
+
+/* ---- embed_batch.c ---------------------------------------------------------- */
+
+/* The body of one rank (rv_local_fn): every input in turn. Returns RV_OK unless
+ * communication broke (then batch->fatal). */
+rv_status embed_batch_rank(rv_comm *comm, void *arg);
+
+/* ---- embed_output.c --------------------------------------------------------- */
+
+typedef struct embed_output {
+    const char *path;
+    const embed_settings *set;
+    const char *source;        /* the input path */
+    const char *probe_json;
+    const rv_tok_layout *L;
+    double end_s;
+    const rv_vit_pooled *pooled;
+    /* --tokens: all S tokens in global order */
+    const float *tokens;       /* (S, D) */
+    const double *token_time;  /* (S, 2) */
+    const uint8_t *token_modality; /* (S) */
+    const int64_t *token_pos;  /* (S, 3) */
+} embed_output;
+
+/* Writes o->path atomically (rv_st_writer_write: "<path>.tmp.<pid>", renamed). */
+rv_status embed_output_write(const embed_output *o);
+/* 1 when path is a complete output of this command: a valid safetensors file
+ * of format EMBED_FORMAT holding every tensor this run would write. */
+int embed_output_complete(const char *path, const embed_settings *set);
+/* Removes the temporary files "<out>.tmp.<pid>" that a killed run left beside
+ * the outputs in[0..n) (only when process pid is gone). Returns how many. */
+int embed_output_clean_stale(const embed_input *in, int n);
+
+/* ---- embed_log.c ------------------------------------------------------------ */
+
+/* log_path NULL: no JSON-lines log. Progress lines only when stderr is a
+ * terminal and not quiet. */
+rv_status embed_report_open(const embed_settings *set, const char *log_path, int nfiles,
+                            embed_report **out);
+/* A new stage of input index (progress line). total_s: the recording's length;
+ * tokens: the sequence's length (0 unknown). */
+void embed_report_stage(embed_report *r, int index, const char *path, const char *stage,
+                        double total_s, int64_t tokens);
+/* The FLOPs of the forward about to run (for the encode stage's ETA). */
+void embed_report_flops(embed_report *r, double flops);
+/* n more tokens made (any local rank's thread). */
+void embed_report_tokens(embed_report *r, int64_t n);
+/* The outcome of input index: the log line, the stderr line, the --json line. */
+void embed_report_done(embed_report *r, int index, const embed_input *in,
+                       const embed_result *res);
+/* A message for standard error that clears the progress line first. */
+void embed_report_message(embed_report *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void embed_report_close(embed_report **r);
+
+#endif

@@ -1,0 +1,133 @@
+/* embed_batch.c: one rank's run of `ringvit embed`: its compute backend, two
+ * views of its communicator (the forward's, with --timeout deadlines, and one
+ * for the votes between stages, whose waits may be long: a rank may still be
+ * decoding its part of an hour-long file while another waits), then every
+ * input in turn. Rank 0 reports each input; a signal or a broken communicator
+ * ends the batch, and a last vote shares rank 0's counts so every process of
+ * an MPI run exits with the same status. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "embed.h"
+#include "embed_rank.h"
+
+int embed_agree(embed_rank *k, rv_status mine, const double *val, int nval)
+{
+    embed_vote v;
+    memset(&v, 0, sizeof v);
+    v.status = mine;
+    v.stop = embed_stop_signal != 0;
+    for (int i = 0; i < nval && i < EMBED_VOTE_VALS; i++)
+        v.val[i] = val[i];
+    if (mine != RV_OK) {
+        const char *m = rv_last_error();
+        snprintf(v.msg, sizeof v.msg, "%s", m && m[0] ? m : rv_status_name(mine));
+    }
+    rv_status st = rv_comm_allgather(k->ctl, &v, k->votes, sizeof v);
+    if (st != RV_OK)
+        return AGREE_FATAL;
+    int stop = 0;
+    for (int r = 0; r < k->size; r++)
+        stop |= k->votes[r].stop;
+    for (int r = 0; r < k->size; r++) {
+        const embed_vote *x = &k->votes[r];
+        if (x->status == RV_OK)
+            continue;
+        /* A rank stopped by a signal fails its stage; that is the stop, not an error. */
+        if (stop)
+            return AGREE_STOP;
+        char msg[sizeof x->msg];
+        memcpy(msg, x->msg, sizeof msg);
+        msg[sizeof msg - 1] = '\0';
+        /* Name the rank only when the ranks' outcomes differ. */
+        int alike = 1;
+        for (int q = 0; q < k->size; q++)
+            alike &= k->votes[q].status == x->status &&
+                     strncmp(k->votes[q].msg, msg, sizeof msg - 1) == 0;
+        if (!alike && strncmp(msg, "rank ", 5) != 0)
+            rv_fail((rv_status)x->status, "rank %d: %s", r, msg);
+        else
+            rv_fail((rv_status)x->status, "%s", msg);
+        /* A timeout or a lost peer inside a collective breaks the communicator. */
+        return x->status == RV_ERR_TIMEOUT || x->status == RV_ERR_COMM ? AGREE_FATAL
+                                                                        : AGREE_FAILED;
+    }
+    return stop ? AGREE_STOP : AGREE_OK;
+}
+
+rv_status embed_batch_rank(rv_comm *comm, void *arg)
+{
+    embed_batch *b = arg;
+    embed_rank k = {.b = b, .set = b->set, .comm = comm, .rank = comm->rank,
+                    .size = comm->size};
+    /* The batch is this rank's to fill: rank 0's, or every process's own copy
+     * under MPI (local ranks share rank 0's). */
+    const int own = k.rank == 0 || b->set->mpi;
+    embed_result scratch;
+    int counts[3] = {0, 0, 0}; /* ok, failed, skipped: rank 0's */
+    int out = AGREE_OK;
+    rv_status st = rv_comm_split(comm, 0, comm->rank, &k.ctl);
+    if (st == RV_OK)
+        st = rv_comm_set_timeout(k.ctl, EMBED_STAGE_TIMEOUT_S);
+    if (st == RV_OK)
+        st = rv_comm_set_timeout(comm, b->set->timeout_s);
+    if (st == RV_OK && !(k.votes = calloc((size_t)k.size, sizeof *k.votes)))
+        st = rv_fail(RV_ERR_NOMEM, "rank %d: out of memory", k.rank);
+    if (st != RV_OK) {
+        /* Cannot vote: the others fail on this rank's departure (local) or on
+         * the stage deadline. */
+        out = AGREE_FATAL;
+        if (own)
+            snprintf(b->fatal_msg, sizeof b->fatal_msg, "%s", rv_last_error());
+        goto end;
+    }
+    st = rv_backend_cpu_create(b->set->threads, &k.be);
+    if ((out = embed_agree(&k, st, NULL, 0)) != AGREE_OK) {
+        if (out == AGREE_FAILED) /* a rank has no backend: nothing can run */
+            out = AGREE_FATAL;
+        if (own)
+            snprintf(b->fatal_msg, sizeof b->fatal_msg, "%s", rv_last_error());
+        goto end;
+    }
+    for (int i = 0; i < b->n; i++) {
+        embed_result *res = k.rank == 0 ? &b->res[i] : &scratch;
+        out = embed_job_run(&k, i, res);
+        if (out == AGREE_STOP)
+            break;
+        if (k.rank == 0) {
+            b->done = i + 1;
+            counts[res->status]++;
+            embed_report_done(b->report, i, &b->in[i], res);
+        }
+        if (out == AGREE_FATAL) {
+            if (own)
+                snprintf(b->fatal_msg, sizeof b->fatal_msg, "%s", res->error);
+            break;
+        }
+    }
+    if (out != AGREE_FATAL) {
+        /* Rank 0's counts (its writes may have failed) for every process. */
+        double v[3] = {counts[0], counts[1], counts[2]};
+        int last = embed_agree(&k, RV_OK, v, 3);
+        if (last == AGREE_FATAL)
+            out = AGREE_FATAL;
+        else if (k.rank != 0 && own) {
+            const double *c = k.votes[0].val;
+            b->done = (int)(c[0] + c[1] + c[2]);
+            for (int i = 0; i < b->done; i++)
+                b->res[i].status = i < c[0] ? EMBED_OK : i < c[0] + c[1] ? EMBED_FAILED
+                                                                         : EMBED_SKIPPED;
+        }
+    }
+end:
+    if (own) {
+        b->fatal |= out == AGREE_FATAL;
+        b->stopped |= out == AGREE_STOP;
+    }
+    rv_backend_free(&k.be);
+    free(k.votes);
+    rv_comm_free(&k.ctl);
+    /* The outcome is in the batch; the run itself went as far as it could. */
+    return RV_OK;
+}

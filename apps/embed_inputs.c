@@ -1,0 +1,224 @@
+/* embed_inputs.c: the input list of `ringvit embed` (command-line arguments and
+ * --manifest files) and the output name of each input. Names are decided once,
+ * in input order, before anything runs, so a rerun with the same list (--resume)
+ * finds the same outputs. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "embed.h"
+
+int embed_inputs_add(const char *path, embed_input **in, int *n, int *cap)
+{
+    if (*n == *cap) {
+        int nc = *cap ? *cap * 2 : 16;
+        embed_input *p = realloc(*in, sizeof *p * (size_t)nc);
+        if (!p) {
+            rv_cli_error("embed: out of memory for %d inputs", nc);
+            return RV_EXIT_FAIL;
+        }
+        *in = p;
+        *cap = nc;
+    }
+    embed_input *e = &(*in)[*n];
+    memset(e, 0, sizeof *e);
+    if (!(e->path = strdup(path))) {
+        rv_cli_error("embed: out of memory");
+        return RV_EXIT_FAIL;
+    }
+    (*n)++;
+    return 0;
+}
+
+int embed_inputs_manifest(const char *manifest, embed_input **in, int *n, int *cap)
+{
+    FILE *f = fopen(manifest, "r");
+    if (!f)
+        return rv_cli_usage_error("embed", "cannot read the manifest %s: %s", manifest,
+                                  strerror(errno));
+    /* Relative entries are relative to the manifest's folder. */
+    const char *slash = strrchr(manifest, '/');
+    int dirlen = slash ? (int)(slash - manifest) + 1 : 0;
+    char *line = NULL, *full = NULL;
+    size_t cap_line = 0;
+    ssize_t len;
+    int rc = 0, lineno = 0;
+    while ((len = getline(&line, &cap_line, f)) >= 0) {
+        lineno++;
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r' ||
+                           line[len - 1] == ' ' || line[len - 1] == '\t'))
+            line[--len] = '\0';
+        char *s = line;
+        while (*s == ' ' || *s == '\t')
+            s++;
+        if (*s == '\0' || *s == '#')
+            continue;
+        if (strlen(s) != strlen(line) - (size_t)(s - line)) {
+            rc = rv_cli_usage_error("embed", "%s:%d: a NUL byte in the line", manifest, lineno);
+            goto end;
+        }
+        free(full);
+        full = NULL;
+        if (s[0] != '/' && dirlen > 0) {
+            size_t need = (size_t)dirlen + strlen(s) + 1;
+            if (!(full = malloc(need))) {
+                rv_cli_error("embed: out of memory");
+                rc = RV_EXIT_FAIL;
+                goto end;
+            }
+            snprintf(full, need, "%.*s%s", dirlen, manifest, s);
+        }
+        if ((rc = embed_inputs_add(full ? full : s, in, n, cap)) != 0)
+            goto end;
+    }
+    if (ferror(f))
+        rc = rv_cli_usage_error("embed", "cannot read the manifest %s: %s", manifest,
+                                strerror(errno));
+end:
+    free(line);
+    free(full);
+    fclose(f);
+    return rc;
+}
+
+/* ---- a set of names ------------------------------------------------------------ */
+
+typedef struct name_set {
+    char **slot;   /* (cap) NULL empty; borrowed strings */
+    size_t cap;
+} name_set;
+
+static uint64_t fnv1a(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+static int set_has(const name_set *s, const char *name)
+{
+    for (size_t i = fnv1a(name) & (s->cap - 1);; i = (i + 1) & (s->cap - 1)) {
+        if (!s->slot[i])
+            return 0;
+        if (strcmp(s->slot[i], name) == 0)
+            return 1;
+    }
+}
+
+static void set_add(name_set *s, char *name)
+{
+    size_t i = fnv1a(name) & (s->cap - 1);
+    while (s->slot[i])
+        i = (i + 1) & (s->cap - 1);
+    s->slot[i] = name;
+}
+
+/* ---- names ------------------------------------------------------------------------- */
+
+/* The file name of path without folder and last extension ("a/talk.v2.mp4" ->
+ * "talk.v2"); "input" when nothing is left. */
+static char *stem_of(const char *path)
+{
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/')
+        n--;
+    size_t b = n;
+    while (b > 0 && path[b - 1] != '/')
+        b--;
+    size_t e = n;
+    for (size_t i = n; i > b + 1; i--)
+        if (path[i - 1] == '.') {
+            e = i - 1;
+            break;
+        }
+    if (e <= b)
+        return strdup("input");
+    char *s = malloc(e - b + 1);
+    if (s) {
+        memcpy(s, path + b, e - b);
+        s[e - b] = '\0';
+    }
+    return s;
+}
+
+int embed_inputs_name(embed_input *in, int n, const char *out, const char *dir)
+{
+    if (out) {
+        if (!(in[0].output = strdup(out))) {
+            rv_cli_error("embed: out of memory");
+            return RV_EXIT_FAIL;
+        }
+        return 0;
+    }
+    name_set set = {0};
+    char **names = calloc((size_t)n, sizeof *names);
+    set.cap = 16;
+    while (set.cap < (size_t)n * 2 + 2)
+        set.cap *= 2;
+    set.slot = calloc(set.cap, sizeof *set.slot);
+    int rc = RV_EXIT_FAIL;
+    if (!names || !set.slot)
+        goto end;
+    size_t dl = strlen(dir);
+    while (dl > 1 && dir[dl - 1] == '/')
+        dl--;
+    int here = dl == 1 && dir[0] == '.';
+    for (int i = 0; i < n; i++) {
+        char *stem = stem_of(in[i].path);
+        if (!stem)
+            goto end;
+        size_t cap = strlen(stem) + 32;
+        char *name = malloc(cap);
+        if (!name) {
+            free(stem);
+            goto end;
+        }
+        snprintf(name, cap, "%s.safetensors", stem);
+        for (int k = 2; set_has(&set, name); k++)
+            snprintf(name, cap, "%s-%d.safetensors", stem, k);
+        free(stem);
+        set_add(&set, name);
+        names[i] = name;
+        size_t need = dl + strlen(name) + 2;
+        if (!(in[i].output = malloc(need)))
+            goto end;
+        if (here)
+            snprintf(in[i].output, need, "%s", name);
+        else
+            snprintf(in[i].output, need, "%.*s/%s", (int)dl, dir, name);
+        char *plain = stem_of(in[i].path);
+        if (!plain)
+            goto end;
+        size_t pl = strlen(plain);
+        if (strncmp(name, plain, pl) != 0 || strcmp(name + pl, ".safetensors") != 0) {
+            size_t nn = strlen(name) + pl + 128;
+            if ((in[i].note = malloc(nn)))
+                snprintf(in[i].note, nn, "named %s: %s.safetensors is taken by an earlier input",
+                         name, plain);
+        }
+        free(plain);
+    }
+    rc = 0;
+end:
+    if (rc)
+        rv_cli_error("embed: out of memory naming %d outputs", n);
+    for (int i = 0; names && i < n; i++)
+        free(names[i]);
+    free(names);
+    free(set.slot);
+    return rc;
+}
+
+void embed_inputs_free(embed_input *in, int n)
+{
+    for (int i = 0; in && i < n; i++) {
+        free(in[i].path);
+        free(in[i].output);
+        free(in[i].note);
+    }
+    free(in);
+}

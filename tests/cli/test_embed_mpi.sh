@@ -1,0 +1,75 @@
+#!/bin/sh
+# test_embed_mpi.sh MPIEXEC EXE: `ringvit embed --backend mpi` under
+# `mpiexec -n 3 --oversubscribe` gives the same outputs as `--cp 3` with the
+# local backend (ring and allgather, --tokens), and a batch with a bad file
+# exits 3 on every process with the failure in rank 0's log.
+# Run by ctest (label mpi); POSIX sh only. Exits 77 (skipped) without ffmpeg,
+# numpy or an MPI build.
+
+MPIEXEC=$1
+EXE=$2
+if [ -z "$MPIEXEC" ] || [ -z "$EXE" ] || [ ! -x "$EXE" ]; then
+    echo "usage: sh test_embed_mpi.sh MPIEXEC PATH/TO/ringvit" >&2
+    exit 2
+fi
+EXE=$(cd "$(dirname "$EXE")" && pwd)/$(basename "$EXE")
+HERE=$(cd "$(dirname "$0")" && pwd)
+PY=/usr/bin/python3
+CMP="$HERE/embed_compare.py"
+if ! command -v ffmpeg >/dev/null 2>&1; then
+    echo "SKIPPED: no ffmpeg command to generate the test recording"
+    exit 77
+fi
+if ! "$PY" -c 'import numpy' 2>/dev/null; then
+    echo "SKIPPED: $PY has no numpy to read the outputs"
+    exit 77
+fi
+if ! "$EXE" --version | grep -q '^mpi: yes'; then
+    echo "SKIPPED: this ringvit is built without MPI"
+    exit 77
+fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT INT TERM
+cd "$tmp" || exit 1
+pass=0
+fail=0
+
+result() { # NAME STATUS MESSAGE
+    if [ "$2" -eq 0 ]; then
+        pass=$((pass + 1))
+        echo "ok   $1"
+    else
+        fail=$((fail + 1))
+        echo "FAIL $1: $3"
+        [ -s err ] && sed 's/^/     | /' err | head -n 20
+    fi
+}
+
+ffmpeg -nostdin -v error -y -f lavfi -i testsrc2=size=96x64:rate=10 \
+    -f lavfi -i sine=frequency=440:sample_rate=8000 -t 6 -c:v libx264 -c:a aac \
+    -movflags +faststart clip.mp4 >/dev/null 2>&1 || { echo "FAIL ffmpeg could not make a clip"; exit 1; }
+SMALL="--size 32 --fps 2 --tokens --quiet"
+
+for s in ring allgather; do
+    "$EXE" embed clip.mp4 $SMALL --cp 3 --strategy $s -o "local-$s.safetensors" 2>err &&
+        "$MPIEXEC" -n 3 --oversubscribe "$EXE" embed --backend mpi clip.mp4 $SMALL --strategy $s \
+            -o "mpi-$s.safetensors" 2>err &&
+        "$PY" "$CMP" check "mpi-$s.safetensors" cp=3 tokens=321 per_token=1 >cmp 2>&1 &&
+        "$PY" "$CMP" same "mpi-$s.safetensors" "local-$s.safetensors" >cmp 2>&1
+    result "mpi-3-same-as-local-cp3-$s" $? "$(tail -n 1 cmp 2>/dev/null)"
+done
+
+# A batch with a file that is not media: every process exits 3, rank 0 logs it.
+echo "not media" >notes.mp4
+"$MPIEXEC" -n 3 --oversubscribe "$EXE" embed --backend mpi clip.mp4 notes.mp4 --size 32 --fps 2 \
+    --quiet --out-dir out >/dev/null 2>err
+st=$?
+ok=1
+[ "$st" -eq 3 ] && [ -s out/clip.safetensors ] && [ ! -e out/notes.safetensors ] &&
+    [ "$(grep -c '"status":"failed"' out/embed-log.jsonl)" -eq 1 ] && ok=0
+result mpi-batch-exit-3 "$ok" "exit status $st (want 3 from every process), or outputs/log wrong"
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
