@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "apps.h"
+#include "bench_common.h"
 #include "cli.h"
 #include "rv_backend.h"
 
@@ -118,40 +119,6 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             return rc;
     }
     return 0;
-}
-
-/* Fastest of `repeat` runs of the backend's sgemm on (n x n) @ (n x n), GFLOP/s. */
-static rv_status sgemm_rate(rv_backend *be, int repeat, double *gflops)
-{
-    const int n = 2048;
-    size_t nn = (size_t)n * n;
-    float *a = malloc(sizeof(float) * nn), *b = malloc(sizeof(float) * nn),
-          *c = malloc(sizeof(float) * nn);
-    rv_status st = RV_OK;
-    if (!a || !b || !c) {
-        st = rv_fail(RV_ERR_NOMEM, "sgemm baseline: out of memory");
-        goto end;
-    }
-    for (size_t i = 0; i < nn; i++) {
-        a[i] = (float)((i * 7919) % 1000) * 1e-3f;
-        b[i] = (float)((i * 104729) % 1000) * 1e-3f;
-    }
-    double best = 1e30;
-    for (int r = 0; r <= repeat; r++) { /* the first call warms up */
-        double t0 = now_s();
-        st = be->gemm(be, 0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-        double dt = now_s() - t0;
-        if (st != RV_OK)
-            goto end;
-        if (r > 0 && dt < best)
-            best = dt;
-    }
-    *gflops = 2.0 * n * n * (double)n / best * 1e-9;
-end:
-    free(a);
-    free(b);
-    free(c);
-    return st;
 }
 
 /* Max normalised error of 16 sampled query rows (all heads) against double. */
@@ -292,7 +259,7 @@ int rv_bench_attention(int argc, char **argv)
     double sgemm = 0;
     bench_row rows[2 * MAX_SEQS];
     int nrows = 0, ok = 1;
-    if ((st = sgemm_rate(be, o.repeat, &sgemm)) != RV_OK) {
+    if ((st = rv_bench_sgemm_rate(be, o.repeat, &sgemm)) != RV_OK) {
         rc = rv_cli_fail(st, CMD);
         goto end;
     }
@@ -311,7 +278,7 @@ int rv_bench_attention(int argc, char **argv)
     /* The sgemm rate moves with clock and load: measure it again after the
      * attention runs and compare against the faster of the two (the stricter ratio). */
     double sgemm2 = 0;
-    if ((st = sgemm_rate(be, o.repeat, &sgemm2)) != RV_OK) {
+    if ((st = rv_bench_sgemm_rate(be, o.repeat, &sgemm2)) != RV_OK) {
         rc = rv_cli_fail(st, CMD);
         goto end;
     }

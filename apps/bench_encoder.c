@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "apps.h"
+#include "bench_common.h"
 #include "cli.h"
 #include "rv_tokens.h"
 #include "rv_vit.h"
@@ -73,40 +74,6 @@ static double now_s(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-/* Fastest of `repeat` runs of the backend's sgemm on (n x n) @ (n x n), GFLOP/s. */
-static rv_status sgemm_rate(rv_backend *be, int repeat, double *gflops)
-{
-    const int n = 2048;
-    size_t nn = (size_t)n * n;
-    float *a = malloc(sizeof(float) * nn), *b = malloc(sizeof(float) * nn),
-          *c = malloc(sizeof(float) * nn);
-    rv_status st = RV_OK;
-    if (!a || !b || !c) {
-        st = rv_fail(RV_ERR_NOMEM, "sgemm baseline: out of memory");
-        goto end;
-    }
-    for (size_t i = 0; i < nn; i++) {
-        a[i] = (float)((i * 7919) % 1000) * 1e-3f;
-        b[i] = (float)((i * 104729) % 1000) * 1e-3f;
-    }
-    double best = 1e30;
-    for (int r = 0; r <= repeat; r++) { /* the first call warms up */
-        double t0 = now_s();
-        st = be->gemm(be, 0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-        double dt = now_s() - t0;
-        if (st != RV_OK)
-            goto end;
-        if (r > 0 && dt < best)
-            best = dt;
-    }
-    *gflops = 2.0 * n * n * (double)n / best * 1e-9;
-end:
-    free(a);
-    free(b);
-    free(c);
-    return st;
 }
 
 /* A synthetic rank slice: global token g is the CLS token (g == 0 with cls) or
@@ -302,8 +269,8 @@ int rv_bench_encoder(int argc, char **argv)
         goto fail;
     sh.m = m;
     double sgemm = 0, sgemm2 = 0;
-    if ((st = sgemm_rate(be, 3, &sgemm)) != RV_OK || (st = rv_local_run(o.cp, rank_main, &sh)) != RV_OK ||
-        (st = sgemm_rate(be, 3, &sgemm2)) != RV_OK)
+    if ((st = rv_bench_sgemm_rate(be, 3, &sgemm)) != RV_OK || (st = rv_local_run(o.cp, rank_main, &sh)) != RV_OK ||
+        (st = rv_bench_sgemm_rate(be, 3, &sgemm2)) != RV_OK)
         goto fail;
     sgemm = sgemm2 > sgemm ? sgemm2 : sgemm;
 

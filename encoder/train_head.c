@@ -9,15 +9,15 @@
  *             mae_audio_w (audio_dim, D), mae_audio_b (audio_dim)
  * The other task's pointers are NULL and its sizes 0.
  *
- * The generator is self-contained and machine-independent, as in vit_init.c
- * (splitmix64 seeding xoshiro256**, Box-Muller in double), but the seed is
- * first mixed with a constant of its own, so a head initialised with the same
+ * The generator is vit_init.c's (vit_rng.h), but the seed is first mixed with
+ * a constant of its own, so a head initialised with the same
  * seed as its encoder does not repeat the encoder's stream. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "rv_vit_train.h"
+#include "vit_rng.h"
 
 #define MAX_CLASSES (1 << 24)
 #define HEAD_SEED_SALT 0x6865616473656564ull /* "headseed" */
@@ -156,97 +156,24 @@ void rv_train_head_free(rv_train_head **h)
 
 /* ---- fresh weights ---------------------------------------------------------------------- */
 
-typedef struct rng {
-    uint64_t s[4];
-    int have_spare; /* Box-Muller makes normals in pairs */
-    double spare;
-} rng;
-
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rotl(uint64_t x, int k)
-{
-    return (x << k) | (x >> (64 - k));
-}
-
-static void rng_seed(rng *r, uint64_t seed)
-{
-    uint64_t x = seed ^ HEAD_SEED_SALT;
-    for (int i = 0; i < 4; i++)
-        r->s[i] = splitmix64(&x);
-    r->have_spare = 0;
-    r->spare = 0.0;
-}
-
-static uint64_t rng_next(rng *r)
-{
-    uint64_t *s = r->s;
-    const uint64_t out = rotl(s[1] * 5, 7) * 9;
-    const uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return out;
-}
-
-/* Uniform in (-1, 1): (2k + 1 - 2^53) / 2^53 for a 53-bit k, computed exactly. */
-static double rng_sym(rng *r)
-{
-    int64_t k = (int64_t)(rng_next(r) >> 11);
-    return (double)(2 * k + 1 - ((int64_t)1 << 53)) * 0x1p-53;
-}
-
-/* Standard normal (Box-Muller; u1 in (0, 1] so the log is finite). */
-static double rng_normal(rng *r)
-{
-    if (r->have_spare) {
-        r->have_spare = 0;
-        return r->spare;
-    }
-    double u1 = (double)((rng_next(r) >> 11) + 1) * 0x1p-53;
-    double u2 = (double)(rng_next(r) >> 11) * 0x1p-53;
-    double rad = sqrt(-2.0 * log(u1));
-    double th = (2.0 * M_PI) * u2;
-    r->spare = rad * sin(th);
-    r->have_spare = 1;
-    return rad * cos(th);
-}
-
 /* xavier_uniform_ of an (out, in) matrix: U(-b, b), b = sqrt(6 / (in + out)). */
-static void fill_xavier(rng *r, float *x, int64_t out, int64_t in)
+static void fill_xavier(vit_rng *r, float *x, int64_t out, int64_t in)
 {
-    const double bound = sqrt(6.0 / (double)(in + out));
-    for (int64_t i = 0; i < out * in; i++)
-        x[i] = (float)(rng_sym(r) * bound);
-}
-
-static void fill_normal(rng *r, float *x, int64_t n, double std)
-{
-    for (int64_t i = 0; i < n; i++)
-        x[i] = (float)(rng_normal(r) * std);
+    vit_fill_uniform(r, x, out * in, sqrt(6.0 / (double)(in + out)));
 }
 
 rv_status rv_train_head_init(rv_train_head *h, uint64_t seed)
 {
     if (!h || !h->arena)
         return rv_fail(RV_ERR_INVALID, "rv_train_head_init: head is NULL");
-    rng r;
-    rng_seed(&r, seed);
+    vit_rng r;
+    vit_rng_seed(&r, seed ^ HEAD_SEED_SALT);
     memset(h->arena, 0, h->arena_floats * sizeof(float)); /* biases 0 */
     const int64_t D = h->dim;
     if (h->task == RV_TASK_CLASSIFY) {
         fill_xavier(&r, h->cls_w, h->classes, D);
     } else {
-        fill_normal(&r, h->mask_token, D, 0.02);
+        vit_fill_normal(&r, h->mask_token, D, 0.02);
         fill_xavier(&r, h->mae_video_w, h->video_dim, D);
         fill_xavier(&r, h->mae_audio_w, h->audio_dim, D);
     }
