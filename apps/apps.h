@@ -36,6 +36,10 @@ extern const rv_command rv_cmd_init;
  * (its parts: embed.h) */
 extern const rv_command rv_cmd_embed;
 
+/* cmd_finetune.c: `ringvit finetune --task classify|mae --manifest LIST -o OUT ...`
+ * (its parts: finetune.h) */
+extern const rv_command rv_cmd_finetune;
+
 /* bench_ingest.c: `ringvit bench ingest FILE ...`; argv[0] is "ingest".
  * Handles its own --help; returns an exit code. */
 int rv_bench_ingest(int argc, char **argv);
@@ -52,5 +56,8 @@ int rv_bench_ring(int argc, char **argv);
 /* bench_encoder.c: `ringvit bench encoder ...` (the encoder forward with context
  * parallelism). */
 int rv_bench_encoder(int argc, char **argv);
+/* bench_train.c: `ringvit bench train ...` (one training step: forward, backward
+ * with context parallelism). */
+int rv_bench_train(int argc, char **argv);
 
 #endif

@@ -1,8 +1,13 @@
-/* bench_common.c: the sgemm baseline of the compute benches (bench_common.h). */
+/* bench_common.c: the sgemm baseline of the compute benches and the synthetic
+ * token slices of the encoder benches (bench_common.h). */
 #include "bench_common.h"
 
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+
+#include "cli.h"
+#include "rv_tokens.h"
 
 static double now_s(void)
 {
@@ -42,4 +47,95 @@ end:
     free(b);
     free(c);
     return st;
+}
+
+void rv_bench_slice_free(rv_bench_slice *s)
+{
+    free(s->mod), free(s->pos), free(s->time), free(s->video);
+    memset(s, 0, sizeof *s);
+}
+
+rv_status rv_bench_slice_make(const rv_vit_config *c, const rv_shard_plan *p, int r,
+                              rv_bench_slice *s)
+{
+    memset(s, 0, sizeof *s);
+    const int64_t len = rv_shard_len(p, r), cap = len > 0 ? len : 1;
+    const size_t vdim = (size_t)c->tubelet * c->patch * c->patch * RV_VIT_CHANNELS;
+    const int per = RV_BENCH_GRID * RV_BENCH_GRID;
+    s->mod = malloc((size_t)cap);
+    s->pos = malloc(sizeof(int64_t) * 3 * (size_t)cap);
+    s->time = malloc(sizeof(double) * 2 * (size_t)cap);
+    s->video = malloc(sizeof(float) * vdim * (size_t)cap);
+    if (!s->mod || !s->pos || !s->time || !s->video) {
+        rv_bench_slice_free(s);
+        return rv_fail(RV_ERR_NOMEM, "rank %d: out of memory for %lld tokens", r, (long long)len);
+    }
+    rv_shard_seg seg[RV_SHARD_MAX_SEGS];
+    int n = rv_shard_segments(p, r, seg);
+    int64_t k = 0, nv = 0;
+    for (int j = 0; j < n; j++)
+        for (int64_t g = seg[j].start; g < seg[j].start + seg[j].len; g++, k++) {
+            int64_t *ps = s->pos + 3 * k;
+            double *ts = s->time + 2 * k;
+            if (c->cls && g == 0) {
+                s->mod[k] = RV_MOD_CLS;
+                ps[0] = ps[1] = ps[2] = 0;
+                ts[0] = ts[1] = 0;
+                continue;
+            }
+            int64_t i = g - c->cls, tub = i / per, part = i % per;
+            s->mod[k] = RV_MOD_VIDEO;
+            ps[0] = tub, ps[1] = part / RV_BENCH_GRID, ps[2] = part % RV_BENCH_GRID;
+            ts[0] = (double)tub * c->tubelet, ts[1] = ts[0] + c->tubelet;
+            float *v = s->video + (size_t)nv++ * vdim;
+            uint64_t x = 0x9E3779B97F4A7C15ull * (uint64_t)(g + 1);
+            for (size_t e = 0; e < vdim; e++) {
+                x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+                v[e] = (float)((x >> 40) & 0xFFFF) / 16384.0f - 2.0f;
+            }
+        }
+    s->t = (rv_vit_tokens){len, s->mod, s->pos, s->time, nv, s->video, 0, NULL, RV_BENCH_GRID};
+    return RV_OK;
+}
+
+int rv_bench_model_parse(const char *cmd, int argc, char **argv, int64_t seq,
+                         rv_bench_model_opts *o)
+{
+    *o = (rv_bench_model_opts){.seq = seq, .cp = 1, .threads = rv_cpu_default_threads(), .repeat = 1,
+                .strategy = RV_CP_RING};
+    strcpy(o->preset, "tiny");
+    int rc = 0;
+    for (int i = 1; i < argc && !rc; i++) {
+        const char *a = argv[i];
+        if (rv_cli_flag_is(a, "--strategy")) {
+            const char *v = rv_cli_flag_value(cmd, argc, argv, &i);
+            if (!v)
+                return RV_EXIT_USAGE;
+            if (rv_cp_strategy_parse(v, &o->strategy) != RV_OK)
+                return rv_cli_usage_error(cmd, "%s", rv_last_error());
+        } else if (rv_cli_flag_is(a, "--preset")) {
+            const char *v = rv_cli_flag_value(cmd, argc, argv, &i);
+            if (!v)
+                return RV_EXIT_USAGE;
+            rv_vit_config c;
+            if (rv_vit_preset(v, &c) != RV_OK)
+                return rv_cli_usage_error(cmd, "%s", rv_last_error());
+            snprintf(o->preset, sizeof o->preset, "%s", v);
+        } else if (rv_cli_flag_is(a, "--seq")) {
+            rc = rv_cli_take_i64(cmd, argc, argv, &i, 1, (int64_t)1 << 28, &o->seq);
+        } else if (rv_cli_flag_is(a, "--cp")) {
+            rc = rv_cli_take_int(cmd, argc, argv, &i, 1, 1024, &o->cp);
+        } else if (rv_cli_flag_is(a, "--threads")) {
+            rc = rv_cli_take_int(cmd, argc, argv, &i, 1, 4096, &o->threads);
+        } else if (rv_cli_flag_is(a, "--repeat")) {
+            rc = rv_cli_take_int(cmd, argc, argv, &i, 1, 100, &o->repeat);
+        } else if (strcmp(a, "--causal") == 0) {
+            o->causal = 1;
+        } else if (strcmp(a, "--json") == 0) {
+            o->json = 1;
+        } else {
+            return rv_cli_unknown_arg(cmd, a);
+        }
+    }
+    return rc;
 }

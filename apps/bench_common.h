@@ -1,13 +1,50 @@
 /* bench_common.h: what the benches share: the sgemm rate every compute bench
  * sets its figures against (measured in the same run, on the same backend and
- * threads). */
+ * threads), and the synthetic token slices of the encoder benches. */
 #ifndef RV_BENCH_COMMON_H
 #define RV_BENCH_COMMON_H
 
+#include <stdint.h>
+
 #include "rv_backend.h"
+#include "rv_cp_attention.h"
+#include "rv_shard.h"
+#include "rv_vit.h"
 
 /* Fastest of `repeat` runs (after one warm-up) of the backend's sgemm on
  * (2048 x 2048) @ (2048 x 2048), in GFLOP/s. */
 rv_status rv_bench_sgemm_rate(rv_backend *be, int repeat, double *gflops);
+
+/* A synthetic rank slice of a video sequence on the 14 x 14 grid of a 224 px
+ * frame (the presets' grid): global token g is the CLS token (g == 0 with cls)
+ * or video token i = g - cls of tubelet i / 196, patch i % 196, starting at
+ * T s per tubelet (tubelet T at 1 frame/s); patch values from a hash of
+ * (g, element). t points into the arrays. */
+#define RV_BENCH_GRID 14
+typedef struct rv_bench_slice {
+    rv_vit_tokens t;
+    uint8_t *mod;   /* (len) */
+    int64_t *pos;   /* (len, 3) */
+    double *time;   /* (len, 2) */
+    float *video;   /* (nvideo, T*P*P*3) */
+} rv_bench_slice;
+
+/* Rank r's slice under plan p for a model of config c. */
+rv_status rv_bench_slice_make(const rv_vit_config *c, const rv_shard_plan *p, int r,
+                              rv_bench_slice *s);
+void rv_bench_slice_free(rv_bench_slice *s);
+
+/* The options of the encoder benches (bench encoder, bench train). */
+typedef struct rv_bench_model_opts {
+    char preset[16];          /* --preset (default tiny) */
+    int64_t seq;              /* --seq S: tokens, CLS included */
+    int cp, causal, threads, repeat, json;
+    rv_cp_strategy strategy;  /* --strategy (default ring) */
+} rv_bench_model_opts;
+
+/* Parses argv[1..] of `ringvit <cmd>` into o (default seq: seq); returns 0 or an
+ * exit code (usage errors are printed). */
+int rv_bench_model_parse(const char *cmd, int argc, char **argv, int64_t seq,
+                         rv_bench_model_opts *o);
 
 #endif

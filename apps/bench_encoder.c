@@ -24,7 +24,6 @@
 #include "rv_vit.h"
 
 #define CMD "bench encoder"
-#define BENCH_GRID 14 /* 224 / 16 */
 
 static const char help_text[] =
     "usage: ringvit bench encoder [--preset tiny|small|base] [--seq S] [--cp N]\n"
@@ -53,12 +52,7 @@ static const char help_text[] =
     "example:\n"
     "  ringvit bench encoder --preset tiny --seq 16384 --cp 4 --threads 4\n";
 
-typedef struct opts {
-    char preset[16];
-    int64_t seq;
-    int cp, causal, threads, repeat, json;
-    rv_cp_strategy strategy;
-} opts;
+typedef rv_bench_model_opts opts;
 
 typedef struct shared {
     const opts *o;
@@ -76,74 +70,15 @@ static double now_s(void)
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-/* A synthetic rank slice: global token g is the CLS token (g == 0 with cls) or
- * video token i = g - cls of tubelet i / 196, patch i % 196, starting at 2 s per
- * tubelet (tubelet 2 at 1 frame/s); patch values from a hash of (g, element). */
-typedef struct slice {
-    rv_vit_tokens t;
-    uint8_t *mod;
-    int64_t *pos;
-    double *time;
-    float *video;
-} slice;
-
-static void slice_free(slice *s)
-{
-    free(s->mod), free(s->pos), free(s->time), free(s->video);
-    memset(s, 0, sizeof *s);
-}
-
-static rv_status slice_make(const rv_vit_config *c, const rv_shard_plan *p, int r, slice *s)
-{
-    memset(s, 0, sizeof *s);
-    const int64_t len = rv_shard_len(p, r), cap = len > 0 ? len : 1;
-    const size_t vdim = (size_t)c->tubelet * c->patch * c->patch * RV_VIT_CHANNELS;
-    const int per = BENCH_GRID * BENCH_GRID;
-    s->mod = malloc((size_t)cap);
-    s->pos = malloc(sizeof(int64_t) * 3 * (size_t)cap);
-    s->time = malloc(sizeof(double) * 2 * (size_t)cap);
-    s->video = malloc(sizeof(float) * vdim * (size_t)cap);
-    if (!s->mod || !s->pos || !s->time || !s->video) {
-        slice_free(s);
-        return rv_fail(RV_ERR_NOMEM, "rank %d: out of memory for %lld tokens", r, (long long)len);
-    }
-    rv_shard_seg seg[RV_SHARD_MAX_SEGS];
-    int n = rv_shard_segments(p, r, seg);
-    int64_t k = 0, nv = 0;
-    for (int j = 0; j < n; j++)
-        for (int64_t g = seg[j].start; g < seg[j].start + seg[j].len; g++, k++) {
-            int64_t *ps = s->pos + 3 * k;
-            double *ts = s->time + 2 * k;
-            if (c->cls && g == 0) {
-                s->mod[k] = RV_MOD_CLS;
-                ps[0] = ps[1] = ps[2] = 0;
-                ts[0] = ts[1] = 0;
-                continue;
-            }
-            int64_t i = g - c->cls, tub = i / per, part = i % per;
-            s->mod[k] = RV_MOD_VIDEO;
-            ps[0] = tub, ps[1] = part / BENCH_GRID, ps[2] = part % BENCH_GRID;
-            ts[0] = (double)tub * c->tubelet, ts[1] = ts[0] + c->tubelet;
-            float *v = s->video + (size_t)nv++ * vdim;
-            uint64_t x = 0x9E3779B97F4A7C15ull * (uint64_t)(g + 1);
-            for (size_t e = 0; e < vdim; e++) {
-                x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-                v[e] = (float)((x >> 40) & 0xFFFF) / 16384.0f - 2.0f;
-            }
-        }
-    s->t = (rv_vit_tokens){len, s->mod, s->pos, s->time, nv, s->video, 0, NULL, BENCH_GRID};
-    return RV_OK;
-}
-
 static rv_status rank_main(rv_comm *comm, void *arg)
 {
     shared *sh = arg;
     const opts *o = sh->o;
     const int r = comm->rank, D = sh->m->cfg.dim;
     rv_backend *be = NULL;
-    slice s;
+    rv_bench_slice s;
     float *y = NULL;
-    rv_status st = slice_make(&sh->m->cfg, &sh->plan, r, &s);
+    rv_status st = rv_bench_slice_make(&sh->m->cfg, &sh->plan, r, &s);
     if (st != RV_OK)
         return st;
     int tpr = o->threads / o->cp > 0 ? o->threads / o->cp : 1;
@@ -185,49 +120,8 @@ end:
     if (be)
         be->free(be, y);
     rv_backend_free(&be);
-    slice_free(&s);
+    rv_bench_slice_free(&s);
     return st;
-}
-
-static int parse(int argc, char **argv, opts *o)
-{
-    *o = (opts){.seq = 16384, .cp = 1, .threads = rv_cpu_default_threads(), .repeat = 1,
-                .strategy = RV_CP_RING};
-    strcpy(o->preset, "tiny");
-    int rc = 0;
-    for (int i = 1; i < argc && !rc; i++) {
-        const char *a = argv[i];
-        if (rv_cli_flag_is(a, "--strategy")) {
-            const char *v = rv_cli_flag_value(CMD, argc, argv, &i);
-            if (!v)
-                return RV_EXIT_USAGE;
-            if (rv_cp_strategy_parse(v, &o->strategy) != RV_OK)
-                return rv_cli_usage_error(CMD, "%s", rv_last_error());
-        } else if (rv_cli_flag_is(a, "--preset")) {
-            const char *v = rv_cli_flag_value(CMD, argc, argv, &i);
-            if (!v)
-                return RV_EXIT_USAGE;
-            rv_vit_config c;
-            if (rv_vit_preset(v, &c) != RV_OK)
-                return rv_cli_usage_error(CMD, "%s", rv_last_error());
-            snprintf(o->preset, sizeof o->preset, "%s", v);
-        } else if (rv_cli_flag_is(a, "--seq")) {
-            rc = rv_cli_take_i64(CMD, argc, argv, &i, 1, (int64_t)1 << 28, &o->seq);
-        } else if (rv_cli_flag_is(a, "--cp")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1024, &o->cp);
-        } else if (rv_cli_flag_is(a, "--threads")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 4096, &o->threads);
-        } else if (rv_cli_flag_is(a, "--repeat")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 100, &o->repeat);
-        } else if (strcmp(a, "--causal") == 0) {
-            o->causal = 1;
-        } else if (strcmp(a, "--json") == 0) {
-            o->json = 1;
-        } else {
-            return rv_cli_unknown_arg(CMD, a);
-        }
-    }
-    return rc;
 }
 
 int rv_bench_encoder(int argc, char **argv)
@@ -237,7 +131,7 @@ int rv_bench_encoder(int argc, char **argv)
         return RV_EXIT_OK;
     }
     opts o;
-    int rc = parse(argc, argv, &o);
+    int rc = rv_bench_model_parse(CMD, argc, argv, 16384, &o);
     if (rc)
         return rc;
     rv_vit_config cfg;

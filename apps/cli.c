@@ -12,6 +12,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "rv_backend.h"
+
 void rv_cli_error(const char *fmt, ...)
 {
     char msg[1024];
@@ -235,4 +237,21 @@ int rv_cli_json_print(const json_t *root)
         return RV_EXIT_FAIL;
     }
     return RV_EXIT_OK;
+}
+
+int rv_cli_threads_per_rank(int threads, int ranks, int mpi)
+{
+    int cores = rv_cpu_default_threads();
+    if (!mpi) {
+        int t = (threads > 0 ? threads : cores) / (ranks > 0 ? ranks : 1);
+        return t > 0 ? t : 1;
+    }
+    if (threads > 0)
+        return threads;
+    const char *env = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (!env)
+        env = getenv("MPI_LOCALNRANKS");
+    int local = env ? atoi(env) : 1;
+    int t = cores / (local > 0 ? local : 1);
+    return t > 0 ? t : 1;
 }

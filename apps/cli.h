@@ -95,6 +95,12 @@ void rv_cli_log_stderr(rv_log_level level, const char *msg, void *user);
  * verbosity (+1 per -v, -1 for -q). */
 void rv_cli_log_init(int verbosity);
 
+/* Compute threads per rank: local ranks (threads of this process) share
+ * `threads` (<= 0: every core); an MPI rank gets `threads` when given, else the
+ * machine's cores over the ranks on it (OpenMPI and MPICH say how many). At
+ * least 1. */
+int rv_cli_threads_per_rank(int threads, int ranks, int mpi);
+
 /* Writes root as indented JSON plus a newline to stdout and flushes; does not
  * take the reference. Returns RV_EXIT_OK, or RV_EXIT_FAIL after a message. */
 int rv_cli_json_print(const json_t *root);

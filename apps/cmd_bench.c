@@ -21,6 +21,7 @@ static const bench_entry benches[] = {
     {"encoder", rv_bench_encoder},
     {"ingest", rv_bench_ingest},
     {"ring", rv_bench_ring},
+    {"train", rv_bench_train},
 };
 
 #define BENCH_HELP                                                                     \
@@ -35,6 +36,7 @@ static const bench_entry benches[] = {
     "  encoder     encoder forward with context parallelism (tokens/s, MFU, memory)\n" \
     "  ingest      media ingest (decode, sample, resize) against the ffmpeg command\n"  \
     "  ring        context-parallel attention (ring, allgather, ulysses) vs one rank\n"  \
+    "  train       encoder training step (forward + backward) with context parallelism\n" \
     "\n"                                                                               \
     "Run 'ringvit bench BENCH --help' for the options of one bench, e.g.\n"            \
     "  ringvit bench attention --seq 4096 --heads 4 --dim 64\n"

@@ -272,25 +272,6 @@ static int make_dirs(const char *dir)
     return 0;
 }
 
-/* Compute threads per rank: local ranks share the cores; MPI ranks share the
- * machine with the other ranks on it (OpenMPI and MPICH say how many). */
-static int threads_per_rank(const embed_args *a, int ranks, int mpi)
-{
-    int cores = rv_cpu_default_threads();
-    if (!mpi) {
-        int t = (a->threads > 0 ? a->threads : cores) / ranks;
-        return t > 0 ? t : 1;
-    }
-    if (a->threads > 0)
-        return a->threads;
-    const char *env = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    if (!env)
-        env = getenv("MPI_LOCALNRANKS");
-    int local = env ? atoi(env) : 1;
-    int t = cores / (local > 0 ? local : 1);
-    return t > 0 ? t : 1;
-}
-
 /* The model of --model: a preset with random weights or a weights file. */
 static int setup_model(const embed_args *a, rv_vit_model **m, int loud)
 {
@@ -466,7 +447,7 @@ static int embed_main(int argc, char **argv)
     }
     set.strategy = a.strategy;
     set.causal = a.causal;
-    set.threads = threads_per_rank(&a, set.ranks, set.mpi);
+    set.threads = rv_cli_threads_per_rank(a.threads, set.ranks, set.mpi);
     set.io.threads = a.decode_threads > 0 ? a.decode_threads : set.threads;
     set.timeout_s = a.timeout_s;
     set.segment_s = a.segment_s;

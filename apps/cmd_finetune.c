@@ -1,0 +1,749 @@
+/* cmd_finetune.c: `ringvit finetune`, training the encoder with a task head
+ * (classify: a linear head on the pooled embedding; mae: masked reconstruction)
+ * on the recordings of a manifest, with context parallelism (--cp) inside each
+ * recording and data parallelism (--dp) across recordings. Parses the flags,
+ * reads the manifests, sets up the model (a preset with seeded weights, a
+ * weights file, or the checkpoint of --resume) and the settings JSON that
+ * defines the trajectory, checks a resumed checkpoint against it (naming the
+ * field that differs), and runs the ranks (finetune_loop.c): threads of this
+ * process (--backend local) or the processes of an MPI job.
+ *
+ * Exit status: 0 trained (or stopped by --stop-at with a checkpoint), 1 runtime
+ * failure, 2 usage error, 128 + N stopped by signal N (a checkpoint is written
+ * first when there is a checkpoint path). */
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "apps.h"
+#include "cli.h"
+#include "finetune.h"
+#include "ingest_cli.h"
+#include "rv_backend.h"
+
+#define CMD FT_CMD
+
+volatile sig_atomic_t ft_stop_signal;
+
+static const char help_text[] =
+    "usage: ringvit finetune --task classify|mae --manifest TRAIN.tsv [--val VAL.tsv]\n"
+    "                        -o TUNED.safetensors [--model PRESET|WEIGHTS] [--seed N]\n"
+    "                        [--cp N] [--dp M] [--backend local|mpi]\n"
+    "                        [--strategy ring|allgather|ulysses] [--causal] [--threads N]\n"
+    "                        [--epochs E | --steps K] [--lr LR] [--min-lr LR] [--wd WD]\n"
+    "                        [--head-lr LR] [--warmup K] [--clip C] [--accum A]\n"
+    "                        [--mask-ratio F]\n"
+    "                        [--fps F] [--size N] [--save-every K] [--ckpt FILE]\n"
+    "                        [--resume CKPT] [--stop-at K] [--log FILE] [--no-cache]\n"
+    "                        [--check-sync K] [--timeout SEC] [--quiet] [--json]\n"
+    "\n"
+    "Trains the encoder on the recordings of a manifest with a task head:\n"
+    "  classify  a linear head on the mean of every token's output, cross-entropy;\n"
+    "            the manifest's lines are 'path<TAB>label' (labels are any text;\n"
+    "            the classes are the sorted unique labels of TRAIN)\n"
+    "  mae       masked reconstruction: a fraction of the video and audio tokens is\n"
+    "            hidden (their patch replaced by a learned mask token) and a linear\n"
+    "            head predicts their normalised patches; lines are 'path' (a label\n"
+    "            column is ignored)\n"
+    "Manifests: '#' comments and blank lines are skipped; relative paths are\n"
+    "relative to the manifest's folder.\n"
+    "\n"
+    "Each recording's sequence is split over the N ranks of a context-parallel\n"
+    "group (as 'ringvit embed --cp N' does); M such groups train on different\n"
+    "recordings (data parallelism); gradients are summed over both. Step s takes\n"
+    "the global batch of M x A recordings at positions [s M A, (s + 1) M A) of the\n"
+    "epochs' orders (a seeded permutation per epoch), so the run is a function of\n"
+    "the settings: the same settings give the same losses and weights.\n"
+    "\n"
+    "data and task:\n"
+    "  --task T            classify or mae (required)\n"
+    "  --manifest FILE     training recordings (required)\n"
+    "  --val FILE          validation recordings, evaluated at the end of every epoch\n"
+    "                      and at the end (classify: accuracy and loss; mae: the\n"
+    "                      reconstruction loss); a label not in TRAIN is an error\n"
+    "  --mask-ratio F      mae: fraction of tokens hidden (default 0.75)\n"
+    "  --fps F             video frames sampled per second (default 2)\n"
+    "  --size N            frame side, px (default the model's grid x patch); a\n"
+    "                      multiple of the patch; positions are resampled\n"
+    "  --no-cache          decode every recording again each epoch (default: each\n"
+    "                      rank keeps its tokens of every recording in memory)\n"
+    "\n"
+    "model and output:\n"
+    "  --model M           a preset (tiny, small, base: default tiny; seeded random\n"
+    "                      weights) or a weights file to start from\n"
+    "  --seed N            seed of the data order, the hidden tokens, the head and a\n"
+    "                      preset's weights (default 0)\n"
+    "  -o, --output FILE   the tuned weights (required): the encoder (read by\n"
+    "                      'ringvit embed --model'), the head, the class names\n"
+    "                      (metadata ringvit.classes) and the settings\n"
+    "  --log FILE          JSON-lines log, one object per step and evaluation\n"
+    "                      (default OUT.log.jsonl, OUT without .safetensors)\n"
+    "\n"
+    "optimisation (AdamW, linear warm-up then cosine decay to --min-lr):\n"
+    "  --epochs E          passes over the manifest (default 1): ceil(E n / (M A)) steps\n"
+    "  --steps K           optimizer steps instead of --epochs\n"
+    "  --lr LR             peak learning rate (default 1e-4)\n"
+    "  --head-lr LR        the task head's peak learning rate (default --lr; a\n"
+    "                      fresh head on a pretrained encoder often wants 10-100x)\n"
+    "  --min-lr LR         learning rate at the last step (default 0)\n"
+    "  --wd WD             decoupled weight decay on the matrices (default 0.05)\n"
+    "  --warmup K          warm-up steps (default 0)\n"
+    "  --clip C            global gradient-norm clip (default 1; 0 disables)\n"
+    "  --accum A           recordings per dp group and step (default 1)\n"
+    "\n"
+    "checkpoints:\n"
+    "  --save-every K      write a checkpoint every K steps (default: none)\n"
+    "  --ckpt FILE         its path (default OUT.ckpt, OUT without .safetensors)\n"
+    "  --resume CKPT       continue from a checkpoint; the settings must be those it\n"
+    "                      was written with (a difference is named); the rest of the\n"
+    "                      run is bit-identical to an uninterrupted one\n"
+    "  --stop-at K         end after step K with a checkpoint (no output), as if\n"
+    "                      interrupted; --resume continues\n"
+    "\n"
+    "parallelism:\n"
+    "  --cp N              ranks per recording (default 1)\n"
+    "  --dp M              recordings in parallel (default 1)\n"
+    "  --backend B         local (default: N x M threads of this process) or mpi (run\n"
+    "                      under mpiexec -n N*M)\n"
+    "  --strategy S        ring (default), allgather or ulysses (heads % N == 0)\n"
+    "  --causal            causal attention (zigzag shards)\n"
+    "  --threads N         compute threads in all (local, default: every core) or per\n"
+    "                      process (mpi)\n"
+    "  --timeout SEC       communication deadline inside a step (default 120)\n"
+    "  --check-sync K      debug: every K steps check every rank holds the same weights\n"
+    "\n"
+    "reporting:\n"
+    "  --quiet             nothing on standard error but errors\n"
+    "  --json              a JSON summary on standard output at the end\n"
+    "\n"
+    "Progress on standard error: step/total, loss, tokens/s and ETA (one line redrawn\n"
+    "on a terminal, else a line every 10 steps or 10 s). SIGINT or SIGTERM stops after\n"
+    "the current step, writing a checkpoint.\n"
+    "\n"
+    "Exit status: 0 trained (or stopped by --stop-at), 1 runtime failure, 2 usage,\n"
+    "128+N stopped by signal N.\n"
+    "\n"
+    "examples:\n"
+    "  ringvit finetune --task classify --manifest train.tsv --val val.tsv --epochs 5 \\\n"
+    "      --lr 3e-4 --cp 2 --dp 2 -o tuned.safetensors\n"
+    "  ringvit finetune --task mae --manifest clips.txt --steps 1000 --save-every 100 \\\n"
+    "      -o mae.safetensors\n";
+
+typedef struct ft_args {
+    const char *task, *manifest, *val, *model, *out, *log, *ckpt, *resume, *backend;
+    int cp, dp, cp_set, dp_set, accum, threads, causal, no_cache, quiet, json, check_sync;
+    int seed_set, size_set, model_set;
+    rv_cp_strategy strategy;
+    double epochs, timeout_s, mask_ratio, head_lr;
+    int epochs_set;
+    int64_t steps, save_every, stop_at, seed;
+    int fps_num, fps_den, size;
+    rv_adamw_opts opt;
+} ft_args;
+
+static int parse_args(int argc, char **argv, ft_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->model = "tiny";
+    a->backend = "local";
+    a->cp = a->dp = a->accum = 1;
+    a->strategy = RV_CP_RING;
+    a->epochs = 1;
+    a->mask_ratio = 0.75;
+    a->head_lr = -1;
+    a->fps_num = 2, a->fps_den = 1;
+    rv_adamw_opts_default(&a->opt);
+    if (rv_comm_default_timeout(&a->timeout_s) != RV_OK)
+        a->timeout_s = RV_COMM_DEFAULT_TIMEOUT_S;
+    int rc = 0;
+    for (int i = 1; i < argc && !rc; i++) {
+        const char *s = argv[i], *v;
+#define VALUE(dst)                                                         \
+    do {                                                                   \
+        if (!(v = rv_cli_flag_value(CMD, argc, argv, &i)))                 \
+            return RV_EXIT_USAGE;                                          \
+        dst = v;                                                           \
+    } while (0)
+        if (rv_cli_flag_is(s, "--task"))
+            VALUE(a->task);
+        else if (rv_cli_flag_is(s, "--manifest"))
+            VALUE(a->manifest);
+        else if (rv_cli_flag_is(s, "--val"))
+            VALUE(a->val);
+        else if (rv_cli_flag_is(s, "--model")) {
+            VALUE(a->model);
+            a->model_set = 1;
+        }
+        else if (rv_cli_flag_is(s, "-o") || rv_cli_flag_is(s, "--output"))
+            VALUE(a->out);
+        else if (rv_cli_flag_is(s, "--log"))
+            VALUE(a->log);
+        else if (rv_cli_flag_is(s, "--ckpt"))
+            VALUE(a->ckpt);
+        else if (rv_cli_flag_is(s, "--resume"))
+            VALUE(a->resume);
+        else if (rv_cli_flag_is(s, "--backend")) {
+            VALUE(a->backend);
+            if (strcmp(v, "local") && strcmp(v, "mpi"))
+                return rv_cli_usage_error(CMD, "--backend wants local or mpi, got '%s'", v);
+        } else if (rv_cli_flag_is(s, "--strategy")) {
+            VALUE(v);
+            if (rv_cp_strategy_parse(v, &a->strategy) != RV_OK)
+                return rv_cli_usage_error(CMD, "--strategy wants ring, allgather or ulysses, "
+                                          "got '%s'", v);
+        } else if (rv_cli_flag_is(s, "--seed")) {
+            rc = rv_cli_take_i64(CMD, argc, argv, &i, 0, INT64_MAX, &a->seed);
+            a->seed_set = 1;
+        } else if (rv_cli_flag_is(s, "--cp")) {
+            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1024, &a->cp);
+            a->cp_set = 1;
+        } else if (rv_cli_flag_is(s, "--dp")) {
+            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1024, &a->dp);
+            a->dp_set = 1;
+        } else if (rv_cli_flag_is(s, "--accum")) {
+            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1 << 20, &a->accum);
+        } else if (rv_cli_flag_is(s, "--threads")) {
+            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 4096, &a->threads);
+        } else if (rv_cli_flag_is(s, "--epochs")) {
+            rc = rv_cli_take_double(CMD, argc, argv, &i, 1e-9, 1e9, &a->epochs);
+            a->epochs_set = 1;
+        } else if (rv_cli_flag_is(s, "--steps")) {
+            rc = rv_cli_take_i64(CMD, argc, argv, &i, 1, (int64_t)1 << 40, &a->steps);
+        } else if (rv_cli_flag_is(s, "--lr")) {
+            rc = rv_cli_take_double(CMD, argc, argv, &i, 0, 10, &a->opt.lr);
+        } else if (rv_cli_flag_is(s, "--head-lr")) {
+            rc = rv_cli_take_double(CMD, argc, argv, &i, 0, 10, &a->head_lr);
+        } else if (rv_cli_flag_is(s, "--min-lr")) {
+            rc = rv_cli_take_double(CMD, argc, argv, &i, 0, 10, &a->opt.min_lr);
+        } else if (rv_cli_flag_is(s, "--wd")) {
+            rc = rv_cli_take_double(CMD, argc, argv, &i, 0, 10, &a->opt.wd);
+        } else if (rv_cli_flag_is(s, "--warmup")) {
+            rc = rv_cli_take_i64(CMD, argc, argv, &i, 0, (int64_t)1 << 40, &a->opt.warmup);
+        } else if (rv_cli_flag_is(s, "--clip")) {
+            rc = rv_cli_take_double(CMD, argc, argv, &i, 0, 1e9, &a->opt.clip);
+        } else if (rv_cli_flag_is(s, "--mask-ratio")) {
+            rc = rv_cli_take_double(CMD, argc, argv, &i, 0.001, 1, &a->mask_ratio);
+        } else if (rv_cli_flag_is(s, "--fps")) {
+            rc = rv_cli_take_fps(CMD, argc, argv, &i, &a->fps_num, &a->fps_den);
+        } else if (rv_cli_flag_is(s, "--size")) {
+            rc = rv_cli_take_int(CMD, argc, argv, &i, 8, 4096, &a->size);
+            a->size_set = 1;
+        } else if (rv_cli_flag_is(s, "--save-every")) {
+            rc = rv_cli_take_i64(CMD, argc, argv, &i, 1, (int64_t)1 << 40, &a->save_every);
+        } else if (rv_cli_flag_is(s, "--stop-at")) {
+            rc = rv_cli_take_i64(CMD, argc, argv, &i, 1, (int64_t)1 << 40, &a->stop_at);
+        } else if (rv_cli_flag_is(s, "--check-sync")) {
+            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1 << 30, &a->check_sync);
+        } else if (rv_cli_flag_is(s, "--timeout")) {
+            rc = rv_cli_take_double(CMD, argc, argv, &i, 0.001, 1e7, &a->timeout_s);
+        } else if (strcmp(s, "--causal") == 0) {
+            a->causal = 1;
+        } else if (strcmp(s, "--no-cache") == 0) {
+            a->no_cache = 1;
+        } else if (strcmp(s, "--quiet") == 0 || strcmp(s, "-q") == 0) {
+            a->quiet = 1;
+        } else if (strcmp(s, "--json") == 0) {
+            a->json = 1;
+        } else {
+            return rv_cli_unknown_arg(CMD, s);
+        }
+#undef VALUE
+    }
+    if (rc)
+        return rc;
+    if (!a->task)
+        return rv_cli_usage_error(CMD, "which task? give --task classify or --task mae");
+    rv_task t;
+    if (rv_task_parse(a->task, &t) != RV_OK)
+        return rv_cli_usage_error(CMD, "--task wants classify or mae, got '%s'", a->task);
+    if (!a->manifest)
+        return rv_cli_usage_error(CMD, "which recordings? give --manifest TRAIN.tsv");
+    if (!a->out || !a->out[0])
+        return rv_cli_usage_error(CMD, "where to? give -o TUNED.safetensors");
+    if (a->steps && a->epochs_set)
+        return rv_cli_usage_error(CMD, "--epochs and --steps both say how long: give one");
+    if (a->resume && a->model_set)
+        return rv_cli_usage_error(CMD, "--model and --resume: the checkpoint holds the model; "
+                                  "leave --model out");
+    if (a->opt.min_lr > a->opt.lr)
+        return rv_cli_usage_error(CMD, "--min-lr %g is above --lr %g", a->opt.min_lr, a->opt.lr);
+    return 0;
+}
+
+/* ---- settings ------------------------------------------------------------------------- */
+
+/* Keys of the settings JSON that do not change the trajectory (informational). */
+static int informational(const char *key)
+{
+    return strcmp(key, "model") == 0 || strcmp(key, "classes") == 0;
+}
+
+static char *hex64(uint64_t v, char buf[17])
+{
+    snprintf(buf, 17, "%016" PRIx64, v);
+    return buf;
+}
+
+/* The settings JSON that defines the trajectory, into set->settings. */
+static int build_settings(const char *model, ft_settings *set)
+{
+    char h1[17], h2[17], seed[24], fps[32];
+    snprintf(seed, sizeof seed, "%" PRIu64, set->seed);
+    snprintf(fps, sizeof fps, "%d/%d", set->io.fps_num, set->io.fps_den);
+    json_t *j = json_pack(
+        "{s:s, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:i, s:i, s:i, s:b, "
+        "s:s, s:i, s:s, s:s, s:i, s:s, s:i, s:s}",
+        "task", rv_task_name(set->task), "seed", seed, "lr", set->opt.lr, "min_lr",
+        set->opt.min_lr, "head_lr", set->head_opt.lr, "wd", set->opt.wd, "clip", set->opt.clip,
+        "beta1", set->opt.beta1, "beta2", set->opt.beta2, "eps", set->opt.eps, "warmup",
+        (json_int_t)set->opt.warmup, "steps", (json_int_t)set->steps, "accum", set->accum, "dp",
+        set->dp, "cp", set->cp, "causal", set->causal, "fps", fps, "size", set->io.size,
+        "manifest", set->manifest, "manifest_hash", hex64(set->train.hash, h1), "train_count",
+        set->train.n, "model", model, "classes_count", set->classes.n, "classes_hash",
+        hex64(ft_classes_hash(&set->classes), h2));
+    if (!j) {
+        rv_cli_error(CMD ": out of memory (or a path that is not UTF-8)");
+        return RV_EXIT_FAIL;
+    }
+    if (set->task == RV_TASK_MAE)
+        json_object_set_new(j, "mask_ratio", json_real(set->mask_ratio));
+    json_t *cl = json_array();
+    for (int i = 0; cl && i < set->classes.n; i++)
+        json_array_append_new(cl, json_string(set->classes.name[i]));
+    if (cl)
+        json_object_set_new(j, "classes", cl);
+    int rc = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        char *text = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
+        size_t n = text ? strlen(text) : 0;
+        if (text && n < sizeof set->settings) {
+            memcpy(set->settings, text, n + 1);
+            free(text);
+            goto end;
+        }
+        free(text);
+        json_object_del(j, "classes"); /* the hash still pins them */
+    }
+    rv_cli_error(CMD ": the settings do not fit the checkpoint's %zu bytes (a very long "
+                 "manifest path?)", sizeof set->settings);
+    rc = RV_EXIT_FAIL;
+end:
+    json_decref(j);
+    return rc;
+}
+
+/* The checkpoint's settings against this run's: the first field that differs. */
+static int check_resume_settings(const char *ckpt, const char *theirs, const char *ours)
+{
+    json_t *a = json_loads(theirs, 0, NULL), *b = json_loads(ours, 0, NULL);
+    int rc = 0;
+    if (!json_is_object(a) || !json_is_object(b)) {
+        rc = rv_cli_usage_error(CMD, "--resume %s: its settings are not a finetune settings "
+                                "object", ckpt);
+        goto end;
+    }
+    for (int pass = 0; pass < 2 && !rc; pass++) {
+        json_t *x = pass ? b : a, *y = pass ? a : b;
+        const char *key;
+        json_t *v;
+        json_object_foreach(x, key, v) {
+            if (informational(key))
+                continue;
+            json_t *w = json_object_get(y, key);
+            if (w && json_equal(v, w))
+                continue;
+            char *tv = json_dumps(pass ? w : v, JSON_ENCODE_ANY | JSON_REAL_PRECISION(17));
+            char *ov = json_dumps(pass ? v : w, JSON_ENCODE_ANY | JSON_REAL_PRECISION(17));
+            rc = rv_cli_usage_error(CMD, "--resume %s: the checkpoint was written with %s %s, "
+                                    "this run has %s %s; resume with the same settings", ckpt,
+                                    key, tv ? tv : "(none)", key, ov ? ov : "(none)");
+            free(tv), free(ov);
+            break;
+        }
+    }
+end:
+    json_decref(a), json_decref(b);
+    return rc;
+}
+
+/* ---- setup -------------------------------------------------------------------------- */
+
+static int setup_model(const ft_args *a, rv_vit_model **m)
+{
+    rv_status st;
+    if (a->resume) {
+        if ((st = rv_vit_load(a->resume, NULL, m)) != RV_OK)
+            return rv_cli_fail(st, CMD ": --resume");
+        return 0;
+    }
+    size_t n = strlen(a->model);
+    int is_file = strchr(a->model, '/') ||
+                  (n > 12 && strcmp(a->model + n - 12, ".safetensors") == 0) ||
+                  access(a->model, F_OK) == 0;
+    if (is_file) {
+        if ((st = rv_vit_load(a->model, NULL, m)) != RV_OK)
+            return rv_cli_fail(st, CMD ": model");
+        return 0;
+    }
+    rv_vit_config cfg;
+    if (rv_vit_preset(a->model, &cfg) != RV_OK)
+        return rv_cli_usage_error(CMD, "--model wants a preset (tiny, small, base) or a weights "
+                                  "file, got '%s'", a->model);
+    if ((st = rv_vit_new(&cfg, m)) != RV_OK ||
+        (st = rv_vit_init_random(*m, (uint64_t)a->seed)) != RV_OK) {
+        rv_vit_free(m);
+        return rv_cli_fail(st, CMD ": model");
+    }
+    return 0;
+}
+
+/* OUT without a trailing ".safetensors", plus suffix. */
+static void derived_path(const char *out, const char *suffix, char *buf, size_t n)
+{
+    size_t len = strlen(out);
+    if (len > 12 && strcmp(out + len - 12, ".safetensors") == 0)
+        len -= 12;
+    snprintf(buf, n, "%.*s%s", (int)len, out, suffix);
+}
+
+static int folder_of_exists(const char *path)
+{
+    char dir[4200];
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        return 1;
+    snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    struct stat sb;
+    return stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+static void on_signal(int sig)
+{
+    if (ft_stop_signal) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    ft_stop_signal = sig;
+    static const char msg[] = "\nringvit: finetune: stopping after the current step (send the "
+                              "signal again to stop at once)\n";
+    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)w;
+}
+
+static void install_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+/* ---- main ----------------------------------------------------------------------------- */
+
+static int summary(const ft_args *a, const ft_settings *set, const ft_job *job, int loud)
+{
+    const ft_result *r = &job->res;
+    if (!loud)
+        return RV_EXIT_OK;
+    const double tps = r->seconds > 0 ? r->tokens / r->seconds : 0;
+    if (!set->quiet) {
+        if (r->stopped)
+            fprintf(stderr, RV_CLI_PROG ": finetune: stopped at step %" PRId64 " of %" PRId64
+                    "%s%s\n", r->steps_done, set->steps,
+                    r->ckpt_written[0] ? "; resume with --resume " : " (no checkpoint)",
+                    r->ckpt_written);
+        else
+            fprintf(stderr, RV_CLI_PROG ": finetune: %" PRId64 " steps, final loss %.4f, %.0f "
+                    "tokens/s, %.1f s -> %s\n", r->steps_done, r->last_loss, tps, r->seconds,
+                    set->out);
+        if (!r->stopped && r->evaluated)
+            fprintf(stderr, RV_CLI_PROG ": finetune: validation: loss %.4f%s%.4f over %" PRId64
+                    " recordings\n", r->val_loss,
+                    set->task == RV_TASK_CLASSIFY ? ", accuracy " : "",
+                    set->task == RV_TASK_CLASSIFY ? r->val_acc : 0.0, r->val_count);
+    }
+    if (!a->json)
+        return RV_EXIT_OK;
+    json_t *j = json_pack("{s:s, s:s, s:I, s:I, s:f, s:f, s:f, s:b, s:s?, s:s?}", "task",
+                          rv_task_name(set->task), "output", set->out, "steps",
+                          (json_int_t)r->steps_done, "total_steps", (json_int_t)set->steps,
+                          "loss", r->last_loss, "seconds", r->seconds, "tokens_per_s", tps,
+                          "stopped", r->stopped != 0, "checkpoint",
+                          r->ckpt_written[0] ? r->ckpt_written : NULL, "log", set->log);
+    if (j && r->evaluated) {
+        json_object_set_new(j, "val_loss", json_real(r->val_loss));
+        json_object_set_new(j, "val_count", json_integer(r->val_count));
+        if (set->task == RV_TASK_CLASSIFY)
+            json_object_set_new(j, "val_accuracy", json_real(r->val_acc));
+    }
+    if (j && set->task == RV_TASK_CLASSIFY) {
+        json_t *cl = json_array();
+        for (int i = 0; cl && i < set->classes.n; i++)
+            json_array_append_new(cl, json_string(set->classes.name[i]));
+        json_object_set_new(j, "classes", cl);
+    }
+    if (!j) {
+        rv_cli_error(CMD ": out of memory");
+        return RV_EXIT_FAIL;
+    }
+    int rc = rv_cli_json_print(j);
+    json_decref(j);
+    return rc;
+}
+
+static int finetune_main(int argc, char **argv)
+{
+    ft_args a;
+    ft_settings set;
+    ft_job job;
+    rv_vit_model *model = NULL;
+    rv_train_head *head = NULL;
+    rv_adamw *adam = NULL;
+    rv_comm *world = NULL;
+    uint8_t *decay = NULL;
+    char ckpt_path[4200], log_path[4200];
+    int rc, rank = 0;
+    rv_status st;
+    memset(&set, 0, sizeof set);
+    memset(&job, 0, sizeof job);
+    pthread_mutex_init(&job.lock, NULL);
+    if ((rc = parse_args(argc, argv, &a)) != 0)
+        goto end;
+    rv_task_parse(a.task, &set.task);
+    const int classify = set.task == RV_TASK_CLASSIFY;
+
+    /* Data. */
+    if ((rc = ft_data_read(a.manifest, classify, classify ? &set.classes : NULL, NULL,
+                           &set.train)) != 0)
+        goto end;
+    if (classify && set.classes.n < 2) {
+        rc = rv_cli_usage_error(CMD, "%s: classify needs at least 2 classes; the manifest has "
+                                "%d ('%s')", a.manifest, set.classes.n, set.classes.name[0]);
+        goto end;
+    }
+    if (a.val && (rc = ft_data_read(a.val, classify, NULL, &set.classes, &set.val)) != 0)
+        goto end;
+
+    /* The ranks. */
+    set.mpi = strcmp(a.backend, "mpi") == 0;
+    set.cp = a.cp;
+    set.dp = a.dp;
+    if (set.mpi) {
+        if (!rv_comm_backend_built("mpi")) {
+            rv_fail(RV_ERR_UNSUPPORTED, "this build has no MPI; --backend local runs the ranks "
+                    "as threads");
+            rc = rv_cli_fail(RV_ERR_UNSUPPORTED, CMD);
+            goto end;
+        }
+        if ((st = rv_comm_mpi_world(&world)) != RV_OK) {
+            rc = rv_cli_fail(st, CMD);
+            goto end;
+        }
+        rank = world->rank;
+        if (!a.dp_set && world->size % set.cp == 0)
+            set.dp = world->size / set.cp;
+        if (set.cp * set.dp != world->size) {
+            rc = rv_cli_usage_error(CMD, "--cp %d x --dp %d is %d ranks, but mpiexec started %d "
+                                    "processes", set.cp, set.dp, set.cp * set.dp, world->size);
+            goto end;
+        }
+    } else if (set.cp * set.dp > 1024) {
+        rc = rv_cli_usage_error(CMD, "--cp %d x --dp %d is more than 1024 ranks", set.cp, set.dp);
+        goto end;
+    }
+
+    /* The model and what it decides. */
+    if ((rc = setup_model(&a, &model)) != 0)
+        goto end;
+    const rv_vit_config *cfg = &model->cfg;
+    if (a.strategy == RV_CP_ULYSSES && cfg->heads % set.cp != 0) {
+        rc = rv_cli_usage_error(CMD, "ulysses needs the model's heads (%d) to be a multiple of "
+                                "--cp (%d); use ring or allgather", cfg->heads, set.cp);
+        goto end;
+    }
+    rv_tok_opts_default(&set.to);
+    set.to.tubelet = cfg->tubelet;
+    set.to.patch = cfg->patch;
+    set.to.audio_freq = cfg->audio_freq;
+    set.to.audio_time = cfg->audio_time;
+    set.to.audio_stride = cfg->audio_time;
+    set.to.cls = cfg->cls;
+    rv_ingest_opts_default(&set.io);
+    set.io.fps_num = a.fps_num;
+    set.io.fps_den = a.fps_den;
+    set.io.size = a.size_set ? a.size : cfg->grid * cfg->patch;
+    if (set.io.size % cfg->patch) {
+        rc = rv_cli_usage_error(CMD, "--size %d must be a multiple of the model's patch (%d)",
+                                set.io.size, cfg->patch);
+        goto end;
+    }
+    set.manifest = a.manifest;
+    set.val_manifest = a.val;
+    set.model_name = a.resume ? a.resume : a.model;
+    set.out = a.out;
+    derived_path(a.out, ".ckpt", ckpt_path, sizeof ckpt_path);
+    derived_path(a.out, ".log.jsonl", log_path, sizeof log_path);
+    set.ckpt = a.ckpt ? a.ckpt : ckpt_path;
+    set.log = a.log ? a.log : log_path;
+    set.resume = a.resume;
+    set.accum = a.accum;
+    set.threads = rv_cli_threads_per_rank(a.threads, set.mpi ? 1 : set.cp * set.dp, set.mpi);
+    set.io.threads = set.threads;
+    set.strategy = a.strategy;
+    set.causal = a.causal;
+    set.cache = !a.no_cache;
+    set.quiet = a.quiet || rank != 0;
+    set.json = a.json && rank == 0;
+    set.check_sync = a.check_sync;
+    set.timeout_s = a.timeout_s;
+    set.seed = (uint64_t)a.seed;
+    set.mask_ratio = a.mask_ratio;
+    set.opt = a.opt;
+    const int64_t batch = (int64_t)set.dp * set.accum;
+    set.steps = a.steps ? a.steps
+                        : (int64_t)ceil(a.epochs * (double)set.train.n / (double)batch - 1e-9);
+    if (set.steps < 1)
+        set.steps = 1;
+    set.opt.total = set.steps;
+    set.head_opt = set.opt;
+    if (a.head_lr >= 0) {
+        /* The same schedule, scaled. */
+        set.head_opt.min_lr = set.opt.lr > 0 ? set.opt.min_lr * a.head_lr / set.opt.lr : 0;
+        set.head_opt.lr = a.head_lr;
+    }
+    set.save_every = a.save_every;
+    set.stop_at = a.stop_at;
+    if (!folder_of_exists(a.out)) {
+        rv_cli_error(CMD ": cannot write %s: its folder does not exist", a.out);
+        rc = RV_EXIT_FAIL;
+        goto end;
+    }
+    if ((rc = build_settings(a.model, &set)) != 0)
+        goto end;
+
+    /* The head, and the checkpoint of --resume. */
+    if ((st = rv_train_head_new(cfg, set.task, set.classes.n, &head)) != RV_OK ||
+        (st = rv_train_head_init(head, ft_mix64(set.seed ^ 0x68656164ull))) != RV_OK) {
+        rc = rv_cli_fail(st, CMD ": head");
+        goto end;
+    }
+    if (a.resume) {
+        const int64_t n = rv_vit_params(model) + (int64_t)head->arena_floats;
+        rv_ckpt_info info;
+        memset(&info, 0, sizeof info);
+        if (!(decay = malloc((size_t)n))) {
+            rc = rv_cli_fail(RV_ERR_NOMEM, CMD);
+            goto end;
+        }
+        rv_train_decay_mask(model, head, decay);
+        if ((st = rv_adamw_new(n, decay, &adam)) != RV_OK ||
+            (st = rv_ckpt_load(a.resume, model, head, adam, &info)) != RV_OK) {
+            rc = rv_cli_fail(st, CMD ": --resume");
+            goto end;
+        }
+        if ((rc = check_resume_settings(a.resume, info.settings, set.settings)) != 0)
+            goto end;
+        /* The model the run started from, as the checkpoint says. */
+        json_t *cs = json_loads(info.settings, 0, NULL);
+        const char *m0 = json_string_value(json_object_get(cs, "model"));
+        rc = build_settings(m0 ? m0 : a.resume, &set);
+        json_decref(cs);
+        if (rc)
+            goto end;
+        if (info.data_pos != info.step * batch) {
+            rv_cli_error(CMD ": --resume %s: data position %" PRId64 " is not step %" PRId64
+                         " x %" PRId64 " recordings", a.resume, info.data_pos, info.step, batch);
+            rc = RV_EXIT_FAIL;
+            goto end;
+        }
+        if (info.step >= set.steps) {
+            rc = rv_cli_usage_error(CMD, "--resume %s: the checkpoint is at step %" PRId64
+                                    ", the run has %" PRId64 " steps: nothing left to do",
+                                    a.resume, info.step, set.steps);
+            goto end;
+        }
+        set.step0 = info.step;
+        set.adam0 = adam;
+    }
+    if (set.stop_at > 0 && set.stop_at <= set.step0) {
+        rc = rv_cli_usage_error(CMD, "--stop-at %" PRId64 " is not after the checkpoint's step "
+                                "%" PRId64, set.stop_at, set.step0);
+        goto end;
+    }
+    set.model0 = model;
+    set.head0 = head;
+
+    /* Run. */
+    job.set = &set;
+    if (rank == 0) {
+        char ncls[32] = "";
+        if (classify)
+            snprintf(ncls, sizeof ncls, ", %d classes", set.classes.n);
+        if ((st = ft_report_open(&set, set.log, a.resume != NULL, &job.report)) != RV_OK) {
+            rc = rv_cli_fail(st, CMD);
+            goto end;
+        }
+        ft_report_event(job.report, a.resume ? "resume" : "start", set.step0, a.resume);
+        if (!set.quiet)
+            ft_report_message(job.report, "finetune: %s, %d recordings%s%s%s, %" PRId64 " steps "
+                              "of %" PRId64 " recordings (dp %d x accum %d), cp %d, %" PRId64
+                              " parameters%s", rv_task_name(set.task), set.train.n,
+                              set.val.n ? ", val " : "", set.val.n ? a.val : "", ncls, set.steps,
+                              batch, set.dp, set.accum, set.cp,
+                              rv_vit_params(model) + (int64_t)head->arena_floats,
+                              a.resume ? ", resumed" : "");
+    }
+    install_signals();
+    if (set.mpi) {
+        st = ft_rank_main(world, &job);
+    } else {
+        st = rv_local_run(set.cp * set.dp, ft_rank_main, &job);
+    }
+    ft_report_close(&job.report);
+    if (st != RV_OK) {
+        if (job.error[0])
+            rv_cli_error(CMD ": %s", job.error);
+        else if (rank == 0)
+            rv_cli_error(CMD ": %s", rv_last_error());
+        rc = ft_stop_signal ? 128 + (int)ft_stop_signal : RV_EXIT_FAIL;
+        goto end;
+    }
+    rc = summary(&a, &set, &job, rank == 0);
+    if (rc == RV_EXIT_OK && job.res.stopped == 2)
+        rc = 128 + (int)ft_stop_signal;
+end:
+    if (world) {
+        if (rc == RV_EXIT_FAIL && set.cp * set.dp > 1)
+            rv_comm_abort(world, rc);
+        rv_comm_free(&world);
+        rv_comm_mpi_finalize();
+    }
+    free(decay);
+    rv_adamw_free(&adam);
+    rv_train_head_free(&head);
+    rv_vit_free(&model);
+    ft_data_free(&set.train);
+    ft_data_free(&set.val);
+    ft_classes_free(&set.classes);
+    pthread_mutex_destroy(&job.lock);
+    return rc;
+}
+
+const rv_command rv_cmd_finetune = {
+    .name = "finetune",
+    .summary = "train the encoder with a task head (finetune --task classify|mae ...)",
+    .main = finetune_main,
+    .help = help_text,
+};
