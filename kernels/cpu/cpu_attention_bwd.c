@@ -10,7 +10,9 @@
  * are more threads than heads. Per query tile and key tile:
  *   P  = exp(scale * Q K^T - lse)        dV += P^T dO
  *   dP = dO V^T                          dS  = P * (dP - D),  D = rowsum(dO * O)
- *   dQ += scale * dS K                   dK += scale * dS^T Q                     */
+ *   dQ += scale * dS K                   dK += scale * dS^T Q
+ * This is the portable BLAS version; where the CPU has AVX-512 (and
+ * RINGVIT_CPU_KERNELS=blas is not set) cpu_attn_bwd_tiles_avx512.c runs instead. */
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -18,6 +20,7 @@
 #include <string.h>
 
 #include "cpu_attention.h"
+#include "cpu_attn_tiles.h"
 #include "cpu_exp.h"
 #include "cpu_ops.h"
 
@@ -142,6 +145,10 @@ rv_status cpu_attn_bwd(rv_backend *be, const rv_attn_bwd_args *a)
     }
     if (!a->q || !a->k || !a->v || !a->o || !a->lse || !a->dout || !a->dq || !a->dk || !a->dv)
         return rv_fail(RV_ERR_INVALID, "attn_bwd: NULL tensor");
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (rv_attn_tiles_select() == &rv_attn_tiles_avx512)
+        return rv_attn_bwd_avx512(be, a);
+#endif
 
     const int d = a->dim, ktiles = (a->sk + RV_BWD_BK - 1) / RV_BWD_BK;
     bwd_plan pl = {.a = a};

@@ -1,7 +1,8 @@
 /* cpu_attn_tiles.h: the three per-tile steps of the attention forward (scores,
  * online-softmax row update, probabilities times values) behind a small table, so
  * one driver (cpu_attention_fwd.c) runs either the AVX-512 register-blocked
- * kernels or a portable BLAS version, chosen at run time. Internal to kernels/cpu.
+ * kernels or a portable BLAS version, chosen at run time. The backward's AVX-512
+ * driver is declared here too and chosen the same way. Internal to kernels/cpu.
  *
  * Operand layouts (all 64-byte aligned, zero padded):
  *   qp  (rows, d)     query tile scaled by scale * log2 e; rows % 8 == 0
@@ -11,6 +12,8 @@
  *   acc (rows, ldv)   unnormalised output                                     */
 #ifndef RV_CPU_ATTN_TILES_H
 #define RV_CPU_ATTN_TILES_H
+
+#include "../rv_backend.h"
 
 typedef struct rv_attn_tile_ops {
     const char *name;
@@ -32,5 +35,10 @@ extern const rv_attn_tile_ops rv_attn_tiles_avx512;
 /* The AVX-512 kernels where the CPU has them, else BLAS. RINGVIT_CPU_KERNELS=blas
  * in the environment forces the BLAS version (for tests and comparisons). */
 const rv_attn_tile_ops *rv_attn_tiles_select(void);
+
+/* The attention backward on the AVX-512 tile kernels (cpu_attn_bwd_tiles_avx512.c),
+ * for arguments cpu_attn_bwd has checked and found non-empty; call it only where
+ * rv_attn_tiles_select() returns &rv_attn_tiles_avx512. */
+rv_status rv_attn_bwd_avx512(rv_backend *be, const rv_attn_bwd_args *a);
 
 #endif

@@ -1,0 +1,332 @@
+/* cpu_attn_bwd_tiles_avx512.c: the attention backward on the AVX-512 register-blocked
+ * tile kernels of cpu_tile_kernels.h (compiled for AVX-512 whatever the build's
+ * -march, called only where the CPU has it; cpu_attention_bwd.c chooses). Same
+ * work split as the BLAS version: items are (head, split), a split owns every
+ * ns-th key tile of its head and accumulates that tile's dK, dV in a per-thread
+ * buffer while it walks the query tiles that see it. Memory: the query side is
+ * packed once per call (four (sq, dim) copies) plus one (dim, sq) dQ^T per split.
+ *
+ * Everything is computed transposed, key rows by query columns, so that every
+ * product has a layout the two micro-kernels take without a per-tile transpose:
+ *   S^T  = K (scale log2 e Q)^T       qk kernel, Q^T packed once per call, scaled
+ *                                     as the forward scales it: the same scores
+ *   dP^T = V dO^T                     qk kernel, dO^T packed once per call
+ *   P^T  = exp2(S^T - lse2), dS^T = P^T * (dP^T - D)     16 query columns a vector
+ *          (lse2 = lse log2 e kept as two floats, so its rounding does not
+ *          shift every probability of the row)
+ *   dV  += P^T dO,  dK += dS^T Q      pv kernel, dK scaled once at the end
+ *   dQ^T += (scale K^T) dS^T          pv kernel into a per-split (dim, sq) buffer
+ * The dQ^T buffers are summed into dq in split order at the end, so results are
+ * deterministic for a given thread count. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#pragma GCC target("avx512f,avx512vl,avx512dq,avx512bw,fma")
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_attention.h"
+#include "cpu_attn_tiles.h"
+#include "cpu_exp.h"
+#include "cpu_tile_kernels.h"
+
+#define BQ RV_BWD_BQ /* query columns of a tile */
+#define BK RV_BWD_BK /* key rows of a tile */
+_Static_assert(BQ % 32 == 0 && BK % 8 == 0, "tile sizes the micro-kernels take");
+
+/* Query-side tensors packed once per call, shared by all threads. */
+typedef struct bwd_pack {
+    float *qt;     /* (heads, qtiles, dim, BQ) queries * scale * log2 e, transposed,
+                      zero past sq */
+    float *dot;    /* (heads, qtiles, dim, BQ) dout transposed, zero past sq */
+    float *qp;     /* (heads, sqpad, dpad) queries, zero padded */
+    float *dop;    /* (heads, sqpad, dpad) dout, zero padded */
+    float *lse2;   /* (heads, sqpad) lse in base 2; +inf where a row sees no key */
+    float *lse2lo; /* (heads, sqpad) lse * log2 e - lse2, its rounding error */
+    float *delta;  /* (heads, sqpad) D = rowsum(dO * O) */
+    float *dqt;    /* (heads, ns, dpad, sqpad) each split's dQ^T */
+    int qtiles, sqpad, dpad, ns;
+    float scale;
+} bwd_pack;
+
+typedef struct bwd_ws {
+    float *kp;  /* (BK, dim) key tile, zero rows past bk */
+    float *vp;  /* (BK, dim) value tile, zero rows past bk */
+    float *kt;  /* (dpad, BK) key tile transposed times scale, zero padded */
+    float *st;  /* (BK, BQ) S^T, then P^T */
+    float *dpt; /* (BK, BQ) dP^T, then dS^T */
+    float *dk;  /* (BK, dpad) unscaled dK of the key tile */
+    float *dv;  /* (BK, dpad) dV of the key tile */
+} bwd_ws;
+
+static inline int round_up(int x, int m)
+{
+    return (x + m - 1) / m * m;
+}
+
+static void *alloc64(size_t floats)
+{
+    return aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
+}
+
+/* dqt (dpad, ldq) += kt (dpad, BK) @ dst (bk, BQ) over cols query columns. */
+static void dqt_tile(const float *kt, int dpad, const float *dst, int bk, int cols,
+                     float *dqt, int ldq)
+{
+    for (int c = 0; c < dpad; c += 4) {
+        const float *p = kt + (size_t)c * BK;
+        float *acc = dqt + (size_t)c * ldq;
+        int i = 0;
+        for (; i + 64 <= cols; i += 64)
+            rv_pv_4x64(p, BK, dst + i, BQ, bk, acc + i, ldq);
+        for (; i + 32 <= cols; i += 32)
+            rv_pv_4x32(p, BK, dst + i, BQ, bk, acc + i, ldq);
+        for (; i < cols; i += 16)
+            rv_pv_4x16(p, BK, dst + i, BQ, bk, acc + i, ldq);
+    }
+}
+
+/* P^T and dS^T of one (key tile, query tile) pair, in place of S^T and dP^T. Key
+ * row j sees the query columns [lo_j, bq); every other entry becomes exactly 0. */
+static void bwd_probs(const rv_attn_bwd_args *a, int j0, int bk, int bkp, int i0, int bq,
+                      const float *lse2, const float *lse2lo, const float *delta,
+                      float *st, float *dpt)
+{
+    const rv_v16 ninf = rv_v16_splat(-INFINITY);
+    const rv_i16 iota = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    const int cols = round_up(bq, 16);
+    for (int j = 0; j < bkp; j++) {
+        float *s = st + (size_t)j * BQ, *ds = dpt + (size_t)j * BQ;
+        int64_t lo = 0;
+        if (a->mask.kind == RV_MASK_CAUSAL)
+            lo = (int64_t)j0 + j + a->mask.k_start - a->mask.q_start - i0;
+        lo = lo < 0 ? 0 : lo;
+        if (j >= bk || lo >= bq) {
+            for (int c = 0; c < BQ; c += 16)
+                RV_V16(s + c) = RV_V16(ds + c) = (rv_v16){0};
+            continue;
+        }
+        const rv_i16 vlo = (rv_i16){0} + (int32_t)lo, vhi = (rv_i16){0} + bq;
+        int c = 0;
+        for (; c < cols; c += 16) {
+            rv_i16 idx = iota + c;
+            rv_i16 live = (idx >= vlo) & (idx < vhi);
+            rv_v16 t = (RV_CV16(s + c) - RV_CV16(lse2 + c)) - RV_CV16(lse2lo + c);
+            t = rv_v16_select(live, t, ninf);
+            rv_v16 p = rv_exp2_v16(t);
+            RV_V16(s + c) = p;
+            RV_V16(ds + c) = p * (RV_CV16(ds + c) - RV_CV16(delta + c));
+        }
+        for (; c < BQ; c += 16)
+            RV_V16(s + c) = RV_V16(ds + c) = (rv_v16){0};
+    }
+}
+
+static void bwd_key_tile(const rv_attn_bwd_args *a, const bwd_pack *pk, int h, int s,
+                         int j0, int bk, bwd_ws *w)
+{
+    const int d = a->dim, dpad = pk->dpad, bkp = round_up(bk, 8);
+    for (int j = 0; j < BK; j++) {
+        float *kp = w->kp + (size_t)j * d, *vp = w->vp + (size_t)j * d;
+        if (j >= bk) {
+            memset(kp, 0, sizeof(float) * (size_t)d);
+            memset(vp, 0, sizeof(float) * (size_t)d);
+            for (int c = 0; c < dpad; c++)
+                w->kt[(size_t)c * BK + j] = 0.0f;
+            continue;
+        }
+        const float *k = a->k + ((size_t)(j0 + j) * a->heads + h) * d;
+        const float *v = a->v + ((size_t)(j0 + j) * a->heads + h) * d;
+        for (int c = 0; c < d; c++) {
+            kp[c] = k[c];
+            w->kt[(size_t)c * BK + j] = k[c] * pk->scale;
+        }
+        for (int c = d; c < dpad; c++)
+            w->kt[(size_t)c * BK + j] = 0.0f;
+        memcpy(vp, v, sizeof(float) * (size_t)d);
+    }
+    memset(w->dk, 0, sizeof(float) * (size_t)BK * dpad);
+    memset(w->dv, 0, sizeof(float) * (size_t)BK * dpad);
+
+    /* First query row that sees key j0 under a causal mask. */
+    int i_first = 0;
+    if (a->mask.kind == RV_MASK_CAUSAL) {
+        int64_t f = a->mask.k_start + j0 - a->mask.q_start;
+        i_first = f < 0 ? 0 : (f > a->sq ? a->sq : (int)f);
+    }
+    float *dqt = pk->dqt + ((size_t)h * pk->ns + s) * dpad * pk->sqpad;
+    for (int t = i_first / BQ; t < pk->qtiles; t++) {
+        const int i0 = t * BQ, bq = a->sq - i0 < BQ ? a->sq - i0 : BQ;
+        const size_t tile = ((size_t)h * pk->qtiles + t) * d * BQ;
+        const size_t row = (size_t)h * pk->sqpad + i0;
+        const int cols = round_up(bq, 32);
+        rv_qk_tile(w->kp, d, pk->qt + tile, BQ, bkp, cols, w->st, BQ);
+        rv_qk_tile(w->vp, d, pk->dot + tile, BQ, bkp, cols, w->dpt, BQ);
+        bwd_probs(a, j0, bk, bkp, i0, bq, pk->lse2 + row, pk->lse2lo + row, pk->delta + row,
+                  w->st, w->dpt);
+        rv_pv_tile(w->st, BQ, pk->dop + row * dpad, dpad, bq, bkp, w->dv);
+        rv_pv_tile(w->dpt, BQ, pk->qp + row * dpad, dpad, bq, bkp, w->dk);
+        dqt_tile(w->kt, dpad, w->dpt, bk, round_up(bq, 16), dqt + i0, pk->sqpad);
+    }
+
+    for (int j = 0; j < bk; j++) {
+        float *dk = a->dk + ((size_t)(j0 + j) * a->heads + h) * d;
+        float *dv = a->dv + ((size_t)(j0 + j) * a->heads + h) * d;
+        const float *sk = w->dk + (size_t)j * dpad, *sv = w->dv + (size_t)j * dpad;
+        if (a->accumulate) {
+            for (int c = 0; c < d; c++) {
+                dk[c] += sk[c] * pk->scale;
+                dv[c] += sv[c];
+            }
+        } else {
+            for (int c = 0; c < d; c++)
+                dk[c] = sk[c] * pk->scale;
+            memcpy(dv, sv, sizeof(float) * (size_t)d);
+        }
+    }
+}
+
+/* Packs the query-side tensors; (head, row) pairs are spread over the threads. */
+static void bwd_pack_fill(const rv_attn_bwd_args *a, bwd_pack *pk, int threads)
+{
+    const int d = a->dim, dpad = pk->dpad;
+    const long rows = (long)a->heads * pk->sqpad;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (long r = 0; r < rows; r++) {
+        int h = (int)(r / pk->sqpad), i = (int)(r % pk->sqpad);
+        float *qp = pk->qp + (size_t)r * dpad, *dop = pk->dop + (size_t)r * dpad;
+        memset(qp, 0, sizeof(float) * (size_t)dpad);
+        memset(dop, 0, sizeof(float) * (size_t)dpad);
+        pk->lse2[r] = INFINITY;
+        pk->lse2lo[r] = 0.0f;
+        pk->delta[r] = 0.0f;
+        float *qt = pk->qt + ((size_t)h * pk->qtiles + i / BQ) * d * BQ + i % BQ;
+        float *dot = pk->dot + ((size_t)h * pk->qtiles + i / BQ) * d * BQ + i % BQ;
+        if (i >= a->sq) {
+            for (int c = 0; c < d; c++)
+                qt[(size_t)c * BQ] = dot[(size_t)c * BQ] = 0.0f;
+            continue;
+        }
+        const size_t src = ((size_t)i * a->heads + h) * d;
+        const float *q = a->q + src, *dout = a->dout + src, *o = a->o + src;
+        const float scale2 = pk->scale * RV_LOG2E;
+        double dsum = 0.0; /* D feeds every dS of the row: summed in double */
+        for (int c = 0; c < d; c++) {
+            qt[(size_t)c * BQ] = q[c] * scale2;
+            qp[c] = q[c];
+            dot[(size_t)c * BQ] = dop[c] = dout[c];
+            dsum += (double)o[c] * dout[c];
+        }
+        float l = a->lse[(size_t)h * a->sq + i];
+        if (l != -INFINITY) {
+            double l2 = (double)l * 1.4426950408889634;
+            pk->lse2[r] = (float)l2;
+            pk->lse2lo[r] = (float)(l2 - (float)l2);
+        }
+        pk->delta[r] = (float)dsum;
+    }
+}
+
+/* dq (+)= the sum over splits of dQ^T, transposed block by block. */
+static void bwd_dq_reduce(const rv_attn_bwd_args *a, const bwd_pack *pk, int threads)
+{
+    const int d = a->dim, ld = a->heads * d;
+    const long items = (long)a->heads * pk->qtiles;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (long it = 0; it < items; it++) {
+        int h = (int)(it / pk->qtiles), i0 = (int)(it % pk->qtiles) * BQ;
+        int bq = a->sq - i0 < BQ ? a->sq - i0 : BQ;
+        float *dq = a->dq + (size_t)i0 * ld + (size_t)h * d;
+        if (!a->accumulate)
+            for (int i = 0; i < bq; i++)
+                memset(dq + (size_t)i * ld, 0, sizeof(float) * (size_t)d);
+        for (int s = 0; s < pk->ns; s++) {
+            const float *src = pk->dqt + ((size_t)h * pk->ns + s) * pk->dpad * pk->sqpad + i0;
+            for (int c = 0; c < d; c++)
+                for (int i = 0; i < bq; i++)
+                    dq[(size_t)i * ld + c] += src[(size_t)c * pk->sqpad + i];
+        }
+    }
+}
+
+rv_status rv_attn_bwd_avx512(rv_backend *be, const rv_attn_bwd_args *a)
+{
+    const int d = a->dim, ktiles = (a->sk + BK - 1) / BK;
+    bwd_pack pk = {.qtiles = (a->sq + BQ - 1) / BQ, .dpad = round_up(d, 16)};
+    pk.sqpad = pk.qtiles * BQ;
+    pk.scale = rv_attn_scale(a->scale, d);
+    pk.ns = (be->threads + a->heads - 1) / a->heads;
+    if (pk.ns > ktiles)
+        pk.ns = ktiles;
+    const size_t nrows = (size_t)a->heads * pk.sqpad;
+    const size_t ndqt = nrows * pk.ns * pk.dpad;
+    rv_status ret = RV_OK;
+    pk.qt = alloc64(nrows * d);
+    pk.dot = alloc64(nrows * d);
+    pk.qp = alloc64(nrows * pk.dpad);
+    pk.dop = alloc64(nrows * pk.dpad);
+    pk.lse2 = alloc64(nrows);
+    pk.lse2lo = alloc64(nrows);
+    pk.delta = alloc64(nrows);
+    pk.dqt = alloc64(ndqt);
+    if (!pk.qt || !pk.dot || !pk.qp || !pk.dop || !pk.lse2 || !pk.lse2lo || !pk.delta || !pk.dqt) {
+        ret = rv_fail(RV_ERR_NOMEM, "attn_bwd: cannot allocate packed queries (%zu rows)",
+                      nrows);
+        goto end;
+    }
+    memset(pk.dqt, 0, sizeof(float) * ndqt);
+    bwd_pack_fill(a, &pk, be->threads);
+
+    const int items = a->heads * pk.ns;
+    int failed = 0;
+#pragma omp parallel num_threads(be->threads)
+    {
+        bwd_ws w;
+        w.kp = alloc64((size_t)BK * d);
+        w.vp = alloc64((size_t)BK * d);
+        w.kt = alloc64((size_t)pk.dpad * BK);
+        w.st = alloc64((size_t)BK * BQ);
+        w.dpt = alloc64((size_t)BK * BQ);
+        w.dk = alloc64((size_t)BK * pk.dpad);
+        w.dv = alloc64((size_t)BK * pk.dpad);
+        int ok = w.kp && w.vp && w.kt && w.st && w.dpt && w.dk && w.dv;
+        if (!ok) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (int it = 0; it < items; it++) {
+            if (!ok)
+                continue;
+            int h = it / pk.ns, s = it % pk.ns;
+            for (int t = s; t < ktiles; t += pk.ns) {
+                int j0 = t * BK, bk = a->sk - j0 < BK ? a->sk - j0 : BK;
+                bwd_key_tile(a, &pk, h, s, j0, bk, &w);
+            }
+        }
+        free(w.kp);
+        free(w.vp);
+        free(w.kt);
+        free(w.st);
+        free(w.dpt);
+        free(w.dk);
+        free(w.dv);
+    }
+    if (failed) {
+        ret = rv_fail(RV_ERR_NOMEM, "attn_bwd: cannot allocate tile workspace");
+        goto end;
+    }
+    bwd_dq_reduce(a, &pk, be->threads);
+end:
+    free(pk.qt);
+    free(pk.dot);
+    free(pk.qp);
+    free(pk.dop);
+    free(pk.lse2);
+    free(pk.lse2lo);
+    free(pk.delta);
+    free(pk.dqt);
+    return ret;
+}
+#endif
