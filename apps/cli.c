@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -254,4 +255,15 @@ int rv_cli_threads_per_rank(int threads, int ranks, int mpi)
     int local = env ? atoi(env) : 1;
     int t = cores / (local > 0 ? local : 1);
     return t > 0 ? t : 1;
+}
+
+void rv_cli_on_stop_signals(void (*handler)(int sig))
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = handler;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
 }

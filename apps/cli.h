@@ -101,6 +101,10 @@ void rv_cli_log_init(int verbosity);
  * least 1. */
 int rv_cli_threads_per_rank(int threads, int ranks, int mpi);
 
+/* Installs handler for SIGINT and SIGTERM (SA_RESTART), the commands' graceful
+ * stop: the handler notes the first signal and stops at once on the second. */
+void rv_cli_on_stop_signals(void (*handler)(int sig));
+
 /* Writes root as indented JSON plus a newline to stdout and flushes; does not
  * take the reference. Returns RV_EXIT_OK, or RV_EXIT_FAIL after a message. */
 int rv_cli_json_print(const json_t *root);

@@ -320,17 +320,6 @@ static void on_signal(int sig)
     (void)w;
 }
 
-static void install_signals(void)
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-}
-
 static double now_s(void)
 {
     struct timespec t;
@@ -491,7 +480,7 @@ static int embed_main(int argc, char **argv)
                 embed_report_message(b.report, "embed: %s: %s", in[i].path, in[i].note);
     }
 
-    install_signals();
+    rv_cli_on_stop_signals(on_signal);
     if (set.mpi) {
         embed_batch_rank(world, &b);
     } else {

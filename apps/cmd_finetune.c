@@ -439,17 +439,6 @@ static void on_signal(int sig)
     (void)w;
 }
 
-static void install_signals(void)
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-}
-
 /* ---- main ----------------------------------------------------------------------------- */
 
 static int summary(const ft_args *a, const ft_settings *set, const ft_job *job, int loud)
@@ -705,7 +694,7 @@ static int finetune_main(int argc, char **argv)
                               rv_vit_params(model) + (int64_t)head->arena_floats,
                               a.resume ? ", resumed" : "");
     }
-    install_signals();
+    rv_cli_on_stop_signals(on_signal);
     if (set.mpi) {
         st = ft_rank_main(world, &job);
     } else {

@@ -3,8 +3,8 @@
 # `mpiexec -n 3 --oversubscribe` gives the same outputs as `--cp 3` with the
 # local backend (ring and allgather, --tokens), and a batch with a bad file
 # exits 3 on every process with the failure in rank 0's log.
-# Run by ctest (label mpi); POSIX sh only. Exits 77 (skipped) without ffmpeg,
-# numpy or an MPI build.
+# Run by ctest (label mpi); POSIX sh only. Exits 77 (skipped) in a build
+# without MPI; fails without ffmpeg or numpy (test dependencies).
 
 MPIEXEC=$1
 EXE=$2
@@ -17,12 +17,12 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 PY=/usr/bin/python3
 CMP="$HERE/embed_compare.py"
 if ! command -v ffmpeg >/dev/null 2>&1; then
-    echo "SKIPPED: no ffmpeg command to generate the test recording"
-    exit 77
+    echo "FAILED: no ffmpeg command to generate the test recording (a test dependency: scripts/install-deps.sh)"
+    exit 1
 fi
 if ! "$PY" -c 'import numpy' 2>/dev/null; then
-    echo "SKIPPED: $PY has no numpy to read the outputs"
-    exit 77
+    echo "FAILED: $PY has no numpy to read the outputs (a test dependency: scripts/install-deps.sh)"
+    exit 1
 fi
 if ! "$EXE" --version | grep -q '^mpi: yes'; then
     echo "SKIPPED: this ringvit is built without MPI"

@@ -18,7 +18,7 @@
 # Logs and weights are read by finetune_check.py (json + numpy).
 # Run by ctest as `sh test_finetune.sh $<TARGET_FILE:ringvit_cli>`; POSIX sh only.
 # Prints one line per check, then "N passed, M failed"; exits 1 on any failure,
-# 77 (skipped) without ffmpeg or numpy.
+# including a missing test dependency (ffmpeg, numpy).
 
 EXE=$1
 if [ -z "$EXE" ] || [ ! -x "$EXE" ]; then
@@ -30,12 +30,12 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 PY=/usr/bin/python3
 CHK="$HERE/finetune_check.py"
 if ! command -v ffmpeg >/dev/null 2>&1; then
-    echo "SKIPPED: no ffmpeg command to generate the test recordings"
-    exit 77
+    echo "FAILED: no ffmpeg command to generate the test recordings (a test dependency: scripts/install-deps.sh)"
+    exit 1
 fi
 if ! "$PY" -c 'import numpy' 2>/dev/null; then
-    echo "SKIPPED: $PY has no numpy to read the outputs"
-    exit 77
+    echo "FAILED: $PY has no numpy to read the outputs (a test dependency: scripts/install-deps.sh)"
+    exit 1
 fi
 
 tmp=$(mktemp -d) || exit 1

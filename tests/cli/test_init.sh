@@ -119,11 +119,12 @@ assert len(d["hash"]) == 16 and d["params"] > 5000000, d
 assert d["file"].endswith("c.safetensors"), d
 ' <"$tmp/out" 2>"$tmp/err" || { why="JSON output is wrong"; return 1; }
 }
-# The T = 1 file in torchvision (optional: needs torch and torchvision).
+# The T = 1 file in torchvision (python3-torch and python3-torchvision are test
+# dependencies, installed by scripts/install-deps.sh).
 t_torchvision() {
     if ! /usr/bin/python3 -c 'import torch, torchvision' 2>/dev/null; then
-        echo "     (skipped: no torch/torchvision in /usr/bin/python3)"
-        return 0
+        why="no torch/torchvision in /usr/bin/python3 (scripts/install-deps.sh installs them)"
+        return 1
     fi
     run_exe init --preset tiny --tubelet 1 --grid 4 --seed 3 -o "$tmp/tv.safetensors"
     want_rc 0 || return 1
