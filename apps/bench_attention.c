@@ -1,6 +1,7 @@
 /* bench_attention.c: `ringvit bench attention`, the attention block of a compute
- * backend timed against the same backend's sgemm measured in the same run, so the
- * ratio (attention GFLOP/s over sgemm GFLOP/s) is comparable across machines.
+ * backend timed against the same backend's GEMM measured in the same run, so the
+ * ratio (attention GFLOP/s over GEMM GFLOP/s) is comparable across machines: the
+ * CPU's sgemm (2048^3), or on --device cuda cuBLAS in bf16 (8192^3).
  *
  * One row per sequence length and pass (nccl-tests style): time, GFLOP/s, sgemm
  * GFLOP/s, ratio, extra memory (peak resident growth during the attention runs),
@@ -27,31 +28,37 @@
 
 static const char help_text[] =
     "usage: ringvit bench attention [--seq S[,S...]] [--heads H] [--dim D] [--causal]\n"
-    "                               [--threads T] [--backward] [--repeat N] [--json]\n"
+    "                               [--device cpu|cuda] [--threads T] [--backward]\n"
+    "                               [--repeat N] [--json]\n"
     "\n"
-    "Times the attention block (tiled, flash-attention style) of the CPU backend\n"
-    "and, in the same run, the backend's sgemm (2048^3) on the same threads\n"
-    "(before and after the attention runs; the faster one is the reference).\n"
+    "Times the attention block (tiled, flash-attention style) of a backend and, in\n"
+    "the same run, the backend's GEMM (before and after the attention runs; the\n"
+    "faster one is the reference): sgemm 2048^3 on the CPU's threads, or cuBLAS\n"
+    "bf16 with f32 accumulation 8192^3 on the GPU.\n"
     "\n"
     "  --seq S[,S...]  sequence lengths, one row each (default 4096)\n"
     "  --heads H       attention heads (default 4)\n"
     "  --dim D         head dimension (default 64)\n"
     "  --causal        causal mask (counts only the visible half of the pairs)\n"
-    "  --threads T     threads (default: every core)\n"
+    "  --device D      cpu (default) or cuda (tensor cores, bf16 in, f32 accumulate)\n"
+    "  --threads T     threads of the CPU backend (default: every core)\n"
     "  --backward      also time the backward pass\n"
     "  --repeat N      timed repetitions per row, the fastest is reported (default 3)\n"
     "  --json          one JSON object on stdout instead of the table\n"
     "\n"
-    "Columns: ms per call, GFLOP/s, sgemm GFLOP/s, their ratio, extra MB (peak\n"
-    "resident memory added by the attention calls), max error of 16 sampled query\n"
-    "rows against a double-precision recomputation (forward rows only).\n"
+    "Columns: ms per call, GFLOP/s, GEMM GFLOP/s, their ratio, extra MB (peak\n"
+    "resident memory added by the attention calls; host memory only), max error of\n"
+    "16 sampled query rows against a double-precision recomputation (forward rows\n"
+    "only; at most 1e-4 on the CPU, 2e-2 with the GPU's bf16 inputs).\n"
     "\n"
-    "example:\n"
-    "  ringvit bench attention --seq 8192 --heads 4 --dim 64 --threads 2 --backward\n";
+    "examples:\n"
+    "  ringvit bench attention --seq 8192 --heads 4 --dim 64 --threads 2 --backward\n"
+    "  ringvit bench attention --device cuda --seq 16384,65536 --heads 16 --dim 128 --backward\n";
 
 typedef struct bench_opts {
     int seqs[MAX_SEQS], nseq;
     int heads, dim, causal, threads, backward, repeat, json;
+    const char *device;
 } bench_opts;
 
 static double now_s(void)
@@ -89,7 +96,8 @@ static int parse_seqs(const char *text, bench_opts *o)
 
 static int parse_args(int argc, char **argv, bench_opts *o)
 {
-    *o = (bench_opts){.seqs = {4096}, .nseq = 1, .heads = 4, .dim = 64, .repeat = 3};
+    *o = (bench_opts){.seqs = {4096}, .nseq = 1, .heads = 4, .dim = 64, .repeat = 3,
+                      .device = "cpu"};
     int rc = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -102,6 +110,13 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1024, &o->heads);
         } else if (rv_cli_flag_is(a, "--dim")) {
             rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1024, &o->dim);
+        } else if (rv_cli_flag_is(a, "--device")) {
+            const char *v = rv_cli_flag_value(CMD, argc, argv, &i);
+            if (!v)
+                return RV_EXIT_USAGE;
+            if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0)
+                return rv_cli_usage_error(CMD, "--device wants cpu or cuda, not '%s'", v);
+            o->device = v;
         } else if (rv_cli_flag_is(a, "--threads")) {
             rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 4096, &o->threads);
         } else if (rv_cli_flag_is(a, "--repeat")) {
@@ -165,79 +180,102 @@ typedef struct bench_row {
     double ms, gflops, sgemm, extra_mb, err;
 } bench_row;
 
-static rv_status run_seq(rv_backend *be, const bench_opts *o, int seq, double sgemm,
-                         bench_row *rows, int *nrows)
+/* Times `call` (forward or backward, picked by fwd) repeat times after a warm-up,
+ * each call waited for; the fastest in seconds. */
+static rv_status time_calls(rv_backend *be, const rv_attn_fwd_args *fa,
+                            const rv_attn_bwd_args *ba, int repeat, double *best)
 {
-    size_t n = (size_t)seq * o->heads * o->dim, nl = (size_t)seq * o->heads;
-    float *q = malloc(sizeof(float) * n), *k = malloc(sizeof(float) * n),
-          *v = malloc(sizeof(float) * n), *out = malloc(sizeof(float) * n),
-          *lse = malloc(sizeof(float) * nl);
-    float *dout = NULL, *dq = NULL, *dk = NULL, *dv = NULL;
     rv_status st = RV_OK;
-    if (!q || !k || !v || !out || !lse) {
-        st = rv_fail(RV_ERR_NOMEM, "attention inputs for seq %d: out of memory", seq);
-        goto end;
-    }
-    uint64_t x = 0x9E3779B97F4A7C15ull;
-    for (size_t i = 0; i < n; i++) { /* xorshift: any fixed data will do */
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        q[i] = (float)((x >> 40) & 0xFFFF) / 32768.0f - 1.0f;
-        k[i] = (float)((x >> 20) & 0xFFFF) / 32768.0f - 1.0f;
-        v[i] = (float)(x & 0xFFFF) / 32768.0f - 1.0f;
-    }
-    memset(out, 0, sizeof(float) * n);
-    memset(lse, 0, sizeof(float) * nl);
-    double pairs = o->causal ? (double)seq * (seq + 1) / 2 : (double)seq * seq;
-    rv_attn_mask mask = {o->causal ? RV_MASK_CAUSAL : RV_MASK_NONE, 0, 0};
-    rv_attn_fwd_args fa = {q, k, v, out, lse, seq, seq, o->heads, o->dim, 0.0f, mask, 0};
-
-    double rss0 = peak_rss_mb(), best = 1e30;
-    for (int r = 0; r <= o->repeat; r++) {
+    *best = 1e30;
+    for (int r = 0; r <= repeat; r++) {
         double t0 = now_s();
-        if ((st = be->attn_fwd(be, &fa)) != RV_OK)
-            goto end;
+        st = fa ? be->attn_fwd(be, fa) : be->attn_bwd(be, ba);
+        if (st == RV_OK)
+            st = be->synchronize(be);
+        if (st != RV_OK)
+            return st;
         double dt = now_s() - t0;
-        if ((r > 0 || dt > 20.0) && dt < best)
-            best = dt;
+        if ((r > 0 || dt > 20.0) && dt < *best)
+            *best = dt;
         if (r == 0 && dt > 20.0)
             break; /* one long call is its own warm-up and timing */
     }
-    bench_row *fr = &rows[(*nrows)++];
-    *fr = (bench_row){"fwd", seq, best * 1e3, 4.0 * o->dim * o->heads * pairs / best * 1e-9,
-                      sgemm, peak_rss_mb() - rss0, sample_error(&fa)};
+    return RV_OK;
+}
 
-    if (o->backward) {
-        dout = malloc(sizeof(float) * n), dq = malloc(sizeof(float) * n);
-        dk = malloc(sizeof(float) * n), dv = malloc(sizeof(float) * n);
-        if (!dout || !dq || !dk || !dv) {
-            st = rv_fail(RV_ERR_NOMEM, "attention gradients for seq %d: out of memory", seq);
+/* Backend buffers: count of them, each floats long. */
+static rv_status dev_alloc(rv_backend *be, float **p, int count, size_t floats)
+{
+    rv_status st = RV_OK;
+    for (int i = 0; i < count && st == RV_OK; i++)
+        st = be->alloc(be, sizeof(float) * floats, (void **)&p[i]);
+    for (int i = 0; i < count && st == RV_OK; i++)
+        st = be->fill(be, p[i], 0.0f, floats);
+    return st;
+}
+
+static rv_status run_seq(rv_backend *be, const bench_opts *o, int seq, double gemm,
+                         bench_row *rows, int *nrows)
+{
+    size_t n = (size_t)seq * o->heads * o->dim, nl = (size_t)seq * o->heads;
+    /* host: q, k, v, o as the double check reads them; d: the backend's q, k, v, o,
+     * lse, dout, dq, dk, dv. */
+    float *h[4] = {0}, *d[9] = {0};
+    rv_status st = RV_OK;
+    for (int i = 0; i < 4; i++)
+        if (!(h[i] = malloc(sizeof(float) * n))) {
+            st = rv_fail(RV_ERR_NOMEM, "attention inputs for seq %d: out of memory", seq);
             goto end;
         }
-        for (size_t i = 0; i < n; i++)
-            dout[i] = q[(i * 31) % n];
-        memset(dq, 0, sizeof(float) * n), memset(dk, 0, sizeof(float) * n),
-            memset(dv, 0, sizeof(float) * n);
-        rv_attn_bwd_args ba = {q, k, v, out, lse, dout, dq, dk, dv, seq, seq, o->heads,
-                               o->dim, 0.0f, mask, 0};
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    for (size_t i = 0; i < n; i++) { /* xorshift: any fixed data will do */
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        h[0][i] = (float)((x >> 40) & 0xFFFF) / 32768.0f - 1.0f;
+        h[1][i] = (float)((x >> 20) & 0xFFFF) / 32768.0f - 1.0f;
+        h[2][i] = (float)(x & 0xFFFF) / 32768.0f - 1.0f;
+    }
+    if ((st = dev_alloc(be, d, 4, n)) != RV_OK || (st = dev_alloc(be, d + 4, 1, nl)) != RV_OK)
+        goto end;
+    for (int i = 0; i < 3; i++)
+        if ((st = be->copy(be, d[i], h[i], sizeof(float) * n, RV_COPY_HOST_TO_DEVICE)) != RV_OK)
+            goto end;
+    double pairs = o->causal ? (double)seq * (seq + 1) / 2 : (double)seq * seq;
+    rv_attn_mask mask = {o->causal ? RV_MASK_CAUSAL : RV_MASK_NONE, 0, 0};
+    rv_attn_fwd_args fa = {d[0], d[1], d[2], d[3], d[4], seq, seq, o->heads, o->dim, 0.0f,
+                           mask, 0};
+
+    double rss0 = peak_rss_mb(), best;
+    if ((st = time_calls(be, &fa, NULL, o->repeat, &best)) != RV_OK ||
+        (st = be->copy(be, h[3], d[3], sizeof(float) * n, RV_COPY_DEVICE_TO_HOST)) != RV_OK)
+        goto end;
+    rv_attn_fwd_args host = {h[0], h[1], h[2], h[3], NULL, seq, seq, o->heads, o->dim, 0.0f,
+                             mask, 0};
+    bench_row *fr = &rows[(*nrows)++];
+    *fr = (bench_row){"fwd", seq, best * 1e3, 4.0 * o->dim * o->heads * pairs / best * 1e-9,
+                      gemm, peak_rss_mb() - rss0, sample_error(&host)};
+
+    if (o->backward) {
+        if ((st = dev_alloc(be, d + 5, 4, n)) != RV_OK)
+            goto end;
+        for (size_t i = 0; i < n; i++) /* dout: a shuffle of q */
+            h[3][i] = h[0][(i * 31) % n];
+        if ((st = be->copy(be, d[5], h[3], sizeof(float) * n, RV_COPY_HOST_TO_DEVICE)) != RV_OK)
+            goto end;
+        rv_attn_bwd_args ba = {d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], seq, seq,
+                               o->heads, o->dim, 0.0f, mask, 0};
         rss0 = peak_rss_mb();
-        best = 1e30;
-        for (int r = 0; r <= o->repeat; r++) {
-            double t0 = now_s();
-            if ((st = be->attn_bwd(be, &ba)) != RV_OK)
-                goto end;
-            double dt = now_s() - t0;
-            if ((r > 0 || dt > 20.0) && dt < best)
-                best = dt;
-            if (r == 0 && dt > 20.0)
-                break;
-        }
+        if ((st = time_calls(be, NULL, &ba, o->repeat, &best)) != RV_OK)
+            goto end;
         bench_row *br = &rows[(*nrows)++];
         *br = (bench_row){"bwd", seq, best * 1e3, 10.0 * o->dim * o->heads * pairs / best * 1e-9,
-                          sgemm, peak_rss_mb() - rss0, NAN};
+                          gemm, peak_rss_mb() - rss0, NAN};
     }
 end:
-    free(q), free(k), free(v), free(out), free(lse);
-    free(dout), free(dq), free(dk), free(dv);
+    for (int i = 0; i < 4; i++)
+        free(h[i]);
+    for (int i = 0; i < 9; i++)
+        if (d[i])
+            be->free(be, d[i]);
     return st;
 }
 
@@ -253,21 +291,25 @@ int rv_bench_attention(int argc, char **argv)
         return rc;
 
     rv_backend *be = NULL;
-    rv_status st = rv_backend_cpu_create(o.threads, &be);
+    rv_status st = rv_bench_backend_create(o.device, o.threads, &be);
     if (st != RV_OK)
         return rv_cli_fail(st, CMD);
+    const int on_cpu = strcmp(be->name, "cpu") == 0, gemm_n = rv_bench_gemm_size(be);
+    /* bf16 inputs on the GPU: about 3 significant digits. */
+    const double tol = on_cpu ? 1e-4 : 2e-2;
     double sgemm = 0;
     bench_row rows[2 * MAX_SEQS];
     int nrows = 0, ok = 1;
-    if ((st = rv_bench_sgemm_rate(be, o.repeat, &sgemm)) != RV_OK) {
+    if ((st = rv_bench_gemm_rate(be, gemm_n, o.repeat, &sgemm)) != RV_OK) {
         rc = rv_cli_fail(st, CMD);
         goto end;
     }
     if (!o.json)
         printf("# ringvit bench attention: backend %s, %d threads, heads %d, dim %d, %s, "
-               "BLAS core %s\n#\n# %8s %4s %10s %9s %9s %6s %9s %9s\n",
+               "%s%s %d^3\n#\n# %8s %4s %10s %9s %9s %6s %9s %9s\n",
                be->name, be->threads, o.heads, o.dim, o.causal ? "causal" : "no mask",
-               rv_blas_corename(), "seq", "pass", "time(ms)", "GFLOP/s", "sgemm", "ratio",
+               on_cpu ? "BLAS core " : "cuBLAS bf16 GEMM", on_cpu ? rv_blas_corename() : "",
+               gemm_n, "seq", "pass", "time(ms)", "GFLOP/s", on_cpu ? "sgemm" : "GEMM", "ratio",
                "extra MB", "max err");
     for (int s = 0; s < o.nseq; s++) {
         if ((st = run_seq(be, &o, o.seqs[s], sgemm, rows, &nrows)) != RV_OK) {
@@ -278,7 +320,7 @@ int rv_bench_attention(int argc, char **argv)
     /* The sgemm rate moves with clock and load: measure it again after the
      * attention runs and compare against the faster of the two (the stricter ratio). */
     double sgemm2 = 0;
-    if ((st = rv_bench_sgemm_rate(be, o.repeat, &sgemm2)) != RV_OK) {
+    if ((st = rv_bench_gemm_rate(be, gemm_n, o.repeat, &sgemm2)) != RV_OK) {
         rc = rv_cli_fail(st, CMD);
         goto end;
     }
@@ -286,7 +328,7 @@ int rv_bench_attention(int argc, char **argv)
     for (int r = 0; r < nrows; r++) {
         bench_row *w = &rows[r];
         w->sgemm = sgemm;
-        if (!isnan(w->err) && !(w->err <= 1e-4))
+        if (!isnan(w->err) && !(w->err <= tol))
             ok = 0;
         if (!o.json)
             printf("  %8d %4s %10.2f %9.2f %9.2f %6.3f %9.1f %9.2g\n", w->seq, w->pass, w->ms,
@@ -301,7 +343,10 @@ int rv_bench_attention(int argc, char **argv)
         json_object_set_new(root, "heads", json_integer(o.heads));
         json_object_set_new(root, "dim", json_integer(o.dim));
         json_object_set_new(root, "causal", json_boolean(o.causal));
-        json_object_set_new(root, "sgemm_gflops", json_real(sgemm));
+        json_object_set_new(root, "sgemm_gflops", json_real(sgemm)); /* the GEMM reference */
+        json_object_set_new(root, "gemm_gflops", json_real(sgemm));
+        json_object_set_new(root, "gemm_n", json_integer(gemm_n));
+        json_object_set_new(root, "tolerance", json_real(tol));
         for (int r = 0; r < nrows; r++) {
             json_t *row = json_object();
             json_object_set_new(row, "seq", json_integer(rows[r].seq));

@@ -16,25 +16,33 @@ static double now_s(void)
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-rv_status rv_bench_sgemm_rate(rv_backend *be, int repeat, double *gflops)
+rv_status rv_bench_gemm_rate(rv_backend *be, int n, int repeat, double *gflops)
 {
-    const int n = 2048;
     size_t nn = (size_t)n * n;
-    float *a = malloc(sizeof(float) * nn), *b = malloc(sizeof(float) * nn),
-          *c = malloc(sizeof(float) * nn);
+    float *h = malloc(sizeof(float) * nn), *a = NULL, *b = NULL, *c = NULL;
     rv_status st = RV_OK;
-    if (!a || !b || !c) {
-        st = rv_fail(RV_ERR_NOMEM, "sgemm baseline: out of memory");
+    if (!h) {
+        st = rv_fail(RV_ERR_NOMEM, "gemm baseline: out of memory");
         goto end;
     }
-    for (size_t i = 0; i < nn; i++) {
-        a[i] = (float)((i * 7919) % 1000) * 1e-3f;
-        b[i] = (float)((i * 104729) % 1000) * 1e-3f;
-    }
+    if ((st = be->alloc(be, sizeof(float) * nn, (void **)&a)) != RV_OK ||
+        (st = be->alloc(be, sizeof(float) * nn, (void **)&b)) != RV_OK ||
+        (st = be->alloc(be, sizeof(float) * nn, (void **)&c)) != RV_OK)
+        goto end;
+    for (size_t i = 0; i < nn; i++)
+        h[i] = (float)((i * 7919) % 1000) * 1e-3f;
+    if ((st = be->copy(be, a, h, sizeof(float) * nn, RV_COPY_HOST_TO_DEVICE)) != RV_OK)
+        goto end;
+    for (size_t i = 0; i < nn; i++)
+        h[i] = (float)((i * 104729) % 1000) * 1e-3f;
+    if ((st = be->copy(be, b, h, sizeof(float) * nn, RV_COPY_HOST_TO_DEVICE)) != RV_OK)
+        goto end;
     double best = 1e30;
     for (int r = 0; r <= repeat; r++) { /* the first call warms up */
         double t0 = now_s();
         st = be->gemm(be, 0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        if (st == RV_OK)
+            st = be->synchronize(be);
         double dt = now_s() - t0;
         if (st != RV_OK)
             goto end;
@@ -43,10 +51,32 @@ rv_status rv_bench_sgemm_rate(rv_backend *be, int repeat, double *gflops)
     }
     *gflops = 2.0 * n * n * (double)n / best * 1e-9;
 end:
-    free(a);
-    free(b);
-    free(c);
+    free(h);
+    if (a)
+        be->free(be, a);
+    if (b)
+        be->free(be, b);
+    if (c)
+        be->free(be, c);
     return st;
+}
+
+rv_status rv_bench_sgemm_rate(rv_backend *be, int repeat, double *gflops)
+{
+    return rv_bench_gemm_rate(be, 2048, repeat, gflops);
+}
+
+int rv_bench_gemm_size(const rv_backend *be)
+{
+    return strcmp(be->name, "cpu") == 0 ? 2048 : 8192;
+}
+
+rv_status rv_bench_backend_create(const char *device, int threads, rv_backend **be)
+{
+    *be = NULL;
+    if (strcmp(device, "cpu") != 0 && strcmp(device, "cuda") != 0)
+        return rv_fail(RV_ERR_INVALID, "unknown device '%s' (cpu or cuda)", device);
+    return rv_cli_backend_create(strcmp(device, "cuda") == 0, threads, 0, be);
 }
 
 void rv_bench_slice_free(rv_bench_slice *s)

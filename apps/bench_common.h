@@ -14,6 +14,13 @@
 /* Fastest of `repeat` runs (after one warm-up) of the backend's sgemm on
  * (2048 x 2048) @ (2048 x 2048), in GFLOP/s. */
 rv_status rv_bench_sgemm_rate(rv_backend *be, int repeat, double *gflops);
+/* The same for (n x n) @ (n x n) in the backend's memory, each call waited for;
+ * on "cuda" that is cuBLAS with bf16 tensor cores and f32 accumulation. */
+rv_status rv_bench_gemm_rate(rv_backend *be, int n, int repeat, double *gflops);
+/* The reference GEMM size of a backend: 2048 on cpu, 8192 on a GPU. */
+int rv_bench_gemm_size(const rv_backend *be);
+/* The backend of --device cpu|cuda (threads: the CPU backend's). */
+rv_status rv_bench_backend_create(const char *device, int threads, rv_backend **be);
 
 /* A synthetic rank slice of a video sequence on the 14 x 14 grid of a 224 px
  * frame (the presets' grid): global token g is the CLS token (g == 0 with cls)

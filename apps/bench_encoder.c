@@ -87,7 +87,7 @@ static rv_status rank_main(rv_comm *comm, void *arg)
     if ((st = be->alloc(be, sizeof(float) * (size_t)(s.t.len > 0 ? s.t.len : 1) * D,
                         (void **)&y)) != RV_OK)
         goto end;
-    rv_vit_run run = {be, comm, sh->plan, o->strategy, o->causal};
+    rv_vit_run run = {be, comm, sh->plan, o->strategy, o->causal, NULL};
     double best = INFINITY;
     for (int rep = 0; rep < o->repeat; rep++) {
         rv_vit_stats stats;

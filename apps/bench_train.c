@@ -109,7 +109,7 @@ static rv_status rank_main(rv_comm *comm, void *arg)
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         dy[i] = ((float)((x >> 40) & 0xFFFF) / 32768.0f - 1.0f) * 1e-3f;
     }
-    rv_vit_run run = {be, comm, sh->plan, o->strategy, o->causal};
+    rv_vit_run run = {be, comm, sh->plan, o->strategy, o->causal, NULL};
     double best = INFINITY;
     for (int rep = 0; rep < o->repeat; rep++) {
         rv_vit_stats fs, bs;

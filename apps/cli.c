@@ -14,6 +14,7 @@
 #include <strings.h>
 
 #include "rv_backend.h"
+#include "rv_cuda.h"
 
 void rv_cli_error(const char *fmt, ...)
 {
@@ -255,6 +256,34 @@ int rv_cli_threads_per_rank(int threads, int ranks, int mpi)
     int local = env ? atoi(env) : 1;
     int t = cores / (local > 0 ? local : 1);
     return t > 0 ? t : 1;
+}
+
+rv_status rv_cli_backend_create(int cuda, int threads, int rank, rv_backend **be)
+{
+    *be = NULL;
+    if (!cuda)
+        return rv_backend_cpu_create(threads, be);
+#ifdef RINGVIT_HAVE_CUDA
+    int n = rv_cuda_device_count();
+    if (n == 0)
+        return rv_fail(RV_ERR_UNSUPPORTED, "--device cuda: no CUDA device is visible "
+                       "(check nvidia-smi and CUDA_VISIBLE_DEVICES)");
+    return rv_backend_cuda_create(rank % n, be);
+#else
+    (void)rank;
+    return rv_fail(RV_ERR_UNSUPPORTED, "--device cuda: this ringvit was built without CUDA "
+                   "(configure with -DRINGVIT_CUDA=ON where nvcc is installed)");
+#endif
+}
+
+rv_comm_copy_fn rv_cli_device_copy(int cuda)
+{
+#ifdef RINGVIT_HAVE_CUDA
+    return cuda ? rv_cuda_copy_sync : NULL;
+#else
+    (void)cuda;
+    return NULL;
+#endif
 }
 
 void rv_cli_on_stop_signals(void (*handler)(int sig))

@@ -18,6 +18,8 @@
 
 #include <jansson.h>
 
+#include "rv_backend.h"
+#include "rv_comm.h"
 #include "rv_status.h"
 
 #define RV_CLI_PROG "ringvit"
@@ -100,6 +102,14 @@ void rv_cli_log_init(int verbosity);
  * machine's cores over the ranks on it (OpenMPI and MPICH say how many). At
  * least 1. */
 int rv_cli_threads_per_rank(int threads, int ranks, int mpi);
+
+/* The compute backend of a rank: cpu with `threads` threads, or with cuda the
+ * GPU rank % (GPUs of this process); RV_ERR_UNSUPPORTED naming the reason in a
+ * build without CUDA or on a machine without a GPU. */
+rv_status rv_cli_backend_create(int cuda, int threads, int rank, rv_backend **be);
+
+/* The move of a local run's communicator: device copies with cuda, else memcpy. */
+rv_comm_copy_fn rv_cli_device_copy(int cuda);
 
 /* Installs handler for SIGINT and SIGTERM (SA_RESTART), the commands' graceful
  * stop: the handler notes the first signal and stops at once on the second. */

@@ -71,8 +71,12 @@ static const char help_text[] =
     "  --cp N              ranks (default 1; with --backend mpi: the process count)\n"
     "  --backend B         local (default: N threads of this process), mpi (run under\n"
     "                      mpiexec -n N, one rank per process, on one or many\n"
-    "                      machines), nccl (GPUs: not built yet)\n"
-    "  --device D          cpu (default) or cuda (not built yet)\n"
+    "                      machines); nccl is not used by embed (see --device)\n"
+    "  --device D          cpu (default) or cuda: the encoder's blocks and attention\n"
+    "                      run on the GPU (bf16 tensor cores, f32 accumulation);\n"
+    "                      local ranks share the GPUs (rank % GPUs), messages move\n"
+    "                      by device copies; under --backend mpi one process only\n"
+    "                      (this MPI cannot move device memory)\n"
     "  --strategy S        ring (default), allgather or ulysses (heads % N == 0)\n"
     "  --causal            causal attention (zigzag shards)\n"
     "  --threads N         compute threads in all (local, default: every core) or per\n"
@@ -343,12 +347,22 @@ static int embed_main(int argc, char **argv)
     double t0 = now_s();
     if ((rc = parse_args(argc, argv, &a)) != 0)
         goto end;
-    if (strcmp(a.backend, "nccl") == 0 || strcmp(a.device, "cuda") == 0) {
-        rv_fail(RV_ERR_UNSUPPORTED, "%s is not built yet: the GPU path of embed needs the CUDA "
-                "kernels (a later release); use --device cpu with --backend local or mpi",
-                strcmp(a.backend, "nccl") == 0 ? "--backend nccl" : "--device cuda");
+    if (strcmp(a.backend, "nccl") == 0) {
+        rv_fail(RV_ERR_UNSUPPORTED, "--backend nccl is not supported by embed: its votes and "
+                "pooling move host memory; use --device cuda with --backend local (ranks as "
+                "GPU streams, on GPU rank %% GPUs)");
         rc = rv_cli_fail(RV_ERR_UNSUPPORTED, CMD);
         goto end;
+    }
+    set.cuda = strcmp(a.device, "cuda") == 0;
+    if (set.cuda) { /* fail before any work when no GPU can run it */
+        rv_backend *probe = NULL;
+        rv_status st = rv_cli_backend_create(1, 1, 0, &probe);
+        rv_backend_free(&probe);
+        if (st != RV_OK) {
+            rc = rv_cli_fail(st, CMD);
+            goto end;
+        }
     }
     for (int i = 0; i < a.ninputs; i++)
         if ((rc = embed_inputs_add(a.inputs[i], &in, &n, &cap)) != 0)
@@ -389,6 +403,14 @@ static int embed_main(int argc, char **argv)
             goto end;
         }
         set.ranks = world->size;
+        if (set.cuda && world->size > 1) {
+            rc = rank == 0 ? rv_cli_usage_error(CMD, "--device cuda with --backend mpi runs one "
+                                                "process only (%d started): the CP attention "
+                                                "sends device memory, which this MPI cannot move; "
+                                                "use --backend local --cp N", world->size)
+                           : RV_EXIT_USAGE;
+            goto end;
+        }
     }
     const int loud = rank == 0;
 
@@ -484,7 +506,7 @@ static int embed_main(int argc, char **argv)
     if (set.mpi) {
         embed_batch_rank(world, &b);
     } else {
-        rv_status st = rv_local_run(set.ranks, embed_batch_rank, &b);
+        rv_status st = rv_local_run_copy(set.ranks, embed_batch_rank, &b, rv_cli_device_copy(set.cuda));
         if (st != RV_OK && !b.fatal) {
             b.fatal = 1;
             snprintf(b.fatal_msg, sizeof b.fatal_msg, "%s", rv_last_error());

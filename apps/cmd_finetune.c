@@ -36,7 +36,7 @@ volatile sig_atomic_t ft_stop_signal;
 static const char help_text[] =
     "usage: ringvit finetune --task classify|mae --manifest TRAIN.tsv [--val VAL.tsv]\n"
     "                        -o TUNED.safetensors [--model PRESET|WEIGHTS] [--seed N]\n"
-    "                        [--cp N] [--dp M] [--backend local|mpi]\n"
+    "                        [--cp N] [--dp M] [--backend local|mpi] [--device cpu|cuda]\n"
     "                        [--strategy ring|allgather|ulysses] [--causal] [--threads N]\n"
     "                        [--epochs E | --steps K] [--lr LR] [--min-lr LR] [--wd WD]\n"
     "                        [--head-lr LR] [--warmup K] [--clip C] [--accum A]\n"
@@ -115,6 +115,10 @@ static const char help_text[] =
     "                      under mpiexec -n N*M)\n"
     "  --strategy S        ring (default), allgather or ulysses (heads % N == 0)\n"
     "  --causal            causal attention (zigzag shards)\n"
+    "  --device D          cpu (default) or cuda: the encoder's blocks, forward and\n"
+    "                      backward, run on the GPU (rank % GPUs; bf16 tensor cores,\n"
+    "                      f32 accumulation); embedding, heads and AdamW stay on the\n"
+    "                      host; under --backend mpi only with --cp 1\n"
     "  --threads N         compute threads in all (local, default: every core) or per\n"
     "                      process (mpi)\n"
     "  --timeout SEC       communication deadline inside a step (default 120)\n"
@@ -138,7 +142,7 @@ static const char help_text[] =
     "      -o mae.safetensors\n";
 
 typedef struct ft_args {
-    const char *task, *manifest, *val, *model, *out, *log, *ckpt, *resume, *backend;
+    const char *task, *manifest, *val, *model, *out, *log, *ckpt, *resume, *backend, *device;
     int cp, dp, cp_set, dp_set, accum, threads, causal, no_cache, quiet, json, check_sync;
     int seed_set, size_set, model_set;
     rv_cp_strategy strategy;
@@ -154,6 +158,7 @@ static int parse_args(int argc, char **argv, ft_args *a)
     memset(a, 0, sizeof *a);
     a->model = "tiny";
     a->backend = "local";
+    a->device = "cpu";
     a->cp = a->dp = a->accum = 1;
     a->strategy = RV_CP_RING;
     a->epochs = 1;
@@ -194,6 +199,10 @@ static int parse_args(int argc, char **argv, ft_args *a)
             VALUE(a->backend);
             if (strcmp(v, "local") && strcmp(v, "mpi"))
                 return rv_cli_usage_error(CMD, "--backend wants local or mpi, got '%s'", v);
+        } else if (rv_cli_flag_is(s, "--device")) {
+            VALUE(a->device);
+            if (strcmp(v, "cpu") && strcmp(v, "cuda"))
+                return rv_cli_usage_error(CMD, "--device wants cpu or cuda, got '%s'", v);
         } else if (rv_cli_flag_is(s, "--strategy")) {
             VALUE(v);
             if (rv_cp_strategy_parse(v, &a->strategy) != RV_OK)
@@ -529,6 +538,22 @@ static int finetune_main(int argc, char **argv)
     set.mpi = strcmp(a.backend, "mpi") == 0;
     set.cp = a.cp;
     set.dp = a.dp;
+    set.cuda = strcmp(a.device, "cuda") == 0;
+    if (set.cuda) { /* fail before any work when no GPU can run it */
+        rv_backend *probe = NULL;
+        st = rv_cli_backend_create(1, 1, 0, &probe);
+        rv_backend_free(&probe);
+        if (st != RV_OK) {
+            rc = rv_cli_fail(st, CMD);
+            goto end;
+        }
+        if (set.mpi && set.cp > 1) {
+            rc = rv_cli_usage_error(CMD, "--device cuda with --backend mpi needs --cp 1: the CP "
+                                    "attention sends device memory, which this MPI cannot move; "
+                                    "use --backend local --cp %d", set.cp);
+            goto end;
+        }
+    }
     if (set.mpi) {
         if (!rv_comm_backend_built("mpi")) {
             rv_fail(RV_ERR_UNSUPPORTED, "this build has no MPI; --backend local runs the ranks "
@@ -698,7 +723,7 @@ static int finetune_main(int argc, char **argv)
     if (set.mpi) {
         st = ft_rank_main(world, &job);
     } else {
-        st = rv_local_run(set.cp * set.dp, ft_rank_main, &job);
+        st = rv_local_run_copy(set.cp * set.dp, ft_rank_main, &job, rv_cli_device_copy(set.cuda));
     }
     ft_report_close(&job.report);
     if (st != RV_OK) {

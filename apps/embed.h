@@ -58,6 +58,7 @@ typedef struct embed_settings {
     int ranks;                 /* cp size */
     int mpi;                   /* 1: --backend mpi (one rank per process) */
     int threads;               /* compute threads per rank */
+    int cuda;                  /* --device cuda: each rank's blocks on GPU rank % GPUs */
     double timeout_s;          /* communication deadline inside the forward */
     double segment_s;
     int tokens;                /* --tokens: per-token outputs too */

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "embed.h"
+#include "cli.h"
 #include "embed_rank.h"
 
 int embed_agree(embed_rank *k, rv_status mine, const double *val, int nval)
@@ -82,7 +83,9 @@ rv_status embed_batch_rank(rv_comm *comm, void *arg)
             snprintf(b->fatal_msg, sizeof b->fatal_msg, "%s", rv_last_error());
         goto end;
     }
-    st = rv_backend_cpu_create(b->set->threads, &k.be);
+    st = rv_cli_backend_create(b->set->cuda, b->set->threads, k.rank, &k.be);
+    if (st == RV_OK && b->set->cuda)
+        st = rv_vit_to_backend(b->set->model, k.be, &k.dev_weights);
     if ((out = embed_agree(&k, st, NULL, 0)) != AGREE_OK) {
         if (out == AGREE_FAILED) /* a rank has no backend: nothing can run */
             out = AGREE_FATAL;
@@ -125,6 +128,7 @@ end:
         b->fatal |= out == AGREE_FATAL;
         b->stopped |= out == AGREE_STOP;
     }
+    rv_vit_backend_free(k.be, &k.dev_weights);
     rv_backend_free(&k.be);
     free(k.votes);
     rv_comm_free(&k.ctl);

@@ -382,7 +382,7 @@ int embed_job_run(embed_rank *k, int index, embed_result *res)
     embed_report_stage(rep, index, in->path, "encode", end_s, L.seq);
     rv_vit_tokens tok = {s.len, s.modality, s.pos, s.time, s.nvideo, s.video, s.naudio, s.audio,
                          L.grid};
-    rv_vit_run run = {k->be, k->comm, sp, set->strategy, set->causal};
+    rv_vit_run run = {k->be, k->comm, sp, set->strategy, set->causal, k->dev_weights};
     rv_vit_pool_opts po = {set->segment_s, end_s};
     rv_clear_error();
     st = rv_vit_forward(set->model, &run, &tok, s.y, &vs);

@@ -26,7 +26,8 @@ typedef struct embed_rank {
     const embed_settings *set;
     rv_comm *comm;      /* the cp group, --timeout deadlines (the forward) */
     rv_comm *ctl;       /* the same ranks, EMBED_STAGE_TIMEOUT_S deadlines (votes, gather) */
-    rv_backend *be;     /* this rank's compute threads */
+    rv_backend *be;     /* this rank's compute threads, or its GPU stream */
+    rv_vit_model *dev_weights; /* the model in be's memory (--device cuda), else NULL */
     int rank, size;
     embed_vote *votes;  /* (size) the last vote */
 } embed_rank;

@@ -123,6 +123,7 @@ typedef struct ft_settings {
     int cp, dp, accum;
     int mpi;                 /* 1: --backend mpi */
     int threads;             /* compute threads per rank */
+    int cuda;                /* --device cuda: the blocks on GPU rank % GPUs */
     rv_cp_strategy strategy;
     int causal, cache, quiet, json, check_sync;
     double timeout_s;

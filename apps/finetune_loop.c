@@ -26,6 +26,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli.h"
 #include "finetune.h"
 #include "rv_backend.h"
 
@@ -38,6 +39,7 @@ typedef struct ft_rank {
     int rank, cpr, dpr;        /* world rank, index in the cp group, dp index */
     rv_backend *be;
     rv_vit_model *m, *g;       /* parameters, gradients */
+    rv_vit_model *wdev;        /* m in be's memory (--device cuda), refreshed after each step */
     rv_train_head *h, *dh;
     rv_adamw *opt;
     int64_t nm, nh, n;         /* model, head, all parameters */
@@ -89,13 +91,15 @@ static rv_status rank_setup(ft_rank *k)
         return st;
     k->cpr = k->cp->rank;
     k->dpr = k->dp->rank;
-    if ((st = rv_backend_cpu_create(set->threads, &k->be)) != RV_OK ||
+    if ((st = rv_cli_backend_create(set->cuda, set->threads, k->rank, &k->be)) != RV_OK ||
         (st = rv_vit_new(cfg, &k->m)) != RV_OK || (st = rv_vit_new(cfg, &k->g)) != RV_OK ||
         (st = rv_train_head_new(cfg, set->task, set->classes.n, &k->h)) != RV_OK ||
         (st = rv_train_head_new(cfg, set->task, set->classes.n, &k->dh)) != RV_OK)
         return st;
     memcpy(k->m->arena, set->model0->arena, sizeof(float) * k->m->arena_floats);
     memcpy(k->h->arena, set->head0->arena, sizeof(float) * k->h->arena_floats);
+    if (set->cuda && (st = rv_vit_to_backend(k->m, k->be, &k->wdev)) != RV_OK)
+        return st;
     k->nm = rv_vit_params(k->m);
     k->nh = (int64_t)k->h->arena_floats;
     k->n = k->nm + k->nh;
@@ -132,6 +136,7 @@ static void rank_free(ft_rank *k)
     rv_adamw_free(&k->opt);
     rv_train_head_free(&k->h), rv_train_head_free(&k->dh);
     rv_vit_free(&k->m), rv_vit_free(&k->g);
+    rv_vit_backend_free(k->be, &k->wdev);
     rv_backend_free(&k->be);
     rv_comm_free(&k->cp), rv_comm_free(&k->dp);
     rv_comm_free(&k->cp_ctl), rv_comm_free(&k->dp_ctl);
@@ -185,7 +190,7 @@ static rv_status run_one(ft_rank *k, const ft_slice *s, int label, int64_t pos, 
     const ft_settings *set = k->set;
     const int D = k->m->cfg.dim, mae = set->task == RV_TASK_MAE;
     rv_vit_tokens tok = ft_slice_tokens(s);
-    rv_vit_run run = {k->be, k->cp, s->plan, set->strategy, set->causal};
+    rv_vit_run run = {k->be, k->cp, s->plan, set->strategy, set->causal, k->wdev};
     const size_t nd = (size_t)(tok.len > 0 ? tok.len : 1) * D;
     float *y = NULL, *dy = NULL;
     uint8_t *hidden = NULL;
@@ -194,9 +199,12 @@ static rv_status run_one(ft_rank *k, const ft_slice *s, int label, int64_t pos, 
     memset(&pooled, 0, sizeof pooled);
     rv_status st;
     *pred = -1;
-    if ((st = k->be->alloc(k->be, sizeof(float) * nd, (void **)&y)) != RV_OK ||
-        (train && (st = k->be->alloc(k->be, sizeof(float) * nd, (void **)&dy)) != RV_OK))
+    /* y and dy are host memory whatever the backend: the heads run on the host. */
+    if (!(y = malloc(sizeof(float) * nd)) || (train && !(dy = malloc(sizeof(float) * nd)))) {
+        st = rv_fail(RV_ERR_NOMEM, "rank %d: out of memory for %lld tokens' outputs", k->rank,
+                     (long long)tok.len);
         goto end;
+    }
     if (dy)
         memset(dy, 0, sizeof(float) * nd);
     if (mae) {
@@ -231,9 +239,8 @@ static rv_status run_one(ft_rank *k, const ft_slice *s, int label, int64_t pos, 
 end:
     rv_vit_acts_free(&acts);
     rv_vit_pooled_free(&pooled);
-    k->be->free(k->be, y);
-    if (dy)
-        k->be->free(k->be, dy);
+    free(y);
+    free(dy);
     free(hidden);
     return st;
 }
@@ -278,6 +285,11 @@ static rv_status sync_and_step(ft_rank *k, double *norm, double *lr)
         (st = rv_adamw_step(&vh, &set->head_opt, k->h->arena, k->dh->arena)) != RV_OK)
         return st;
     k->opt->step++;
+    /* The device's copy of the weights follows the host's. */
+    if (k->wdev && (st = k->be->copy(k->be, k->wdev->arena, k->m->arena,
+                                     sizeof(float) * k->m->arena_floats,
+                                     RV_COPY_HOST_TO_DEVICE)) != RV_OK)
+        return st;
     return RV_OK;
 }
 

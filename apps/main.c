@@ -76,12 +76,11 @@ static void print_version(void)
     const char *core = rv_blas_corename();
     printf("ringvit %s\n", RINGVIT_VERSION);
 #ifdef RINGVIT_HAVE_CUDA
-    /* The CUDA runtime is linked; the GPU kernels arrive with the GPU work. */
     int ndev = rv_cuda_device_count();
     char name[256] = "";
     if (ndev > 0 && rv_cuda_device_name(0, name, sizeof name) != RV_OK)
         snprintf(name, sizeof name, "%s", rv_last_error());
-    printf("cuda: runtime linked, %d device%s%s%s; GPU kernels not yet built\n", ndev,
+    printf("cuda: backend built (sm_%s), %d device%s%s%s\n", rv_cuda_build_archs(), ndev,
            ndev == 1 ? "" : "s", ndev > 0 ? ": " : "", name);
 #else
     printf("cuda: no\n");

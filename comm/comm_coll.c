@@ -75,8 +75,15 @@ rv_status rv_coll_allgather(rv_comm *c, const void *sendbuf, void *recvbuf, size
                             double deadline)
 {
     char *own = (char *)recvbuf + (size_t)c->rank * bytes;
-    if (bytes && (const char *)sendbuf != own)
-        memmove(own, sendbuf, bytes);
+    if (bytes && (const char *)sendbuf != own) {
+        if (c->move) {
+            if (c->move(own, sendbuf, bytes) != 0)
+                return rv_fail(RV_ERR_BACKEND, "rank %d: allgather: own block: %s", c->rank,
+                               rv_last_error());
+        } else {
+            memmove(own, sendbuf, bytes);
+        }
+    }
     /* Every rank sends its own block: stride 0 from `own`. */
     return exchange_all(c, own, 0, recvbuf, bytes, RV_TAG_ALLGATHER, deadline);
 }
@@ -85,8 +92,13 @@ rv_status rv_coll_alltoall(rv_comm *c, const void *sendbuf, void *recvbuf, size_
                            double deadline)
 {
     size_t off = (size_t)c->rank * bytes;
-    if (bytes)
+    if (bytes && c->move) {
+        if (c->move((char *)recvbuf + off, (const char *)sendbuf + off, bytes) != 0)
+            return rv_fail(RV_ERR_BACKEND, "rank %d: alltoall: own block: %s", c->rank,
+                           rv_last_error());
+    } else if (bytes) {
         memcpy((char *)recvbuf + off, (const char *)sendbuf + off, bytes);
+    }
     return exchange_all(c, sendbuf, bytes, recvbuf, bytes, RV_TAG_ALLTOALL, deadline);
 }
 

@@ -46,6 +46,7 @@ typedef enum fail_why {
     WHY_ABORTED,   /* a rank called abort */
     WHY_TIMEOUT,
     WHY_WITHDRAWN, /* the matched peer gave up its side (timeout or cancel) */
+    WHY_COPY,      /* the world's copy function failed */
 } fail_why;
 
 typedef struct local_group local_group;
@@ -102,6 +103,7 @@ struct local_world {
     uint64_t next_id;
     local_group *groups;  /* every live group */
     local_group *all;     /* the world group: every rank, rank i is world rank i */
+    rv_comm_copy_fn copy; /* moves a message; NULL: memcpy (rv_local_run_copy) */
 };
 
 typedef struct local_ctx {
@@ -227,10 +229,18 @@ static void progress(local_world *w, int me)
         w->inflight[me]++;
         w->inflight[s->owner_w]++;
         pthread_mutex_unlock(&w->mu);
-        if (fits && s->bytes)
-            memcpy(r->rbuf, s->sbuf, s->bytes);
+        int copied = 1;
+        if (fits && s->bytes) {
+            if (w->copy)
+                copied = w->copy(r->rbuf, s->sbuf, s->bytes) == 0;
+            else
+                memcpy(r->rbuf, s->sbuf, s->bytes);
+        }
         pthread_mutex_lock(&w->mu);
-        if (fits) {
+        if (!copied) {
+            s->state = r->state = REQ_FAILED;
+            s->why = r->why = WHY_COPY;
+        } else if (fits) {
             s->state = r->state = REQ_DONE;
         } else {
             s->state = r->state = REQ_FAILED;
@@ -357,6 +367,9 @@ static rv_status report(rv_comm *c, local_req *r)
     case WHY_WITHDRAWN:
         return rv_fail(RV_ERR_COMM, "%s: %s: rank %d gave up its side of the transfer", who,
                        what, r->peer);
+    case WHY_COPY:
+        return rv_fail(RV_ERR_BACKEND, "%s: %s: the device copy failed%s%s", who, what,
+                       r->is_send ? "" : ": ", r->is_send ? "" : rv_last_error());
     case WHY_NONE:
         break;
     }
@@ -532,6 +545,7 @@ static const rv_comm local_table = {
     /* .world_rank    = */ 0,
     /* .timeout_s     = */ RV_COMM_DEFAULT_TIMEOUT_S,
     /* .device_memory = */ 0,
+    /* .move          = */ NULL,
     /* .isend         = */ local_isend,
     /* .irecv         = */ local_irecv,
     /* .test          = */ local_test,
@@ -565,6 +579,8 @@ static rv_status local_make_comm(local_world *w, local_group *g, int rank, int w
     c->size = g->size;
     c->world_rank = world_rank;
     c->timeout_s = timeout_s;
+    c->device_memory = w->copy != NULL;
+    c->move = w->copy;
     *out = c;
     return RV_OK;
 }
@@ -627,6 +643,11 @@ end:
         free(w);
     }
     return st;
+}
+
+void local_world_set_copy(local_world *w, rv_comm_copy_fn copy)
+{
+    w->copy = copy;
 }
 
 rv_status local_world_comm(local_world *w, int rank, double timeout_s, rv_comm **out)

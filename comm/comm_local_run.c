@@ -43,6 +43,11 @@ static void *rank_main(void *p)
 
 rv_status rv_local_run(int nranks, rv_local_fn fn, void *arg)
 {
+    return rv_local_run_copy(nranks, fn, arg, NULL);
+}
+
+rv_status rv_local_run_copy(int nranks, rv_local_fn fn, void *arg, rv_comm_copy_fn copy)
+{
     if (nranks < 1 || nranks > 1024 || !fn)
         return rv_fail(RV_ERR_INVALID, "local run: %d ranks (want 1..1024) and a function",
                        nranks);
@@ -61,6 +66,7 @@ rv_status rv_local_run(int nranks, rv_local_fn fn, void *arg)
     }
     if ((st = local_world_create(nranks, &sh.w)) != RV_OK)
         goto end;
+    local_world_set_copy(sh.w, copy);
     for (int r = 0; r < nranks; r++) {
         ranks[r] = (run_rank){.sh = &sh, .rank = r, .fail_order = -1};
         if ((st = local_world_comm(sh.w, r, timeout_s, &ranks[r].comm)) != RV_OK)

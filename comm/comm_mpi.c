@@ -409,6 +409,7 @@ static const rv_comm mpi_table = {
     /* .world_rank    = */ 0,
     /* .timeout_s     = */ RV_COMM_DEFAULT_TIMEOUT_S,
     /* .device_memory = */ 0,
+    /* .move          = */ NULL,
     /* .isend         = */ mpi_isend,
     /* .irecv         = */ mpi_irecv,
     /* .test          = */ mpi_test,

@@ -460,6 +460,7 @@ static const rv_comm nccl_table = {
     /* .world_rank    = */ 0,
     /* .timeout_s     = */ RV_COMM_DEFAULT_TIMEOUT_S,
     /* .device_memory = */ 1,
+    /* .move          = */ NULL,
     /* .isend         = */ nccl_isend,
     /* .irecv         = */ nccl_irecv,
     /* .test          = */ nccl_test,

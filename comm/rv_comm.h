@@ -54,7 +54,12 @@ struct rv_comm {
     int rank, size;   /* this rank in [0, size) */
     int world_rank;   /* rank in the root communicator this one was split from */
     double timeout_s; /* deadline of each blocking call, seconds (> 0) */
-    int device_memory; /* 1: buffers are CUDA device memory (nccl), 0: host */
+    int device_memory; /* 1: buffers are CUDA device memory (nccl, or a local run
+                        * with a device copy), 0: host */
+    /* Copies between two buffers of this communicator's kind; NULL: memcpy. Set on
+     * local communicators of rv_local_run_copy. Returns 0, or -1 with the message
+     * in rv_last_error(). */
+    int (*move)(void *dst, const void *src, size_t bytes);
 
     rv_status (*isend)(rv_comm *c, const void *buf, size_t bytes, int peer, int tag,
                        rv_comm_request **req);
@@ -98,6 +103,18 @@ typedef rv_status (*rv_local_fn)(rv_comm *comm, void *arg);
  * hangs the others. The communicator is freed when fn returns; free the ones
  * split from it, and complete or free every request, before returning. */
 rv_status rv_local_run(int nranks, rv_local_fn fn, void *arg);
+
+/* Copies bytes from src to dst and returns when done: 0, or -1 with the message in
+ * rv_last_error(). rv_cuda_copy_sync (kernels/rv_cuda.h) is one. */
+typedef int (*rv_comm_copy_fn)(void *dst, const void *src, size_t bytes);
+
+/* rv_local_run for ranks whose buffers may be device memory (several ranks on
+ * one GPU, each with its own stream): every message moves with copy instead of
+ * memcpy (rv_cuda_copy_sync takes host and device pointers alike), and the
+ * communicators report device_memory = 1. Point-to-point, allgather, alltoall,
+ * barrier and split take either kind of buffer; allreduce adds on the host, so
+ * its buffers must be host memory. */
+rv_status rv_local_run_copy(int nranks, rv_local_fn fn, void *arg, rv_comm_copy_fn copy);
 
 /* An "mpi" communicator over every process (a duplicate of MPI_COMM_WORLD with
  * MPI_ERRORS_RETURN). Calls MPI_Init first when the program has not; then

@@ -1,12 +1,11 @@
 /* cp_allgather.c: all-gather attention. Every rank gathers all K/V into global
  * order (memory O(S * heads * dim) per rank for K/V), then runs one local tiled
  * attention per query segment; the causal mask uses the segments' global offsets.
- * Backward: each rank computes its queries' contributions to dK/dV for every key,
- * the contributions are summed over ranks (all-reduce) and each rank keeps its own
- * rows. The gather is one blocking collective: it does not overlap the compute. */
-#include <stdlib.h>
-#include <string.h>
-
+ * Backward: each rank computes its queries' contributions to dK/dV for every key;
+ * a reduce-scatter (one all-to-all of each rank's rows, then a sum on the owner)
+ * leaves each rank the complete gradient of its own rows. The gather is one
+ * blocking collective: it does not overlap the compute. Buffers are the backend's
+ * memory; kernels finish (synchronize) before their results are sent. */
 #include "cp_internal.h"
 
 /* x (len, row floats) of every rank -> global (S, row). padded holds N blocks. */
@@ -16,14 +15,17 @@ static rv_status gather_global(rv_cp_attn *cp, const float *x, int64_t len, floa
     const int64_t maxlen = rv_shard_max_len(&cp->plan);
     const size_t rowf = (size_t)cp->heads * cp->dim, block = maxlen * rowf;
     float *mine = padded + (size_t)cp->comm->rank * block;
-    memcpy(mine, x, sizeof(float) * len * rowf);
-    memset(mine + len * rowf, 0, sizeof(float) * (block - len * rowf));
+    rv_status st;
+    if ((st = cp_copy(cp, mine, x, len * rowf)) != RV_OK ||
+        (st = cp->be->fill(cp->be, mine + len * rowf, 0.0f, block - len * rowf)) != RV_OK ||
+        (st = cp->be->synchronize(cp->be)) != RV_OK)
+        return st;
     double t0 = cp_now();
-    rv_status st = rv_comm_allgather(cp->comm, mine, padded, sizeof(float) * block);
+    st = rv_comm_allgather(cp->comm, mine, padded, sizeof(float) * block);
     cp->stats.wait_s += cp_now() - t0;
     cp->stats.bytes_sent += (double)(cp->comm->size - 1) * block * sizeof(float);
     if (st == RV_OK)
-        cp_unpad_to_global(&cp->plan, padded, maxlen, rowf, global);
+        st = cp_unpad_to_global(cp, padded, maxlen, rowf, global);
     return st;
 }
 
@@ -39,21 +41,20 @@ static rv_status gather_kv(rv_cp_attn *cp, const float *k, const float *v, gathe
     const size_t rowf = (size_t)cp->heads * cp->dim;
     const size_t npad = (size_t)cp->comm->size * (maxlen > 0 ? maxlen : 1) * rowf;
     const size_t nglob = (size_t)(cp->plan.seq > 0 ? cp->plan.seq : 1) * rowf;
-    g->padded = malloc(sizeof(float) * npad);
-    g->k = malloc(sizeof(float) * nglob);
-    g->v = malloc(sizeof(float) * nglob);
     g->bytes = sizeof(float) * (npad + 2 * nglob);
-    if (!g->padded || !g->k || !g->v)
-        return rv_fail(RV_ERR_NOMEM, "allgather attention: cannot allocate %zu bytes", g->bytes);
-    rv_status st = gather_global(cp, k, len, g->padded, g->k);
-    if (st == RV_OK)
+    rv_status st;
+    if ((st = cp_alloc(cp, npad, &g->padded)) != RV_OK || (st = cp_alloc(cp, nglob, &g->k)) != RV_OK ||
+        (st = cp_alloc(cp, nglob, &g->v)) != RV_OK)
+        return st;
+    if ((st = gather_global(cp, k, len, g->padded, g->k)) == RV_OK)
         st = gather_global(cp, v, len, g->padded, g->v);
     return st;
 }
 
-static void gathered_free(gathered *g)
+static void gathered_free(rv_cp_attn *cp, gathered *g)
 {
-    free(g->padded), free(g->k), free(g->v);
+    cp->be->synchronize(cp->be); /* kernels may still read them after an error */
+    cp_free(cp, &g->padded), cp_free(cp, &g->k), cp_free(cp, &g->v);
 }
 
 rv_status cp_allgather_forward(rv_cp_attn *cp, const float *q, const float *k,
@@ -64,56 +65,89 @@ rv_status cp_allgather_forward(rv_cp_attn *cp, const float *q, const float *k,
     const cp_segs me = cp_segs_of(&cp->plan, cp->comm->rank);
     rv_shard_seg all = {0, cp->plan.seq};
     gathered g = {0};
-    float *lse_seg = malloc(sizeof(float) * H * (me.len > 0 ? me.len : 1));
-    rv_status st = lse_seg ? gather_kv(cp, k, v, &g)
-                           : rv_fail(RV_ERR_NOMEM, "allgather attention: out of memory");
-    if (st != RV_OK)
+    float *lse_seg[RV_SHARD_MAX_SEGS] = {0};
+    rv_status st = RV_OK;
+    for (int i = 0; i < me.n && st == RV_OK; i++)
+        st = cp_alloc(cp, (size_t)H * me.seg[i].len, &lse_seg[i]);
+    if (st != RV_OK || (st = gather_kv(cp, k, v, &g)) != RV_OK)
         goto end;
     cp_note_peak(cp, g.bytes);
     double t0 = cp_now();
     for (int i = 0; i < me.n; i++) {
         if (me.seg[i].len == 0)
             continue;
-        rv_attn_fwd_args a = {q + me.off[i] * rowf, g.k, g.v, o + me.off[i] * rowf, lse_seg,
+        rv_attn_fwd_args a = {q + me.off[i] * rowf, g.k, g.v, o + me.off[i] * rowf, lse_seg[i],
                               (int)me.seg[i].len, (int)cp->plan.seq, H, d, cp->scale,
                               cp_mask(cp, me.seg[i], all), 0};
-        if ((st = cp->be->attn_fwd(cp->be, &a)) != RV_OK)
+        if ((st = cp->be->attn_fwd(cp->be, &a)) != RV_OK ||
+            (st = cp_lse_to_slice(cp, lse_seg[i], me.seg[i].len, lse, me.len, me.off[i])) != RV_OK)
             goto end;
-        cp_lse_to_slice(lse_seg, H, me.seg[i].len, lse, me.len, me.off[i]);
         cp->stats.flops += 4.0 * d * H * rv_cp_visible_pairs(me.seg[i], all, cp->causal);
     }
-    cp->stats.busy_s += cp_now() - t0;
+    st = cp_busy_end(cp, t0);
 end:
-    gathered_free(&g);
-    free(lse_seg);
+    gathered_free(cp, &g);
+    for (int i = 0; i < RV_SHARD_MAX_SEGS; i++)
+        cp_free(cp, &lse_seg[i]);
     return st;
+}
+
+/* Global-order gradients (S, rowf) of every rank -> this rank's rows, summed over
+ * ranks: an all-to-all of the per-owner padded blocks, then N additions. */
+static rv_status reduce_scatter(rv_cp_attn *cp, const float *global, float *send, float *recv,
+                                float *mine)
+{
+    const int n = cp->comm->size;
+    const int64_t maxlen = rv_shard_max_len(&cp->plan), len = rv_shard_len(&cp->plan, cp->comm->rank);
+    const size_t rowf = (size_t)cp->heads * cp->dim, block = (size_t)maxlen * rowf;
+    rv_status st;
+    if ((st = cp_global_to_padded(cp, global, maxlen, rowf, send)) != RV_OK ||
+        (st = cp->be->synchronize(cp->be)) != RV_OK)
+        return st;
+    double t0 = cp_now();
+    st = rv_comm_alltoall(cp->comm, send, recv, sizeof(float) * block);
+    cp->stats.wait_s += cp_now() - t0;
+    cp->stats.bytes_sent += (double)(n - 1) * block * sizeof(float);
+    if (st != RV_OK)
+        return st;
+    if ((st = cp_copy(cp, mine, recv, (size_t)len * rowf)) != RV_OK)
+        return st;
+    for (int j = 1; j < n; j++)
+        if ((st = cp->be->add(cp->be, mine, recv + (size_t)j * block, (size_t)len * rowf)) != RV_OK)
+            return st;
+    return RV_OK;
 }
 
 rv_status cp_allgather_backward(rv_cp_attn *cp, const float *q, const float *k,
                                 const float *v, const float *o, const float *lse,
                                 const float *dout, float *dq, float *dk, float *dv)
 {
-    const int H = cp->heads, d = cp->dim;
+    const int H = cp->heads, d = cp->dim, n = cp->comm->size;
     const size_t rowf = (size_t)H * d, nglob = (size_t)cp->plan.seq * rowf;
+    const size_t npad = (size_t)n * (size_t)rv_shard_max_len(&cp->plan) * rowf;
     const cp_segs me = cp_segs_of(&cp->plan, cp->comm->rank);
     rv_shard_seg all = {0, cp->plan.seq};
     gathered g = {0};
-    float *lse_seg = malloc(sizeof(float) * H * (me.len > 0 ? me.len : 1));
-    float *dkg = calloc(nglob > 0 ? nglob : 1, sizeof(float));
-    float *dvg = calloc(nglob > 0 ? nglob : 1, sizeof(float));
-    rv_status st = lse_seg && dkg && dvg
-                       ? gather_kv(cp, k, v, &g)
-                       : rv_fail(RV_ERR_NOMEM, "allgather attention backward: out of memory");
-    if (st != RV_OK)
+    float *lse_seg = NULL, *dkg = NULL, *dvg = NULL, *recv = NULL;
+    rv_status st;
+    if ((st = cp_alloc(cp, (size_t)H * me.len, &lse_seg)) != RV_OK ||
+        (st = cp_alloc(cp, nglob, &dkg)) != RV_OK || (st = cp_alloc(cp, nglob, &dvg)) != RV_OK ||
+        (st = gather_kv(cp, k, v, &g)) != RV_OK)
         goto end;
-    cp_note_peak(cp, g.bytes + 2 * sizeof(float) * nglob);
-    memset(dq, 0, sizeof(float) * me.len * rowf);
+    /* The gathered K, V make way for the reduce-scatter's receive buffer, and the
+     * gather's padded buffer is its send buffer: the peak is the compute's. */
+    cp_note_peak(cp, g.bytes + sizeof(float) * 2 * nglob);
+    if ((st = cp->be->fill(cp->be, dq, 0.0f, me.len * rowf)) != RV_OK ||
+        (st = cp->be->fill(cp->be, dkg, 0.0f, nglob)) != RV_OK ||
+        (st = cp->be->fill(cp->be, dvg, 0.0f, nglob)) != RV_OK)
+        goto end;
     double t0 = cp_now();
     for (int i = 0; i < me.n; i++) {
         if (me.seg[i].len == 0)
             continue;
         size_t qo = me.off[i] * rowf;
-        cp_lse_from_slice(lse, H, me.len, me.off[i], lse_seg, me.seg[i].len);
+        if ((st = cp_lse_from_slice(cp, lse, me.len, me.off[i], lse_seg, me.seg[i].len)) != RV_OK)
+            goto end;
         rv_attn_bwd_args a = {q + qo, g.k, g.v, o + qo, lse_seg, dout + qo, dq + qo, dkg, dvg,
                               (int)me.seg[i].len, (int)cp->plan.seq, H, d, cp->scale,
                               cp_mask(cp, me.seg[i], all), 1};
@@ -121,21 +155,19 @@ rv_status cp_allgather_backward(rv_cp_attn *cp, const float *q, const float *k,
             goto end;
         cp->stats.flops += 10.0 * d * H * rv_cp_visible_pairs(me.seg[i], all, cp->causal);
     }
-    cp->stats.busy_s += cp_now() - t0;
-    t0 = cp_now();
-    if ((st = rv_comm_allreduce(cp->comm, dkg, dkg, nglob, RV_COMM_F32)) != RV_OK ||
-        (st = rv_comm_allreduce(cp->comm, dvg, dvg, nglob, RV_COMM_F32)) != RV_OK)
+    if ((st = cp_busy_end(cp, t0)) != RV_OK)
         goto end;
-    cp->stats.wait_s += cp_now() - t0;
-    cp->stats.bytes_sent += 2.0 * 2.0 * (cp->comm->size - 1) / cp->comm->size * nglob * sizeof(float);
-    for (int i = 0; i < me.n; i++) {
-        memcpy(dk + me.off[i] * rowf, dkg + me.seg[i].start * rowf,
-               sizeof(float) * me.seg[i].len * rowf);
-        memcpy(dv + me.off[i] * rowf, dvg + me.seg[i].start * rowf,
-               sizeof(float) * me.seg[i].len * rowf);
-    }
+    cp_free(cp, &g.k), cp_free(cp, &g.v);
+    if ((st = cp_alloc(cp, npad, &recv)) != RV_OK)
+        goto end;
+    /* Our rows of the summed dK and dV, in slice order. */
+    if ((st = reduce_scatter(cp, dkg, g.padded, recv, dk)) != RV_OK ||
+        (st = reduce_scatter(cp, dvg, g.padded, recv, dv)) != RV_OK)
+        goto end;
+    st = cp->be->synchronize(cp->be);
 end:
-    gathered_free(&g);
-    free(lse_seg), free(dkg), free(dvg);
+    gathered_free(cp, &g);
+    cp_free(cp, &lse_seg), cp_free(cp, &dkg), cp_free(cp, &dvg);
+    cp_free(cp, &recv);
     return st;
 }

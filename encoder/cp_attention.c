@@ -1,6 +1,8 @@
 /* cp_attention.c: context-parallel attention set-up, dispatch to the strategies,
  * and the helpers they share (segments, masks, re-ordering between a rank's slice
- * and global order, statistics). */
+ * and global order, buffers, statistics). Buffers are the backend's memory and
+ * every move goes through its table (fill, copy2d, add), so the strategies run
+ * unchanged on host (cpu) and device (cuda) memory. */
 #include <math.h>
 #include <string.h>
 #include <time.h>
@@ -51,44 +53,81 @@ double rv_cp_visible_pairs(rv_shard_seg q, rv_shard_seg k, int causal)
     return pairs;
 }
 
-void cp_lse_to_slice(const float *seg_lse, int heads, int64_t seg_len, float *lse,
-                     int64_t len, int64_t off)
+rv_status cp_alloc(rv_cp_attn *cp, size_t floats, float **p)
 {
-    for (int h = 0; h < heads; h++)
-        memcpy(lse + (size_t)h * len + off, seg_lse + (size_t)h * seg_len,
-               sizeof(float) * (size_t)seg_len);
+    *p = NULL;
+    return cp->be->alloc(cp->be, sizeof(float) * (floats > 0 ? floats : 1), (void **)p);
 }
 
-void cp_lse_from_slice(const float *lse, int heads, int64_t len, int64_t off,
-                       float *seg_lse, int64_t seg_len)
+void cp_free(rv_cp_attn *cp, float **p)
 {
-    for (int h = 0; h < heads; h++)
-        memcpy(seg_lse + (size_t)h * seg_len, lse + (size_t)h * len + off,
-               sizeof(float) * (size_t)seg_len);
+    if (*p)
+        cp->be->free(cp->be, *p);
+    *p = NULL;
 }
 
-void cp_unpad_to_global(const rv_shard_plan *p, const float *padded, int64_t max_len,
-                        size_t width, float *out)
+rv_status cp_copy(rv_cp_attn *cp, float *dst, const float *src, size_t floats)
 {
-    for (int r = 0; r < p->ranks; r++) {
-        cp_segs s = cp_segs_of(p, r);
-        for (int i = 0; i < s.n; i++)
-            memcpy(out + (size_t)s.seg[i].start * width,
-                   padded + ((size_t)r * max_len + s.off[i]) * width,
-                   sizeof(float) * width * (size_t)s.seg[i].len);
+    if (!floats)
+        return RV_OK;
+    const size_t b = sizeof(float) * floats;
+    return cp->be->copy2d(cp->be, dst, b, src, b, b, 1);
+}
+
+rv_status cp_lse_to_slice(rv_cp_attn *cp, const float *seg_lse, int64_t seg_len, float *lse,
+                          int64_t len, int64_t off)
+{
+    if (seg_len <= 0)
+        return RV_OK;
+    /* heads rows: row h of the segment's (heads, seg_len) to row h of (heads, len). */
+    return cp->be->copy2d(cp->be, lse + off, sizeof(float) * (size_t)len, seg_lse,
+                          sizeof(float) * (size_t)seg_len, sizeof(float) * (size_t)seg_len,
+                          (size_t)cp->heads);
+}
+
+rv_status cp_lse_from_slice(rv_cp_attn *cp, const float *lse, int64_t len, int64_t off,
+                            float *seg_lse, int64_t seg_len)
+{
+    if (seg_len <= 0)
+        return RV_OK;
+    return cp->be->copy2d(cp->be, seg_lse, sizeof(float) * (size_t)seg_len, lse + off,
+                          sizeof(float) * (size_t)len, sizeof(float) * (size_t)seg_len,
+                          (size_t)cp->heads);
+}
+
+rv_status cp_unpad_to_global(rv_cp_attn *cp, const float *padded, int64_t max_len,
+                             size_t width, float *out)
+{
+    rv_status st = RV_OK;
+    for (int r = 0; r < cp->plan.ranks && st == RV_OK; r++) {
+        cp_segs s = cp_segs_of(&cp->plan, r);
+        for (int i = 0; i < s.n && st == RV_OK; i++)
+            st = cp_copy(cp, out + (size_t)s.seg[i].start * width,
+                         padded + ((size_t)r * max_len + s.off[i]) * width,
+                         width * (size_t)s.seg[i].len);
     }
+    return st;
 }
 
-void cp_global_to_padded(const rv_shard_plan *p, const float *global, int64_t max_len,
-                         size_t width, float *padded)
+rv_status cp_global_to_padded(rv_cp_attn *cp, const float *global, int64_t max_len,
+                              size_t width, float *padded)
 {
-    for (int r = 0; r < p->ranks; r++) {
-        cp_segs s = cp_segs_of(p, r);
-        for (int i = 0; i < s.n; i++)
-            memcpy(padded + ((size_t)r * max_len + s.off[i]) * width,
-                   global + (size_t)s.seg[i].start * width,
-                   sizeof(float) * width * (size_t)s.seg[i].len);
+    rv_status st = RV_OK;
+    for (int r = 0; r < cp->plan.ranks && st == RV_OK; r++) {
+        cp_segs s = cp_segs_of(&cp->plan, r);
+        for (int i = 0; i < s.n && st == RV_OK; i++)
+            st = cp_copy(cp, padded + ((size_t)r * max_len + s.off[i]) * width,
+                         global + (size_t)s.seg[i].start * width,
+                         width * (size_t)s.seg[i].len);
     }
+    return st;
+}
+
+rv_status cp_busy_end(rv_cp_attn *cp, double t0)
+{
+    rv_status st = cp->be->synchronize(cp->be);
+    cp->stats.busy_s += cp_now() - t0;
+    return st;
 }
 
 double cp_now(void)
@@ -137,7 +176,8 @@ rv_status rv_cp_attn_forward(rv_cp_attn *cp, const float *q, const float *k, con
                               cp->heads, cp->dim, cp->scale, cp_mask(cp, all, all), 0};
         double t0 = cp_now();
         rv_status st = cp->be->attn_fwd(cp->be, &a);
-        cp->stats.busy_s += cp_now() - t0;
+        rv_status st2 = cp_busy_end(cp, t0);
+        st = st != RV_OK ? st : st2;
         cp->stats.flops += 4.0 * cp->dim * cp->heads * rv_cp_visible_pairs(all, all, cp->causal);
         return st;
     }
@@ -160,7 +200,8 @@ rv_status rv_cp_attn_backward(rv_cp_attn *cp, const float *q, const float *k, co
                               cp_mask(cp, all, all), 0};
         double t0 = cp_now();
         rv_status st = cp->be->attn_bwd(cp->be, &a);
-        cp->stats.busy_s += cp_now() - t0;
+        rv_status st2 = cp_busy_end(cp, t0);
+        st = st != RV_OK ? st : st2;
         cp->stats.flops += 10.0 * cp->dim * cp->heads * rv_cp_visible_pairs(all, all, cp->causal);
         return st;
     }

@@ -21,20 +21,32 @@ rv_attn_mask cp_mask(const rv_cp_attn *cp, rv_shard_seg q, rv_shard_seg k);
 /* 1 when no query of q sees any key of k. */
 int cp_fully_masked(const rv_cp_attn *cp, rv_shard_seg q, rv_shard_seg k);
 
-/* lse of a whole slice (heads, len) <-> of one segment (heads, seg_len). */
-void cp_lse_to_slice(const float *seg_lse, int heads, int64_t seg_len, float *lse,
-                     int64_t len, int64_t off);
-void cp_lse_from_slice(const float *lse, int heads, int64_t len, int64_t off,
-                       float *seg_lse, int64_t seg_len);
+/* Buffers in the backend's memory (at least one float, so never NULL on
+ * success); cp_free takes NULL and clears the pointer. */
+rv_status cp_alloc(rv_cp_attn *cp, size_t floats, float **p);
+void cp_free(rv_cp_attn *cp, float **p);
+/* floats from src to dst, both the backend's memory (asynchronous on a device). */
+rv_status cp_copy(rv_cp_attn *cp, float *dst, const float *src, size_t floats);
 
-/* Gathers this rank's rows (len, width floats) into global order: out (S, width),
+/* lse of a whole slice (heads, len) <-> of one segment (heads, seg_len). */
+rv_status cp_lse_to_slice(rv_cp_attn *cp, const float *seg_lse, int64_t seg_len, float *lse,
+                          int64_t len, int64_t off);
+rv_status cp_lse_from_slice(rv_cp_attn *cp, const float *lse, int64_t len, int64_t off,
+                            float *seg_lse, int64_t seg_len);
+
+/* Gathers every rank's rows (len, width floats) into global order: out (S, width),
  * from a buffer holding every rank's slice padded to max_len rows, rank r's at
  * r * max_len * width. */
-void cp_unpad_to_global(const rv_shard_plan *p, const float *padded, int64_t max_len,
-                        size_t width, float *out);
+rv_status cp_unpad_to_global(rv_cp_attn *cp, const float *padded, int64_t max_len,
+                             size_t width, float *out);
 /* The inverse: global rows (S, width) into per-rank padded blocks. */
-void cp_global_to_padded(const rv_shard_plan *p, const float *global, int64_t max_len,
-                         size_t width, float *padded);
+rv_status cp_global_to_padded(rv_cp_attn *cp, const float *global, int64_t max_len,
+                              size_t width, float *padded);
+
+/* Ends a compute section begun at t0: waits for the backend's queued ops (a
+ * no-op on CPU), so their results may be sent and their inputs reused, and adds
+ * the time to busy_s. */
+rv_status cp_busy_end(rv_cp_attn *cp, double t0);
 
 double cp_now(void);
 void cp_note_peak(rv_cp_attn *cp, size_t bytes);

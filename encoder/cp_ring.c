@@ -7,7 +7,13 @@
  * way; each rank computes its contribution to the visiting block's dK/dV in a
  * fresh buffer while the partial sum of the ranks before it arrives, adds it and
  * passes it on, so the sum reaches the block's owner after one last hop. dQ stays
- * local. Message tags: K 11, V 12, partial dK 13, dV 14, final dK 15, dV 16. */
+ * local. Message tags: K 11, V 12, partial dK 13, dV 14, final dK 15, dV 16.
+ *
+ * On a device backend the kernels are queued on its compute stream while the
+ * transfer runs on the communicator's (NCCL's stream, or the copy of a local
+ * run): post the exchange, queue the block's kernels, wait for the transfer,
+ * then wait for the kernels (cp_busy_end) before a buffer they read is received
+ * into or a result they wrote is sent. Buffers are the backend's memory. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +21,9 @@
 #include "cp_internal.h"
 
 #define RV_CP_RING_CHUNK 1024
+/* On a device, memory is plentiful and every kernel call re-reads and merges the
+ * running output: chunks as long as 16384 rows keep those passes a few percent. */
+#define RV_CP_RING_CHUNK_DEVICE 16384
 
 enum { TAG_K = 11, TAG_V = 12, TAG_DK = 13, TAG_DV = 14, TAG_FINAL_DK = 15, TAG_FINAL_DV = 16 };
 
@@ -60,27 +69,31 @@ rv_status cp_ring_forward(rv_cp_attn *cp, const float *q, const float *k, const 
     const int64_t maxlen = rv_shard_max_len(&cp->plan);
     /* Blocks travel in m chunks, each chunk a ring pass of its own, so only two
      * chunks are in flight: memory per rank stays near its own slice. */
-    const int m = (int)((maxlen + RV_CP_RING_CHUNK - 1) / RV_CP_RING_CHUNK) > 0
-                      ? (int)((maxlen + RV_CP_RING_CHUNK - 1) / RV_CP_RING_CHUNK)
+    const int64_t chunk_max =
+        strcmp(cp->be->name, "cpu") == 0 ? RV_CP_RING_CHUNK : RV_CP_RING_CHUNK_DEVICE;
+    const int m = (int)((maxlen + chunk_max - 1) / chunk_max) > 0
+                      ? (int)((maxlen + chunk_max - 1) / chunk_max)
                       : 1;
     const int64_t maxchunk = (maxlen + m - 1) / m > 0 ? (maxlen + m - 1) / m : 1;
     rv_status st = RV_OK;
     rv_comm_request *reqs[4] = {0};
     float *buf[2] = {0}, *lse_acc[RV_SHARD_MAX_SEGS] = {0};
     size_t bytes = sizeof(float) * (4 * maxchunk * rowf + (size_t)H * me.len);
-    for (int b = 0; b < 2; b++)
-        buf[b] = malloc(sizeof(float) * 2 * maxchunk * rowf);
-    for (int i = 0; i < me.n; i++)
-        lse_acc[i] = malloc(sizeof(float) * H * (me.seg[i].len > 0 ? me.seg[i].len : 1));
-    if (!buf[0] || !buf[1] || !lse_acc[0] || (me.n > 1 && !lse_acc[1])) {
-        st = rv_fail(RV_ERR_NOMEM, "ring attention: cannot allocate %zu bytes of buffers", bytes);
+    for (int b = 0; b < 2 && st == RV_OK; b++)
+        st = cp_alloc(cp, 2 * maxchunk * rowf, &buf[b]);
+    for (int i = 0; i < me.n && st == RV_OK; i++)
+        st = cp_alloc(cp, (size_t)H * me.seg[i].len, &lse_acc[i]);
+    if (st != RV_OK)
         goto end;
-    }
     cp_note_peak(cp, bytes);
-    memset(o, 0, sizeof(float) * me.len * rowf);
+    if ((st = cp->be->fill(cp->be, o, 0.0f, me.len * rowf)) != RV_OK)
+        goto end;
     for (int i = 0; i < me.n; i++)
-        for (int64_t j = 0; j < H * me.seg[i].len; j++)
-            lse_acc[i][j] = -INFINITY;
+        if ((st = cp->be->fill(cp->be, lse_acc[i], -INFINITY, (size_t)H * me.seg[i].len)) != RV_OK)
+            goto end;
+    /* q, k, v may come from kernels still queued: finish them before k, v are sent. */
+    if ((st = cp->be->synchronize(cp->be)) != RV_OK)
+        goto end;
 
     for (int c = 0; c < m; c++) {
         int64_t first, rows;
@@ -116,22 +129,31 @@ rv_status cp_ring_forward(rv_cp_attn *cp, const float *q, const float *k, const 
                     cp->stats.flops += 4.0 * d * H * rv_cp_visible_pairs(me.seg[i], kseg, cp->causal);
                 }
             }
-            cp->stats.busy_s += cp_now() - t0;
-            if (s < n - 1) {
-                if ((st = wait_all(cp, reqs, 4)) != RV_OK)
-                    goto end;
+            /* The transfer runs while the kernels do; buf[(s + 1) % 2], which the
+             * next step receives into, is free once this step's kernels end. */
+            double busy = cp_now() - t0;
+            if (s < n - 1 && (st = wait_all(cp, reqs, 4)) != RV_OK)
+                goto end;
+            t0 = cp_now();
+            if ((st = cp_busy_end(cp, t0)) != RV_OK)
+                goto end;
+            cp->stats.busy_s += busy;
+            if (s < n - 1)
                 ck = nk, cv = nv;
-            }
         }
     }
     for (int i = 0; i < me.n; i++)
-        cp_lse_to_slice(lse_acc[i], H, me.seg[i].len, lse, me.len, me.off[i]);
+        if ((st = cp_lse_to_slice(cp, lse_acc[i], me.seg[i].len, lse, me.len, me.off[i])) != RV_OK)
+            goto end;
+    st = cp->be->synchronize(cp->be);
 end:
     for (int i = 0; i < 4; i++)
         rv_comm_request_free(&reqs[i]);
-    free(buf[0]), free(buf[1]);
+    /* Kernels may still read the buffers after an error: wait before freeing. */
+    cp->be->synchronize(cp->be);
+    cp_free(cp, &buf[0]), cp_free(cp, &buf[1]);
     for (int i = 0; i < RV_SHARD_MAX_SEGS; i++)
-        free(lse_acc[i]);
+        cp_free(cp, &lse_acc[i]);
     return st;
 }
 
@@ -149,22 +171,26 @@ rv_status cp_ring_backward(rv_cp_attn *cp, const float *q, const float *k, const
     rv_comm_request *kv_reqs[4] = {0}, *part_reqs[2] = {0}, *g_reqs[2][2] = {{0}};
     float *kvbuf[2] = {0}, *g[2] = {0}, *part = NULL, *lse_seg[RV_SHARD_MAX_SEGS] = {0};
     size_t bytes = sizeof(float) * (10 * cap * rowf + (size_t)H * me.len);
-    for (int b = 0; b < 2; b++) {
-        kvbuf[b] = malloc(sizeof(float) * 2 * cap * rowf);
-        g[b] = malloc(sizeof(float) * 2 * cap * rowf);
+    for (int b = 0; b < 2 && st == RV_OK; b++) {
+        st = cp_alloc(cp, 2 * cap * rowf, &kvbuf[b]);
+        if (st == RV_OK)
+            st = cp_alloc(cp, 2 * cap * rowf, &g[b]);
     }
-    part = malloc(sizeof(float) * 2 * cap * rowf);
-    for (int i = 0; i < me.n; i++)
-        lse_seg[i] = malloc(sizeof(float) * H * (me.seg[i].len > 0 ? me.seg[i].len : 1));
-    if (!kvbuf[0] || !kvbuf[1] || !g[0] || !g[1] || !part || !lse_seg[0] ||
-        (me.n > 1 && !lse_seg[1])) {
-        st = rv_fail(RV_ERR_NOMEM, "ring attention backward: cannot allocate %zu bytes", bytes);
+    if (st == RV_OK)
+        st = cp_alloc(cp, 2 * cap * rowf, &part);
+    for (int i = 0; i < me.n && st == RV_OK; i++)
+        st = cp_alloc(cp, (size_t)H * me.seg[i].len, &lse_seg[i]);
+    if (st != RV_OK)
         goto end;
-    }
     cp_note_peak(cp, bytes);
-    memset(dq, 0, sizeof(float) * me.len * rowf);
+    if ((st = cp->be->fill(cp->be, dq, 0.0f, me.len * rowf)) != RV_OK)
+        goto end;
     for (int i = 0; i < me.n; i++)
-        cp_lse_from_slice(lse, H, me.len, me.off[i], lse_seg[i], me.seg[i].len);
+        if ((st = cp_lse_from_slice(cp, lse, me.len, me.off[i], lse_seg[i], me.seg[i].len)) != RV_OK)
+            goto end;
+    /* The inputs may come from kernels still queued: finish them before k, v are sent. */
+    if ((st = cp->be->synchronize(cp->be)) != RV_OK)
+        goto end;
 
     const float *ck = k, *cv = v;
     for (int s = 0; s < n; s++) {
@@ -183,8 +209,9 @@ rv_status cp_ring_backward(rv_cp_attn *cp, const float *q, const float *k, const
         /* g[s % 2] was sent two steps ago: that send must be done before reuse. */
         if ((st = wait_all(cp, g_reqs[s % 2], 2)) != RV_OK)
             goto end;
-        memset(gk, 0, sizeof(float) * len * rowf);
-        memset(gv, 0, sizeof(float) * len * rowf);
+        if ((st = cp->be->fill(cp->be, gk, 0.0f, len * rowf)) != RV_OK ||
+            (st = cp->be->fill(cp->be, gv, 0.0f, len * rowf)) != RV_OK)
+            goto end;
 
         cp_segs ks = cp_segs_of(&cp->plan, src);
         double t0 = cp_now();
@@ -202,16 +229,21 @@ rv_status cp_ring_backward(rv_cp_attn *cp, const float *q, const float *k, const
                 cp->stats.flops += 10.0 * d * H *
                                    rv_cp_visible_pairs(me.seg[i], ks.seg[j], cp->causal);
             }
-        cp->stats.busy_s += cp_now() - t0;
+        double busy = cp_now() - t0;
 
+        /* The partial sum arrives while the kernels run; then the block's kernels and
+         * the additions must be done before gk, gv are sent and part is received into. */
         if (s > 0) {
             if ((st = wait_all(cp, part_reqs, 2)) != RV_OK)
                 goto end;
-            for (size_t e = 0; e < (size_t)len * rowf; e++) {
-                gk[e] += part[e];
-                gv[e] += part[cap * rowf + e];
-            }
+            if ((st = cp->be->add(cp->be, gk, part, (size_t)len * rowf)) != RV_OK ||
+                (st = cp->be->add(cp->be, gv, part + cap * rowf, (size_t)len * rowf)) != RV_OK)
+                goto end;
         }
+        t0 = cp_now();
+        if ((st = cp_busy_end(cp, t0)) != RV_OK)
+            goto end;
+        cp->stats.busy_s += busy;
         /* On to the next rank; after the last step the sum is complete and goes to
          * its owner, which is the next rank too. */
         int tk = s < n - 1 ? TAG_DK : TAG_FINAL_DK, tv = s < n - 1 ? TAG_DV : TAG_FINAL_DV;
@@ -245,8 +277,10 @@ end:
         rv_comm_request_free(&g_reqs[0][i]);
         rv_comm_request_free(&g_reqs[1][i]);
     }
-    free(kvbuf[0]), free(kvbuf[1]), free(g[0]), free(g[1]), free(part);
+    cp->be->synchronize(cp->be); /* after an error kernels may still read the buffers */
+    cp_free(cp, &kvbuf[0]), cp_free(cp, &kvbuf[1]), cp_free(cp, &g[0]), cp_free(cp, &g[1]);
+    cp_free(cp, &part);
     for (int i = 0; i < RV_SHARD_MAX_SEGS; i++)
-        free(lse_seg[i]);
+        cp_free(cp, &lse_seg[i]);
     return st;
 }

@@ -3,10 +3,8 @@
  * (S, heads/N, dim); each rank runs ordinary attention over the whole sequence on
  * its heads; a second all-to-all turns the outputs back. Slices of unequal length
  * travel padded to the longest. Backward re-shards Q, K, V, O, dO and the lse the
- * same way and sends dQ, dK, dV back. */
-#include <stdlib.h>
-#include <string.h>
-
+ * same way and sends dQ, dK, dV back. Buffers are the backend's memory; the
+ * re-ordering is strided copies through its table. */
 #include "cp_internal.h"
 
 typedef struct uly {
@@ -15,7 +13,7 @@ typedef struct uly {
     int64_t maxlen;  /* longest slice */
     int64_t len;     /* this rank's slice */
     size_t block;    /* floats per all-to-all block: maxlen * hg * dim */
-    float *send, *recv; /* (N, block) scratch */
+    float *send, *recv; /* (N, block) scratch, the backend's memory */
 } uly;
 
 static rv_status uly_open(rv_cp_attn *cp, uly *u)
@@ -25,24 +23,32 @@ static rv_status uly_open(rv_cp_attn *cp, uly *u)
     u->maxlen = rv_shard_max_len(&cp->plan);
     u->len = rv_shard_len(&cp->plan, cp->comm->rank);
     u->block = (size_t)(u->maxlen > 0 ? u->maxlen : 1) * u->hg * cp->dim;
-    u->send = calloc((size_t)cp->comm->size * u->block, sizeof(float));
-    u->recv = calloc((size_t)cp->comm->size * u->block, sizeof(float));
-    if (!u->send || !u->recv)
-        return rv_fail(RV_ERR_NOMEM, "ulysses attention: cannot allocate all-to-all buffers");
-    return RV_OK;
+    const size_t nf = (size_t)cp->comm->size * u->block;
+    rv_status st;
+    /* Padding rows travel too: zero them once so no uninitialised bytes move. */
+    if ((st = cp_alloc(cp, nf, &u->send)) != RV_OK || (st = cp_alloc(cp, nf, &u->recv)) != RV_OK ||
+        (st = cp->be->fill(cp->be, u->send, 0.0f, nf)) != RV_OK)
+        return st;
+    return cp->be->fill(cp->be, u->recv, 0.0f, nf);
 }
 
 static void uly_close(uly *u)
 {
-    free(u->send), free(u->recv);
-    u->send = u->recv = NULL;
+    if (!u->cp)
+        return;
+    u->cp->be->synchronize(u->cp->be);
+    cp_free(u->cp, &u->send), cp_free(u->cp, &u->recv);
 }
 
+/* The all-to-all of send into recv, once the kernels that filled send are done. */
 static rv_status uly_exchange(uly *u)
 {
     rv_cp_attn *cp = u->cp;
+    rv_status st = cp->be->synchronize(cp->be);
+    if (st != RV_OK)
+        return st;
     double t0 = cp_now();
-    rv_status st = rv_comm_alltoall(cp->comm, u->send, u->recv, sizeof(float) * u->block);
+    st = rv_comm_alltoall(cp->comm, u->send, u->recv, sizeof(float) * u->block);
     cp->stats.wait_s += cp_now() - t0;
     cp->stats.bytes_sent += (double)(cp->comm->size - 1) * u->block * sizeof(float);
     return st;
@@ -51,104 +57,102 @@ static rv_status uly_exchange(uly *u)
 /* x (len, heads, dim) on every rank -> xg (S, hg, dim): the whole sequence, our heads. */
 static rv_status uly_to_heads(uly *u, const float *x, float *xg)
 {
+    rv_backend *be = u->cp->be;
     const int n = u->cp->comm->size, d = u->cp->dim, H = u->cp->heads;
     const size_t w = (size_t)u->hg * d;
-    for (int j = 0; j < n; j++)
-        for (int64_t t = 0; t < u->len; t++)
-            memcpy(u->send + j * u->block + t * w, x + ((size_t)t * H + (size_t)j * u->hg) * d,
-                   sizeof(float) * w);
-    rv_status st = uly_exchange(u);
+    rv_status st = RV_OK;
+    /* Block j gets heads [j*hg, (j+1)*hg) of every row: len rows of w floats. */
+    for (int j = 0; j < n && st == RV_OK && u->len > 0; j++)
+        st = be->copy2d(be, u->send + j * u->block, sizeof(float) * w, x + (size_t)j * u->hg * d,
+                        sizeof(float) * H * d, sizeof(float) * w, (size_t)u->len);
     if (st == RV_OK)
-        cp_unpad_to_global(&u->cp->plan, u->recv, u->maxlen, w, xg);
+        st = uly_exchange(u);
+    if (st == RV_OK)
+        st = cp_unpad_to_global(u->cp, u->recv, u->maxlen, w, xg);
     return st;
 }
 
 /* xg (S, hg, dim) -> x (len, heads, dim): our rows, every head. */
 static rv_status uly_from_heads(uly *u, const float *xg, float *x)
 {
+    rv_backend *be = u->cp->be;
     const int n = u->cp->comm->size, d = u->cp->dim, H = u->cp->heads;
     const size_t w = (size_t)u->hg * d;
-    cp_global_to_padded(&u->cp->plan, xg, u->maxlen, w, u->send);
-    rv_status st = uly_exchange(u);
-    if (st != RV_OK)
-        return st;
-    for (int j = 0; j < n; j++)
-        for (int64_t t = 0; t < u->len; t++)
-            memcpy(x + ((size_t)t * H + (size_t)j * u->hg) * d, u->recv + j * u->block + t * w,
-                   sizeof(float) * w);
-    return RV_OK;
+    rv_status st = cp_global_to_padded(u->cp, xg, u->maxlen, w, u->send);
+    if (st == RV_OK)
+        st = uly_exchange(u);
+    for (int j = 0; j < n && st == RV_OK && u->len > 0; j++)
+        st = be->copy2d(be, x + (size_t)j * u->hg * d, sizeof(float) * H * d,
+                        u->recv + j * u->block, sizeof(float) * w, sizeof(float) * w,
+                        (size_t)u->len);
+    return st;
 }
 
 /* lse (heads, len) -> lseg (hg, S). */
 static rv_status uly_lse_to_heads(uly *u, const float *lse, float *lseg)
 {
+    rv_backend *be = u->cp->be;
     const int n = u->cp->comm->size, hg = u->hg;
     const int64_t S = u->cp->plan.seq;
-    for (int j = 0; j < n; j++)
-        for (int hh = 0; hh < hg; hh++)
-            memcpy(u->send + j * u->block + (size_t)hh * u->maxlen,
-                   lse + ((size_t)j * hg + hh) * u->len, sizeof(float) * u->len);
-    rv_status st = uly_exchange(u);
-    if (st != RV_OK)
-        return st;
-    for (int i = 0; i < n; i++) {
+    rv_status st = RV_OK;
+    /* Block j: hg rows (heads j*hg..) of len floats, at a pitch of maxlen. */
+    for (int j = 0; j < n && st == RV_OK && u->len > 0; j++)
+        st = be->copy2d(be, u->send + j * u->block, sizeof(float) * u->maxlen,
+                        lse + (size_t)j * hg * u->len, sizeof(float) * u->len,
+                        sizeof(float) * u->len, (size_t)hg);
+    if (st == RV_OK)
+        st = uly_exchange(u);
+    for (int i = 0; i < n && st == RV_OK; i++) {
         cp_segs s = cp_segs_of(&u->cp->plan, i);
-        for (int hh = 0; hh < hg; hh++)
-            for (int g = 0; g < s.n; g++)
-                memcpy(lseg + (size_t)hh * S + s.seg[g].start,
-                       u->recv + i * u->block + (size_t)hh * u->maxlen + s.off[g],
-                       sizeof(float) * s.seg[g].len);
+        for (int g = 0; g < s.n && st == RV_OK; g++)
+            if (s.seg[g].len > 0)
+                st = be->copy2d(be, lseg + s.seg[g].start, sizeof(float) * S,
+                                u->recv + i * u->block + s.off[g], sizeof(float) * u->maxlen,
+                                sizeof(float) * s.seg[g].len, (size_t)hg);
     }
-    return RV_OK;
+    return st;
 }
 
 /* lseg (hg, S) -> lse (heads, len). */
 static rv_status uly_lse_from_heads(uly *u, const float *lseg, float *lse)
 {
+    rv_backend *be = u->cp->be;
     const int n = u->cp->comm->size, hg = u->hg;
     const int64_t S = u->cp->plan.seq;
-    for (int i = 0; i < n; i++) {
+    rv_status st = RV_OK;
+    for (int i = 0; i < n && st == RV_OK; i++) {
         cp_segs s = cp_segs_of(&u->cp->plan, i);
-        for (int hh = 0; hh < hg; hh++)
-            for (int g = 0; g < s.n; g++)
-                memcpy(u->send + i * u->block + (size_t)hh * u->maxlen + s.off[g],
-                       lseg + (size_t)hh * S + s.seg[g].start, sizeof(float) * s.seg[g].len);
+        for (int g = 0; g < s.n && st == RV_OK; g++)
+            if (s.seg[g].len > 0)
+                st = be->copy2d(be, u->send + i * u->block + s.off[g], sizeof(float) * u->maxlen,
+                                lseg + s.seg[g].start, sizeof(float) * S,
+                                sizeof(float) * s.seg[g].len, (size_t)hg);
     }
-    rv_status st = uly_exchange(u);
-    if (st != RV_OK)
-        return st;
-    for (int j = 0; j < n; j++)
-        for (int hh = 0; hh < hg; hh++)
-            memcpy(lse + ((size_t)j * hg + hh) * u->len,
-                   u->recv + j * u->block + (size_t)hh * u->maxlen, sizeof(float) * u->len);
-    return RV_OK;
+    if (st == RV_OK)
+        st = uly_exchange(u);
+    for (int j = 0; j < n && st == RV_OK && u->len > 0; j++)
+        st = be->copy2d(be, lse + (size_t)j * hg * u->len, sizeof(float) * u->len,
+                        u->recv + j * u->block, sizeof(float) * u->maxlen,
+                        sizeof(float) * u->len, (size_t)hg);
+    return st;
 }
 
 /* Head-sharded full-sequence tensors: count of them, each (S, hg, dim). */
-static float **alloc_global(const uly *u, int count, size_t *bytes)
+static rv_status alloc_global(const uly *u, int count, float **t, size_t *bytes)
 {
     size_t nf = (size_t)(u->cp->plan.seq > 0 ? u->cp->plan.seq : 1) * u->hg * u->cp->dim;
-    float **t = calloc((size_t)count, sizeof(float *));
-    if (!t)
-        return NULL;
-    for (int i = 0; i < count; i++)
-        if (!(t[i] = malloc(sizeof(float) * nf))) {
-            for (int j = 0; j < i; j++)
-                free(t[j]);
-            free(t);
-            return NULL;
-        }
     *bytes = sizeof(float) * nf * count;
-    return t;
+    rv_status st = RV_OK;
+    for (int i = 0; i < count && st == RV_OK; i++)
+        st = cp_alloc(u->cp, nf, &t[i]);
+    return st;
 }
 
-static void free_global(float **t, int count)
+static void free_global(rv_cp_attn *cp, float **t, int count)
 {
-    if (!t)
-        return;
+    cp->be->synchronize(cp->be);
     for (int i = 0; i < count; i++)
-        free(t[i]);
-    free(t);
+        cp_free(cp, &t[i]);
 }
 
 rv_status cp_ulysses_forward(rv_cp_attn *cp, const float *q, const float *k, const float *v,
@@ -156,17 +160,12 @@ rv_status cp_ulysses_forward(rv_cp_attn *cp, const float *q, const float *k, con
 {
     uly u = {0};
     size_t bytes = 0;
-    float **g = NULL, *lseg = NULL; /* g: qg, kg, vg, og */
+    float *g[4] = {0}, *lseg = NULL; /* g: qg, kg, vg, og */
     rv_shard_seg all = {0, cp->plan.seq};
     rv_status st = uly_open(cp, &u);
-    if (st != RV_OK)
+    if (st != RV_OK || (st = alloc_global(&u, 4, g, &bytes)) != RV_OK ||
+        (st = cp_alloc(cp, (size_t)u.hg * cp->plan.seq, &lseg)) != RV_OK)
         goto end;
-    g = alloc_global(&u, 4, &bytes);
-    lseg = malloc(sizeof(float) * u.hg * (cp->plan.seq > 0 ? cp->plan.seq : 1));
-    if (!g || !lseg) {
-        st = rv_fail(RV_ERR_NOMEM, "ulysses attention: cannot allocate head-sharded tensors");
-        goto end;
-    }
     cp_note_peak(cp, bytes + 2 * sizeof(float) * cp->comm->size * u.block);
     if ((st = uly_to_heads(&u, q, g[0])) != RV_OK || (st = uly_to_heads(&u, k, g[1])) != RV_OK ||
         (st = uly_to_heads(&u, v, g[2])) != RV_OK)
@@ -174,16 +173,16 @@ rv_status cp_ulysses_forward(rv_cp_attn *cp, const float *q, const float *k, con
     rv_attn_fwd_args a = {g[0], g[1], g[2], g[3], lseg, (int)cp->plan.seq, (int)cp->plan.seq,
                           u.hg, cp->dim, cp->scale, cp_mask(cp, all, all), 0};
     double t0 = cp_now();
-    if ((st = cp->be->attn_fwd(cp->be, &a)) != RV_OK)
+    if ((st = cp->be->attn_fwd(cp->be, &a)) != RV_OK || (st = cp_busy_end(cp, t0)) != RV_OK)
         goto end;
-    cp->stats.busy_s += cp_now() - t0;
     cp->stats.flops += 4.0 * cp->dim * u.hg * rv_cp_visible_pairs(all, all, cp->causal);
     if ((st = uly_from_heads(&u, g[3], o)) != RV_OK)
         goto end;
-    st = uly_lse_from_heads(&u, lseg, lse);
+    if ((st = uly_lse_from_heads(&u, lseg, lse)) == RV_OK)
+        st = cp->be->synchronize(cp->be);
 end:
-    free_global(g, 4);
-    free(lseg);
+    free_global(cp, g, 4);
+    cp_free(cp, &lseg);
     uly_close(&u);
     return st;
 }
@@ -194,17 +193,12 @@ rv_status cp_ulysses_backward(rv_cp_attn *cp, const float *q, const float *k,
 {
     uly u = {0};
     size_t bytes = 0;
-    float **g = NULL, *lseg = NULL; /* g: q, k, v, o, dout, dq, dk, dv (head-sharded) */
+    float *g[8] = {0}, *lseg = NULL; /* g: q, k, v, o, dout, dq, dk, dv (head-sharded) */
     rv_shard_seg all = {0, cp->plan.seq};
     rv_status st = uly_open(cp, &u);
-    if (st != RV_OK)
+    if (st != RV_OK || (st = alloc_global(&u, 8, g, &bytes)) != RV_OK ||
+        (st = cp_alloc(cp, (size_t)u.hg * cp->plan.seq, &lseg)) != RV_OK)
         goto end;
-    g = alloc_global(&u, 8, &bytes);
-    lseg = malloc(sizeof(float) * u.hg * (cp->plan.seq > 0 ? cp->plan.seq : 1));
-    if (!g || !lseg) {
-        st = rv_fail(RV_ERR_NOMEM, "ulysses attention backward: cannot allocate tensors");
-        goto end;
-    }
     cp_note_peak(cp, bytes + 2 * sizeof(float) * cp->comm->size * u.block);
     const float *in[5] = {q, k, v, o, dout};
     for (int i = 0; i < 5; i++)
@@ -216,17 +210,17 @@ rv_status cp_ulysses_backward(rv_cp_attn *cp, const float *q, const float *k,
                           (int)cp->plan.seq, (int)cp->plan.seq, u.hg, cp->dim, cp->scale,
                           cp_mask(cp, all, all), 0};
     double t0 = cp_now();
-    if ((st = cp->be->attn_bwd(cp->be, &a)) != RV_OK)
+    if ((st = cp->be->attn_bwd(cp->be, &a)) != RV_OK || (st = cp_busy_end(cp, t0)) != RV_OK)
         goto end;
-    cp->stats.busy_s += cp_now() - t0;
     cp->stats.flops += 10.0 * cp->dim * u.hg * rv_cp_visible_pairs(all, all, cp->causal);
     if ((st = uly_from_heads(&u, g[5], dq)) != RV_OK ||
         (st = uly_from_heads(&u, g[6], dk)) != RV_OK)
         goto end;
-    st = uly_from_heads(&u, g[7], dv);
+    if ((st = uly_from_heads(&u, g[7], dv)) == RV_OK)
+        st = cp->be->synchronize(cp->be);
 end:
-    free_global(g, 8);
-    free(lseg);
+    free_global(cp, g, 8);
+    cp_free(cp, &lseg);
     uly_close(&u);
     return st;
 }

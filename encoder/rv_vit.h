@@ -201,6 +201,9 @@ typedef struct rv_vit_run {
     rv_shard_plan plan;       /* the sequence over comm's ranks */
     rv_cp_strategy strategy;
     int causal;               /* 1: causal attention (use the zigzag plan) */
+    /* For a backend other than "cpu": the model's weights in its memory
+     * (rv_vit_to_backend); the forward then runs the blocks there. NULL on cpu. */
+    const rv_vit_model *weights;
 } rv_vit_run;
 
 typedef struct rv_vit_stats {
@@ -211,8 +214,18 @@ typedef struct rv_vit_stats {
     rv_cp_stats cp;       /* the CP attention's counters over all layers */
 } rv_vit_stats;
 
-/* y (len, D): this rank's per-token outputs after the final LayerNorm. Every
- * rank of run->comm calls it together. stats may be NULL. */
+/* A copy of m whose tensors live in be's memory (device memory for "cuda"): the
+ * same struct, every pointer into an arena of be's; the host model is unchanged.
+ * Free with rv_vit_backend_free on the same backend. */
+rv_status rv_vit_to_backend(const rv_vit_model *m, rv_backend *be, rv_vit_model **out);
+void rv_vit_backend_free(rv_backend *be, rv_vit_model **dm);
+
+/* y (len, D): this rank's per-token outputs after the final LayerNorm, in host
+ * memory. Every rank of run->comm calls it together. stats may be NULL.
+ * On a device backend (run->weights set) the embedding runs on the host (a CPU
+ * backend over every core) and the blocks, the CP attention and the final
+ * LayerNorm on the device; y is copied back. Training (forward_train, backward)
+ * is CPU-only for now. */
 rv_status rv_vit_forward(const rv_vit_model *m, const rv_vit_run *run,
                          const rv_vit_tokens *in, float *y, rv_vit_stats *stats);
 

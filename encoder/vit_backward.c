@@ -14,7 +14,12 @@
  * LayerNorm outputs are recomputed from the saved block inputs. Every gradient
  * is ADDED into grad (this rank's share; the sum over ranks is the sequence's).
  * Bias gradients are column sums in double. Scratch: a few (len, D) buffers and
- * one (len, M). CPU backend only for now. */
+ * one (len, M).
+ *
+ * On a device backend (run->weights set, the activations in its memory) the
+ * blocks run there: dy is uploaded, grad is uploaded into a device copy that the
+ * blocks add into and is copied back, and the embedding's backward (gathers and
+ * scatters by token) runs on the host over the downloaded dx. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,26 +49,6 @@ double rv_vit_backward_flops(const rv_vit_config *c, int64_t seq, int64_t nvideo
     return embed + c->layers * layer;
 }
 
-/* dst (cols) += the column sums of x (rows, cols), summed in double in acc (cols). */
-static void colsum_add(const float *x, int rows, int cols, double *acc, float *dst)
-{
-    for (int j = 0; j < cols; j++)
-        acc[j] = 0;
-    for (int i = 0; i < rows; i++) {
-        const float *r = x + (size_t)i * cols;
-        for (int j = 0; j < cols; j++)
-            acc[j] += r[j];
-    }
-    for (int j = 0; j < cols; j++)
-        dst[j] += (float)acc[j];
-}
-
-static void add_into(float *x, const float *a, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        x[i] += a[i];
-}
-
 static rv_status check_backward(const rv_vit_model *m, const rv_vit_tokens *in,
                                 const rv_vit_acts *a, const rv_vit_model *grad,
                                 const float *dmask)
@@ -90,22 +75,32 @@ rv_status rv_vit_backward(const rv_vit_model *m, const rv_vit_run *run,
                           const rv_vit_tokens *in, const rv_vit_acts *acts, const float *dy,
                           rv_vit_model *grad, float *dmask_token, rv_vit_stats *stats)
 {
-    rv_status st = vit_check_args(m, run, in, dy);
+    rv_status st = vit_check_args(m, run, in, dy, 1);
     if (st != RV_OK || (st = check_backward(m, in, acts, grad, dmask_token)) != RV_OK)
         return st;
     const rv_vit_config *c = &m->cfg;
     rv_backend *be = run->be;
+    /* On a device: weights (wm) and gradients (gd) in its memory, dy uploaded into
+     * dyd; the embedding's backward on the host backend hb over host scratch. */
+    const int on_host = strcmp(be->name, "cpu") == 0;
+    const rv_vit_model *wm = on_host ? m : run->weights;
+    rv_vit_model *gd = on_host ? grad : NULL;
+    rv_backend *hb = NULL;
+    const float *dyd = on_host ? dy : NULL;
+    float *dy_dev = NULL, *hscratch = NULL;
     const int D = c->dim, H = c->heads, M = c->mlp, len = (int)in->len;
     const int cap = len > 0 ? len : 1;
     const size_t nd = (size_t)cap * D;
     const rv_vit_acts *a = acts;
+    if ((a->be != NULL) == on_host)
+        return rv_fail(RV_ERR_INVALID, "vit backward: the activations are in %s memory but the "
+                       "backend is %s (use the forward_train of the same backend)",
+                       a->be ? a->be->name : "host", be->name);
     rv_vit_stats s = {0};
     rv_cp_attn cp;
     float *dx = NULL, *t1 = NULL, *t2 = NULL, *dqkv = NULL, *big = NULL, *ms = NULL;
-    double *acc = NULL;
     double t0 = vit_now(), t1s;
-    size_t bytes = a->bytes + sizeof(float) * (6 * nd + (size_t)cap * M + 2 * (size_t)cap) +
-                   sizeof(double) * (size_t)(M > D ? M : D);
+    size_t bytes = a->bytes + sizeof(float) * (6 * nd + (size_t)cap * M + 2 * (size_t)cap);
 
     if ((st = be->alloc(be, sizeof(float) * nd, (void **)&dx)) != RV_OK ||
         (st = be->alloc(be, sizeof(float) * nd, (void **)&t1)) != RV_OK ||
@@ -114,53 +109,57 @@ rv_status rv_vit_backward(const rv_vit_model *m, const rv_vit_run *run,
         (st = be->alloc(be, sizeof(float) * (size_t)cap * M, (void **)&big)) != RV_OK ||
         (st = be->alloc(be, sizeof(float) * 2 * (size_t)cap, (void **)&ms)) != RV_OK)
         goto end;
-    if (!(acc = malloc(sizeof(double) * (size_t)(M > D ? M : D)))) {
-        st = rv_fail(RV_ERR_NOMEM, "vit backward: out of memory");
-        goto end;
+    if (!on_host) {
+        if ((st = be->alloc(be, sizeof(float) * nd, (void **)&dy_dev)) != RV_OK ||
+            (st = be->copy(be, dy_dev, dy, sizeof(float) * (size_t)len * D,
+                           RV_COPY_HOST_TO_DEVICE)) != RV_OK ||
+            (st = rv_vit_to_backend(grad, be, &gd)) != RV_OK)
+            goto end;
+        dyd = dy_dev;
     }
     if ((st = rv_cp_attn_init(&cp, be, run->comm, &run->plan, run->strategy, H, D / H,
                               run->causal, 0.0f)) != RV_OK)
         goto end;
 
     /* Final LayerNorm. */
-    if ((st = be->layernorm_bwd(be, dy, a->x + (size_t)c->layers * nd, m->ln_w, a->final_stats,
-                                a->final_stats + cap, len, D, dx, grad->ln_w, grad->ln_b)) != RV_OK)
+    if ((st = be->layernorm_bwd(be, dyd, a->x + (size_t)c->layers * nd, wm->ln_w, a->final_stats,
+                                a->final_stats + cap, len, D, dx, gd->ln_w, gd->ln_b)) != RV_OK)
         goto end;
     t1s = vit_now();
     s.other_s += t1s - t0, t0 = t1s;
 
     for (int l = c->layers - 1; l >= 0; l--) {
-        const rv_vit_layer *w = &m->layer[l];
-        rv_vit_layer *g = &grad->layer[l];
+        const rv_vit_layer *w = &wm->layer[l];
+        rv_vit_layer *g = &gd->layer[l];
         const float *x = a->x + (size_t)l * nd, *xm = a->xmid + (size_t)l * nd;
         const float *q = a->qkv + (size_t)l * 3 * nd, *o = a->o + (size_t)l * nd;
         const float *pre = a->pre + (size_t)l * cap * M, *lse = a->lse + (size_t)l * H * cap;
         const float *ls = a->ln_stats + (size_t)l * 4 * cap;
 
         /* MLP block: dx is the gradient of its output xn = xm + fc2(gelu(fc1(ln_2(xm)))). */
-        colsum_add(dx, len, D, acc, g->fc2_b);
-        if ((st = be->gelu_fwd(be, pre, big, (size_t)len * M)) != RV_OK ||
+        if ((st = be->colsum_add(be, dx, len, D, g->fc2_b)) != RV_OK ||
+            (st = be->gelu_fwd(be, pre, big, (size_t)len * M)) != RV_OK ||
             (st = be->gemm(be, 1, 0, D, M, len, 1.0f, dx, D, big, M, 1.0f, g->fc2_w, M)) != RV_OK ||
             (st = be->gemm(be, 0, 0, len, M, D, 1.0f, dx, D, w->fc2_w, M, 0.0f, big, M)) != RV_OK ||
             (st = be->gelu_bwd(be, pre, big, big, (size_t)len * M)) != RV_OK)
             goto end;
-        colsum_add(big, len, M, acc, g->fc1_b);
-        if ((st = be->layernorm_fwd(be, xm, w->ln2_w, w->ln2_b, len, D, c->eps, t2, ms,
+        if ((st = be->colsum_add(be, big, len, M, g->fc1_b)) != RV_OK ||
+            (st = be->layernorm_fwd(be, xm, w->ln2_w, w->ln2_b, len, D, c->eps, t2, ms,
                                     ms + cap)) != RV_OK ||
             (st = be->gemm(be, 1, 0, M, D, len, 1.0f, big, M, t2, D, 1.0f, g->fc1_w, D)) != RV_OK ||
             (st = be->gemm(be, 0, 0, len, D, M, 1.0f, big, M, w->fc1_w, D, 0.0f, t1, D)) != RV_OK ||
             (st = be->layernorm_bwd(be, t1, xm, w->ln2_w, ls + 2 * cap, ls + 3 * cap, len, D, t1,
-                                    g->ln2_w, g->ln2_b)) != RV_OK)
+                                    g->ln2_w, g->ln2_b)) != RV_OK ||
+            (st = be->add(be, dx, t1, (size_t)len * D)) != RV_OK) /* dx: the gradient of xm */
             goto end;
-        add_into(dx, t1, (size_t)len * D); /* dx: now the gradient of xm */
         s.flops += 8.0 * len * (double)D * M;
         t1s = vit_now();
         s.mlp_s += t1s - t0, t0 = t1s;
 
         /* Attention block: xm = x + proj(attention(qkv(ln_1(x)))). */
         float *dq = dqkv, *dk = dqkv + nd, *dv = dqkv + 2 * nd;
-        colsum_add(dx, len, D, acc, g->proj_b);
-        if ((st = be->gemm(be, 1, 0, D, D, len, 1.0f, dx, D, o, D, 1.0f, g->proj_w, D)) != RV_OK ||
+        if ((st = be->colsum_add(be, dx, len, D, g->proj_b)) != RV_OK ||
+            (st = be->gemm(be, 1, 0, D, D, len, 1.0f, dx, D, o, D, 1.0f, g->proj_w, D)) != RV_OK ||
             (st = be->gemm(be, 0, 0, len, D, D, 1.0f, dx, D, w->proj_w, D, 0.0f, t1, D)) != RV_OK ||
             (st = rv_cp_attn_backward(&cp, q, q + nd, q + 2 * nd, o, lse, t1, dq, dk, dv)) != RV_OK ||
             (st = be->layernorm_fwd(be, x, w->ln1_w, w->ln1_b, len, D, c->eps, t2, ms,
@@ -168,27 +167,47 @@ rv_status rv_vit_backward(const rv_vit_model *m, const rv_vit_run *run,
             goto end;
         for (int j = 0; j < 3; j++) {
             const float *dj = dqkv + (size_t)j * nd, *wj = w->qkv_w + (size_t)j * D * D;
-            colsum_add(dj, len, D, acc, g->qkv_b + (size_t)j * D);
-            if ((st = be->gemm(be, 1, 0, D, D, len, 1.0f, dj, D, t2, D, 1.0f,
+            if ((st = be->colsum_add(be, dj, len, D, g->qkv_b + (size_t)j * D)) != RV_OK ||
+                (st = be->gemm(be, 1, 0, D, D, len, 1.0f, dj, D, t2, D, 1.0f,
                                g->qkv_w + (size_t)j * D * D, D)) != RV_OK ||
                 (st = be->gemm(be, 0, 0, len, D, D, 1.0f, dj, D, wj, D, j ? 1.0f : 0.0f, t1,
                                D)) != RV_OK)
                 goto end;
         }
         if ((st = be->layernorm_bwd(be, t1, x, w->ln1_w, ls, ls + cap, len, D, t1, g->ln1_w,
-                                    g->ln1_b)) != RV_OK)
+                                    g->ln1_b)) != RV_OK ||
+            (st = be->add(be, dx, t1, (size_t)len * D)) != RV_OK) /* dx: the gradient of x */
             goto end;
-        add_into(dx, t1, (size_t)len * D); /* dx: now the gradient of x */
         s.flops += 16.0 * len * (double)D * D;
         t1s = vit_now();
         s.attn_s += t1s - t0, t0 = t1s;
     }
 
     /* Embedding: t1 holds the time codes, dqkv the per-modality rows. */
-    if ((st = vit_embed_backward(m, be, in, a->any_hidden ? a->hidden : NULL, dx, t1, dqkv, grad,
-                                 dmask_token, &s.flops)) != RV_OK ||
-        (st = be->synchronize(be)) != RV_OK)
-        goto end;
+    if (on_host) {
+        if ((st = vit_embed_backward(m, be, in, a->any_hidden ? a->hidden : NULL, dx, t1, dqkv,
+                                     grad, dmask_token, &s.flops)) != RV_OK ||
+            (st = be->synchronize(be)) != RV_OK)
+            goto end;
+    } else {
+        /* The blocks' gradients come home first (gd started as a copy of grad),
+         * then the host adds the embedding's. Host scratch: dx, codes, proj. */
+        const size_t pf = (size_t)(in->nvideo > in->naudio ? in->nvideo : in->naudio);
+        if (!(hscratch = malloc(sizeof(float) * (2 * nd + (pf > 0 ? pf : 1) * D)))) {
+            st = rv_fail(RV_ERR_NOMEM, "vit backward: no host memory for the embedding's "
+                         "backward of %d tokens", len);
+            goto end;
+        }
+        if ((st = be->copy(be, hscratch, dx, sizeof(float) * (size_t)len * D,
+                           RV_COPY_DEVICE_TO_HOST)) != RV_OK ||
+            (st = be->copy(be, grad->arena, gd->arena, sizeof(float) * grad->arena_floats,
+                           RV_COPY_DEVICE_TO_HOST)) != RV_OK ||
+            (st = rv_backend_cpu_create(0, &hb)) != RV_OK ||
+            (st = vit_embed_backward(m, hb, in, a->any_hidden ? a->hidden : NULL, hscratch,
+                                     hscratch + nd, hscratch + 2 * nd, grad, dmask_token,
+                                     &s.flops)) != RV_OK)
+            goto end;
+    }
     s.embed_s += vit_now() - t0;
     s.cp = cp.stats;
     s.flops += cp.stats.flops;
@@ -202,6 +221,13 @@ end:
     be->free(be, dqkv);
     be->free(be, big);
     be->free(be, ms);
-    free(acc);
+    if (!on_host) {
+        be->synchronize(be); /* after an error kernels may still use the buffers */
+        if (dy_dev)
+            be->free(be, dy_dev);
+        rv_vit_backend_free(be, &gd);
+        rv_backend_free(&hb);
+        free(hscratch);
+    }
     return st;
 }

@@ -12,9 +12,11 @@
  *                   them; also the embedding's scratch and the MLP's hidden rows
  *                   (the MLP runs over row chunks that fit there)
  *   lse  (heads, len), mean, rstd (len)
- * plus the resampled position grid when the recording's grid differs. Host memory
- * only for now: the CPU backend (another backend is RV_ERR_UNSUPPORTED). */
+ * plus the resampled position grid when the recording's grid differs. On a device
+ * backend these buffers and the residual stream are device memory; the embedding
+ * is computed on the host into y, uploaded, and the result copied back to y. */
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -46,7 +48,7 @@ double rv_vit_forward_flops(const rv_vit_config *c, int64_t seq, int64_t nvideo,
 }
 
 rv_status vit_check_args(const rv_vit_model *m, const rv_vit_run *run, const rv_vit_tokens *in,
-                         const float *y)
+                         const float *y, int y_on_device_ok)
 {
     if (!m || !run || !in || !run->be || !run->comm)
         return rv_fail(RV_ERR_INVALID, "vit forward: model, run (backend, communicator) and "
@@ -54,10 +56,13 @@ rv_status vit_check_args(const rv_vit_model *m, const rv_vit_run *run, const rv_
     rv_status st = rv_vit_config_check(&m->cfg);
     if (st != RV_OK)
         return st;
-    /* The weights, the tokens and the embedding's scatter live in host memory. */
-    if (strcmp(run->be->name, "cpu") != 0)
-        return rv_fail(RV_ERR_UNSUPPORTED, "vit forward: the %s backend is not supported yet "
-                       "(the model and the embedding are in host memory)", run->be->name);
+    /* Training keeps its activations in host memory; the forward alone takes a
+     * device backend, with the weights copied there. */
+    if (strcmp(run->be->name, "cpu") != 0 && (!run->weights || !y_on_device_ok))
+        return rv_fail(RV_ERR_UNSUPPORTED, "vit %s: the %s backend %s", y_on_device_ok ?
+                       "forward" : "training", run->be->name, y_on_device_ok ?
+                       "needs the weights in its memory (rv_vit_to_backend)" :
+                       "is not supported for training yet; use the cpu backend");
     if (run->plan.ranks != run->comm->size)
         return rv_fail(RV_ERR_INVALID, "vit forward: the shard plan is for %d ranks but the "
                        "communicator has %d", run->plan.ranks, run->comm->size);
@@ -77,11 +82,17 @@ rv_status vit_check_args(const rv_vit_model *m, const rv_vit_run *run, const rv_
 rv_status rv_vit_forward(const rv_vit_model *m, const rv_vit_run *run,
                          const rv_vit_tokens *in, float *y, rv_vit_stats *stats)
 {
-    rv_status st = vit_check_args(m, run, in, y);
+    rv_status st = vit_check_args(m, run, in, y, 1);
     if (st != RV_OK)
         return st;
     const rv_vit_config *c = &m->cfg;
     rv_backend *be = run->be;
+    /* On a device: the weights and the residual stream (yd) in its memory, and a
+     * host backend with host scratch for the embedding. */
+    const int on_host = strcmp(be->name, "cpu") == 0;
+    const rv_vit_model *wm = on_host ? m : run->weights;
+    rv_backend *hb = NULL;
+    float *yd = on_host ? y : NULL, *hscratch = NULL;
     const int D = c->dim, H = c->heads, M = c->mlp, len = (int)in->len;
     const int cap = len > 0 ? len : 1; /* buffers stay valid pointers on an empty rank */
     const size_t nd = (size_t)cap * D;
@@ -110,26 +121,48 @@ rv_status rv_vit_forward(const rv_vit_model *m, const rv_vit_run *run,
         goto end;
     if (!own_hidden)
         hid = qkv;
-    if (resample) {
-        if ((st = be->alloc(be, sizeof(float) * pos_floats, (void **)&pos)) != RV_OK)
-            goto end;
-        vit_pos_resample(m->pos + D, c->grid, in->grid, D, pos);
-    }
     float *q = qkv, *k = qkv + nd, *v = qkv + 2 * nd;
     if ((st = rv_cp_attn_init(&cp, be, run->comm, &run->plan, run->strategy, H, D / H,
                               run->causal, 0.0f)) != RV_OK)
         goto end;
 
-    vit_embed_scratch es = {q, k, v, pos};
-    if ((st = vit_embed(m, be, in, NULL, NULL, &es, y, &s.flops)) != RV_OK)
-        goto end;
+    if (on_host) {
+        if (resample) {
+            if ((st = be->alloc(be, sizeof(float) * pos_floats, (void **)&pos)) != RV_OK)
+                goto end;
+            vit_pos_resample(m->pos + D, c->grid, in->grid, D, pos);
+        }
+        vit_embed_scratch es = {q, k, v, pos};
+        if ((st = vit_embed(m, be, in, NULL, NULL, &es, y, &s.flops)) != RV_OK)
+            goto end;
+    } else {
+        /* The embedding gathers and scatters by token on the host; the blocks,
+         * nearly all of the work, then run on the device from yd. */
+        hscratch = malloc(sizeof(float) * (3 * nd + (pos_floats ? pos_floats : 1)));
+        if (!hscratch) {
+            st = rv_fail(RV_ERR_NOMEM, "vit forward: no host memory for the embedding of %d "
+                         "tokens", len);
+            goto end;
+        }
+        float *hpos = resample ? hscratch + 3 * nd : NULL;
+        if (resample)
+            vit_pos_resample(m->pos + D, c->grid, in->grid, D, hpos);
+        vit_embed_scratch es = {hscratch, hscratch + nd, hscratch + 2 * nd, hpos};
+        if ((st = rv_backend_cpu_create(0, &hb)) != RV_OK ||
+            (st = vit_embed(m, hb, in, NULL, NULL, &es, y, &s.flops)) != RV_OK ||
+            (st = be->alloc(be, sizeof(float) * nd, (void **)&yd)) != RV_OK ||
+            (st = be->copy(be, yd, y, sizeof(float) * (size_t)len * D, RV_COPY_HOST_TO_DEVICE)) != RV_OK)
+            goto end;
+        free(hscratch);
+        hscratch = NULL;
+    }
     t1 = vit_now();
     s.embed_s = t1 - t0, t0 = t1;
 
     for (int l = 0; l < c->layers; l++) {
-        const rv_vit_layer *w = &m->layer[l];
+        const rv_vit_layer *w = &wm->layer[l];
         /* Attention: h = ln_1(y); q, k, v = h W^T + b; h = attention; y += h Wo^T + bo. */
-        if ((st = be->layernorm_fwd(be, y, w->ln1_w, w->ln1_b, len, D, c->eps, h, mean,
+        if ((st = be->layernorm_fwd(be, yd, w->ln1_w, w->ln1_b, len, D, c->eps, h, mean,
                                     rstd)) != RV_OK)
             goto end;
         for (int j = 0; j < 3; j++) {
@@ -140,17 +173,17 @@ rv_status rv_vit_forward(const rv_vit_model *m, const rv_vit_run *run,
                 goto end;
         }
         if ((st = rv_cp_attn_forward(&cp, q, k, v, h, lse)) != RV_OK ||
-            (st = be->bias_add(be, y, w->proj_b, len, D)) != RV_OK ||
-            (st = be->gemm(be, 0, 1, len, D, D, 1.0f, h, D, w->proj_w, D, 1.0f, y, D)) != RV_OK)
+            (st = be->bias_add(be, yd, w->proj_b, len, D)) != RV_OK ||
+            (st = be->gemm(be, 0, 1, len, D, D, 1.0f, h, D, w->proj_w, D, 1.0f, yd, D)) != RV_OK)
             goto end;
         s.flops += 2.0 * len * (double)D * 4 * D;
         t1 = vit_now();
         s.attn_s += t1 - t0, t0 = t1;
 
         /* MLP: h = ln_2(y); y += gelu(h W1^T + b1) W2^T + b2, over row chunks. */
-        if ((st = be->layernorm_fwd(be, y, w->ln2_w, w->ln2_b, len, D, c->eps, h, mean,
+        if ((st = be->layernorm_fwd(be, yd, w->ln2_w, w->ln2_b, len, D, c->eps, h, mean,
                                     rstd)) != RV_OK ||
-            (st = be->bias_add(be, y, w->fc2_b, len, D)) != RV_OK)
+            (st = be->bias_add(be, yd, w->fc2_b, len, D)) != RV_OK)
             goto end;
         for (int r0 = 0; r0 < len; r0 += chunk) {
             int n = len - r0 < chunk ? len - r0 : chunk;
@@ -159,15 +192,18 @@ rv_status rv_vit_forward(const rv_vit_model *m, const rv_vit_run *run,
                 (st = be->bias_add(be, hid, w->fc1_b, n, M)) != RV_OK ||
                 (st = be->gelu_fwd(be, hid, hid, (size_t)n * M)) != RV_OK ||
                 (st = be->gemm(be, 0, 1, n, D, M, 1.0f, hid, M, w->fc2_w, M, 1.0f,
-                               y + (size_t)r0 * D, D)) != RV_OK)
+                               yd + (size_t)r0 * D, D)) != RV_OK)
                 goto end;
         }
         s.flops += 4.0 * len * (double)D * M;
         t1 = vit_now();
         s.mlp_s += t1 - t0, t0 = t1;
     }
-    if ((st = be->layernorm_fwd(be, y, m->ln_w, m->ln_b, len, D, c->eps, y, mean, rstd)) != RV_OK ||
+    if ((st = be->layernorm_fwd(be, yd, wm->ln_w, wm->ln_b, len, D, c->eps, yd, mean, rstd)) != RV_OK ||
         (st = be->synchronize(be)) != RV_OK)
+        goto end;
+    if (!on_host &&
+        (st = be->copy(be, y, yd, sizeof(float) * (size_t)len * D, RV_COPY_DEVICE_TO_HOST)) != RV_OK)
         goto end;
     s.other_s += vit_now() - t0;
     s.cp = cp.stats;
@@ -176,6 +212,13 @@ rv_status rv_vit_forward(const rv_vit_model *m, const rv_vit_run *run,
     if (stats)
         *stats = s;
 end:
+    if (!on_host) {
+        be->synchronize(be); /* after an error kernels may still use the buffers */
+        if (yd)
+            be->free(be, yd);
+        free(hscratch);
+        rv_backend_free(&hb);
+    }
     be->free(be, h);
     be->free(be, qkv);
     be->free(be, lse);

@@ -28,9 +28,10 @@ void vit_time_codes(const rv_vit_tokens *in, int dim, float *codes);
 double vit_now(void);
 
 /* The checks of rv_vit_forward (model, run, backend, plan, slice; y non-NULL when
- * len > 0), with messages naming the numbers. */
+ * len > 0), with messages naming the numbers. y_on_device_ok: the caller runs on
+ * a device backend when run->weights is set (the forward); 0: host backends only. */
 rv_status vit_check_args(const rv_vit_model *m, const rv_vit_run *run, const rv_vit_tokens *in,
-                         const float *y);
+                         const float *y, int y_on_device_ok);
 
 /* Scratch the embedding borrows from the forward's buffers (each (len, D) floats
  * of this rank's slice; they are overwritten). */
@@ -71,7 +72,8 @@ struct rv_vit_acts {
     float *final_stats; /* (2, len) mean, rstd of the final LayerNorm */
     uint8_t *hidden;   /* (len) the hidden flags (0 when none were given) */
     int any_hidden;    /* 1 when a video or audio token is hidden */
-    float *arena;
+    float *arena;      /* host memory, or be's when be is set */
+    rv_backend *be;    /* the device backend whose memory holds arena; NULL: host */
     size_t bytes;      /* the allocation */
 };
 

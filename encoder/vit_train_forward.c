@@ -5,7 +5,9 @@
  * slice: the block input, the residual after attention, q, k, v, the attention
  * output and its LSE, the MLP's pre-activation, and the LayerNorm statistics
  * (the LayerNorm outputs are recomputed by the backward). Hidden tokens get the
- * mask token in place of their patch projection. CPU backend only for now. */
+ * mask token in place of their patch projection. On a device backend (run->weights
+ * set) the activations live in its memory: the embedding runs on the host and is
+ * uploaded as the block input x[0], and y is copied back. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,14 +19,22 @@ void rv_vit_acts_free(rv_vit_acts **a)
 {
     if (!a || !*a)
         return;
-    free((*a)->arena);
+    if ((*a)->be) {
+        (*a)->be->synchronize((*a)->be);
+        if ((*a)->arena)
+            (*a)->be->free((*a)->be, (*a)->arena);
+    } else {
+        free((*a)->arena);
+    }
     free((*a)->hidden);
     free(*a);
     *a = NULL;
 }
 
-/* The activations of a (len)-token slice, carved out of one arena. */
-static rv_status acts_new(const rv_vit_config *c, int64_t len, rv_vit_acts **out)
+/* The activations of a (len)-token slice, carved out of one arena: host memory,
+ * or the memory of dev (a device backend) when it is not NULL. */
+static rv_status acts_new(const rv_vit_config *c, int64_t len, rv_backend *dev,
+                          rv_vit_acts **out)
 {
     const size_t n = (size_t)(len > 0 ? len : 1), D = (size_t)c->dim, L = (size_t)c->layers;
     const size_t M = (size_t)c->mlp, H = (size_t)c->heads;
@@ -42,7 +52,13 @@ static rv_status acts_new(const rv_vit_config *c, int64_t len, rv_vit_acts **out
         return rv_fail(RV_ERR_NOMEM, "vit forward_train: out of memory");
     a->len = len, a->dim = c->dim, a->layers = c->layers, a->heads = c->heads, a->mlp = c->mlp;
     a->bytes = sizeof(float) * floats + n;
-    a->arena = aligned_alloc(64, sizeof(float) * floats);
+    if (dev) {
+        a->be = dev;
+        if ((st = dev->alloc(dev, sizeof(float) * floats, (void **)&a->arena)) != RV_OK)
+            goto end;
+    } else {
+        a->arena = aligned_alloc(64, sizeof(float) * floats);
+    }
     a->hidden = calloc(n, 1);
     if (!a->arena || !a->hidden) {
         st = rv_fail(RV_ERR_NOMEM, "vit forward_train: cannot allocate %zu bytes of activations "
@@ -73,11 +89,17 @@ rv_status rv_vit_forward_train(const rv_vit_model *m, const rv_vit_run *run,
     if (!acts)
         return rv_fail(RV_ERR_INVALID, "vit forward_train: acts is NULL");
     *acts = NULL;
-    rv_status st = vit_check_args(m, run, in, y);
+    rv_status st = vit_check_args(m, run, in, y, 1);
     if (st != RV_OK)
         return st;
     const rv_vit_config *c = &m->cfg;
     rv_backend *be = run->be;
+    /* On a device: weights wm there, the embedding on the host backend hb into
+     * host scratch, y computed into ydev and copied back. */
+    const int on_host = strcmp(be->name, "cpu") == 0;
+    const rv_vit_model *wm = on_host ? m : run->weights;
+    rv_backend *hb = NULL;
+    float *hscratch = NULL, *ydev = NULL;
     const int D = c->dim, H = c->heads, M = c->mlp, len = (int)in->len;
     const int cap = len > 0 ? len : 1;
     const size_t nd = (size_t)cap * D;
@@ -93,7 +115,7 @@ rv_status rv_vit_forward_train(const rv_vit_model *m, const rv_vit_run *run,
     if (any_hidden && !mask_token)
         return rv_fail(RV_ERR_INVALID, "vit forward_train: tokens are hidden but mask_token "
                        "is NULL");
-    if ((st = acts_new(c, in->len, &a)) != RV_OK)
+    if ((st = acts_new(c, in->len, on_host ? NULL : be, &a)) != RV_OK)
         goto end;
     if (hidden && len > 0)
         memcpy(a->hidden, hidden, (size_t)len);
@@ -105,24 +127,46 @@ rv_status rv_vit_forward_train(const rv_vit_model *m, const rv_vit_run *run,
     if ((st = be->alloc(be, sizeof(float) * nd, (void **)&h)) != RV_OK ||
         (st = be->alloc(be, sizeof(float) * (size_t)cap * M, (void **)&act)) != RV_OK)
         goto end;
-    if (resample) {
-        if ((st = be->alloc(be, sizeof(float) * pos_floats, (void **)&pos)) != RV_OK)
-            goto end;
-        vit_pos_resample(m->pos + D, c->grid, in->grid, D, pos);
-    }
     if ((st = rv_cp_attn_init(&cp, be, run->comm, &run->plan, run->strategy, H, D / H,
                               run->causal, 0.0f)) != RV_OK)
         goto end;
 
-    /* Layer 0's q, k, v are the embedding's scratch. */
-    vit_embed_scratch es = {a->qkv, a->qkv + nd, a->qkv + 2 * nd, pos};
-    if ((st = vit_embed(m, be, in, hidden, mask_token, &es, a->x, &s.flops)) != RV_OK)
-        goto end;
+    if (on_host) {
+        if (resample) {
+            if ((st = be->alloc(be, sizeof(float) * pos_floats, (void **)&pos)) != RV_OK)
+                goto end;
+            vit_pos_resample(m->pos + D, c->grid, in->grid, D, pos);
+        }
+        /* Layer 0's q, k, v are the embedding's scratch. */
+        vit_embed_scratch es = {a->qkv, a->qkv + nd, a->qkv + 2 * nd, pos};
+        if ((st = vit_embed(m, be, in, hidden, mask_token, &es, a->x, &s.flops)) != RV_OK)
+            goto end;
+    } else {
+        /* Host scratch: x[0], then the embedding's codes, video, audio, grid. */
+        hscratch = malloc(sizeof(float) * (4 * nd + (pos_floats ? pos_floats : 1)));
+        if (!hscratch) {
+            st = rv_fail(RV_ERR_NOMEM, "vit forward_train: no host memory for the embedding "
+                         "of %d tokens", len);
+            goto end;
+        }
+        float *hpos = resample ? hscratch + 4 * nd : NULL;
+        if (resample)
+            vit_pos_resample(m->pos + D, c->grid, in->grid, D, hpos);
+        vit_embed_scratch es = {hscratch + nd, hscratch + 2 * nd, hscratch + 3 * nd, hpos};
+        if ((st = rv_backend_cpu_create(0, &hb)) != RV_OK ||
+            (st = vit_embed(m, hb, in, hidden, mask_token, &es, hscratch, &s.flops)) != RV_OK ||
+            (st = be->copy(be, a->x, hscratch, sizeof(float) * (size_t)len * D,
+                           RV_COPY_HOST_TO_DEVICE)) != RV_OK ||
+            (st = be->alloc(be, sizeof(float) * nd, (void **)&ydev)) != RV_OK)
+            goto end;
+        free(hscratch);
+        hscratch = NULL;
+    }
     t1 = vit_now();
     s.embed_s = t1 - t0, t0 = t1;
 
     for (int l = 0; l < c->layers; l++) {
-        const rv_vit_layer *w = &m->layer[l];
+        const rv_vit_layer *w = &wm->layer[l];
         const float *x = a->x + (size_t)l * nd;
         float *xm = a->xmid + (size_t)l * nd, *xn = a->x + (size_t)(l + 1) * nd;
         float *q = a->qkv + (size_t)l * 3 * nd, *o = a->o + (size_t)l * nd;
@@ -139,8 +183,9 @@ rv_status rv_vit_forward_train(const rv_vit_model *m, const rv_vit_run *run,
                 (st = be->bias_add(be, dst, w->qkv_b + (size_t)j * D, len, D)) != RV_OK)
                 goto end;
         }
-        memcpy(xm, x, sizeof(float) * (size_t)len * D);
-        if ((st = rv_cp_attn_forward(&cp, q, q + nd, q + 2 * nd, o, lse)) != RV_OK ||
+        if ((st = be->copy(be, xm, x, sizeof(float) * (size_t)len * D,
+                           RV_COPY_DEVICE_TO_DEVICE)) != RV_OK ||
+            (st = rv_cp_attn_forward(&cp, q, q + nd, q + 2 * nd, o, lse)) != RV_OK ||
             (st = be->bias_add(be, xm, w->proj_b, len, D)) != RV_OK ||
             (st = be->gemm(be, 0, 1, len, D, D, 1.0f, o, D, w->proj_w, D, 1.0f, xm, D)) != RV_OK)
             goto end;
@@ -149,8 +194,9 @@ rv_status rv_vit_forward_train(const rv_vit_model *m, const rv_vit_run *run,
         s.attn_s += t1 - t0, t0 = t1;
 
         /* MLP: h = ln_2(xm); pre = h W1^T + b1; xn = xm + gelu(pre) W2^T + b2. */
-        memcpy(xn, xm, sizeof(float) * (size_t)len * D);
-        if ((st = be->layernorm_fwd(be, xm, w->ln2_w, w->ln2_b, len, D, c->eps, h, ls + 2 * cap,
+        if ((st = be->copy(be, xn, xm, sizeof(float) * (size_t)len * D,
+                           RV_COPY_DEVICE_TO_DEVICE)) != RV_OK ||
+            (st = be->layernorm_fwd(be, xm, w->ln2_w, w->ln2_b, len, D, c->eps, h, ls + 2 * cap,
                                     ls + 3 * cap)) != RV_OK ||
             (st = be->bias_add(be, xn, w->fc2_b, len, D)) != RV_OK ||
             (st = be->gemm(be, 0, 1, len, M, D, 1.0f, h, D, w->fc1_w, D, 0.0f, pre, M)) != RV_OK ||
@@ -162,9 +208,13 @@ rv_status rv_vit_forward_train(const rv_vit_model *m, const rv_vit_run *run,
         t1 = vit_now();
         s.mlp_s += t1 - t0, t0 = t1;
     }
-    if ((st = be->layernorm_fwd(be, a->x + (size_t)c->layers * nd, m->ln_w, m->ln_b, len, D,
-                                c->eps, y, a->final_stats, a->final_stats + cap)) != RV_OK ||
+    if ((st = be->layernorm_fwd(be, a->x + (size_t)c->layers * nd, wm->ln_w, wm->ln_b, len, D,
+                                c->eps, on_host ? y : ydev, a->final_stats,
+                                a->final_stats + cap)) != RV_OK ||
         (st = be->synchronize(be)) != RV_OK)
+        goto end;
+    if (!on_host &&
+        (st = be->copy(be, y, ydev, sizeof(float) * (size_t)len * D, RV_COPY_DEVICE_TO_HOST)) != RV_OK)
         goto end;
     s.other_s += vit_now() - t0;
     s.cp = cp.stats;
@@ -176,6 +226,13 @@ rv_status rv_vit_forward_train(const rv_vit_model *m, const rv_vit_run *run,
     a = NULL;
 end:
     rv_vit_acts_free(&a);
+    if (!on_host) {
+        be->synchronize(be); /* after an error kernels may still use the buffers */
+        if (ydev)
+            be->free(be, ydev);
+        free(hscratch);
+        rv_backend_free(&hb);
+    }
     be->free(be, h);
     be->free(be, act);
     be->free(be, pos);

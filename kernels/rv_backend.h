@@ -108,12 +108,27 @@ struct rv_backend {
     rv_status (*attn_merge)(rv_backend *be, float *o, float *lse, const float *o2,
                             const float *lse2, int sq, int heads, int dim);
 
+    /* Memory moves inside this backend's memory, so code above the table (the CP
+     * strategies) never touches a pointer itself and runs unchanged on a device.
+     * fill: x[i] = value for i < n. */
+    rv_status (*fill)(rv_backend *be, float *x, float value, size_t n);
+    /* rows rows of width bytes: row i from src + i * spitch to dst + i * dpitch. */
+    rv_status (*copy2d)(rv_backend *be, void *dst, size_t dpitch, const void *src,
+                        size_t spitch, size_t width, size_t rows);
+    /* y[i] += x[i] for i < n. */
+    rv_status (*add)(rv_backend *be, float *y, const float *x, size_t n);
+    /* dst (cols) += the column sums of x (rows, cols), each summed in double (a
+     * bias gradient). */
+    rv_status (*colsum_add)(rv_backend *be, const float *x, int rows, int cols, float *dst);
+
+    /* Waits until every op issued to this backend has finished: after it, its
+     * outputs may be read by the host or sent by a communicator. A no-op on CPU. */
     rv_status (*synchronize)(rv_backend *be);
     void (*destroy)(rv_backend *be);
 };
 
-/* Creates a backend by name ("cpu", or "cuda" where built). threads <= 0 selects
- * every core (CPU backend). */
+/* Creates a backend by name ("cpu", or "cuda" where built: device 0, or
+ * RINGVIT_CUDA_DEVICE). threads <= 0 selects every core (CPU backend). */
 rv_status rv_backend_create(const char *name, int threads, rv_backend **out);
 rv_status rv_backend_cpu_create(int threads, rv_backend **out);
 void rv_backend_free(rv_backend **be);

@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 static _Thread_local char last_error[1024];
 
@@ -34,10 +35,14 @@ const char *rv_last_error(void)
 
 rv_status rv_fail(rv_status s, const char *fmt, ...)
 {
+    /* Formatted aside first: the arguments may include rv_last_error() itself,
+     * when a caller adds context to the message of a call that failed. */
+    char buf[sizeof last_error];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
+    memcpy(last_error, buf, sizeof buf);
     return s;
 }
 

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../rv_cuda.h"
 #include "cpu_ops.h"
 
 char *openblas_get_corename(void);
@@ -66,6 +67,10 @@ static const rv_backend cpu_table = {
     /* .attn_fwd      = */ cpu_attn_fwd,
     /* .attn_bwd      = */ cpu_attn_bwd,
     /* .attn_merge    = */ cpu_attn_merge,
+    /* .fill          = */ cpu_fill,
+    /* .copy2d        = */ cpu_copy2d,
+    /* .add           = */ cpu_add,
+    /* .colsum_add    = */ cpu_colsum_add,
     /* .synchronize   = */ cpu_synchronize,
     /* .destroy       = */ cpu_destroy,
 };
@@ -98,9 +103,14 @@ rv_status rv_backend_create(const char *name, int threads, rv_backend **out)
     *out = NULL;
     if (!name || strcmp(name, "cpu") == 0)
         return rv_backend_cpu_create(threads, out);
-    if (strcmp(name, "cuda") == 0)
+    if (strcmp(name, "cuda") == 0) {
+#ifdef RINGVIT_HAVE_CUDA
+        return rv_backend_cuda_create(-1, out);
+#else
         return rv_fail(RV_ERR_UNSUPPORTED,
                        "backend 'cuda': the CUDA kernels are not part of this build yet");
+#endif
+    }
     return rv_fail(RV_ERR_INVALID, "unknown backend '%s' (known: cpu, cuda)", name);
 }
 

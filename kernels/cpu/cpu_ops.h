@@ -23,6 +23,11 @@ rv_status cpu_attn_fwd(rv_backend *be, const rv_attn_fwd_args *a);
 rv_status cpu_attn_bwd(rv_backend *be, const rv_attn_bwd_args *a);
 rv_status cpu_attn_merge(rv_backend *be, float *o, float *lse, const float *o2,
                          const float *lse2, int sq, int heads, int dim);
+rv_status cpu_fill(rv_backend *be, float *x, float value, size_t n);
+rv_status cpu_copy2d(rv_backend *be, void *dst, size_t dpitch, const void *src, size_t spitch,
+                     size_t width, size_t rows);
+rv_status cpu_add(rv_backend *be, float *y, const float *x, size_t n);
+rv_status cpu_colsum_add(rv_backend *be, const float *x, int rows, int cols, float *dst);
 
 /* Shared argument checks of the attention ops (also used by other backends'
  * host-side wrappers). */

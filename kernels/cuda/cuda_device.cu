@@ -6,6 +6,11 @@
 
 #include "rv_cuda.h"
 
+extern "C" const char *rv_cuda_build_archs(void)
+{
+    return RINGVIT_CUDA_ARCHS;
+}
+
 extern "C" int rv_cuda_device_count(void)
 {
     int n = 0;

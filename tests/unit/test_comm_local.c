@@ -6,6 +6,7 @@
  * early failure reported by rv_local_run, abort, truncation, cancelled receives,
  * argument checks and RINGVIT_COMM_TIMEOUT. */
 #include <criterion/criterion.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -366,4 +367,68 @@ Test(comm_local, backends_built)
     rv_comm *c = NULL;
     cr_assert_eq(rv_comm_mpi_world(&c), RV_ERR_UNSUPPORTED);
 #endif
+}
+
+/* ---- rv_local_run_copy: messages move through the given copy function ---------- */
+
+static atomic_long copies;
+
+static int counting_copy(void *dst, const void *src, size_t bytes)
+{
+    atomic_fetch_add(&copies, 1);
+    memcpy(dst, src, bytes);
+    return 0;
+}
+
+static int failing_copy(void *dst, const void *src, size_t bytes)
+{
+    (void)dst, (void)src;
+    rv_fail(RV_ERR_BACKEND, "simulated device fault on %zu bytes", bytes);
+    return -1;
+}
+
+static rv_status run_checks_copy(rv_comm *c, void *arg)
+{
+    if (!c->device_memory || c->move != counting_copy)
+        return rv_fail(RV_ERR_INTERNAL, "rank %d: device_memory %d, move not the run's copy",
+                       c->rank, c->device_memory);
+    return ref_comm_check_all(c, arg);
+}
+
+Test(comm_local, copy_function_moves_every_message)
+{
+    for (int n = 1; n <= 4; n++) {
+        ref_comm_opts o = {.seed = 77 + (uint64_t)n, .max_bytes = (size_t)64 << 10, .rounds = 2};
+        atomic_store(&copies, 0);
+        rv_status st = rv_local_run_copy(n, run_checks_copy, &o, counting_copy);
+        cr_assert_eq(st, RV_OK, "%d ranks: %s", n, rv_last_error());
+        if (n > 1)
+            cr_expect_gt(atomic_load(&copies), 0, "%d ranks: the copy function was not used", n);
+    }
+}
+
+typedef struct copy_fail_arg {
+    rv_status st[2];
+    char msg[2][512];
+} copy_fail_arg;
+
+static rv_status ring_once(rv_comm *c, void *arg)
+{
+    copy_fail_arg *a = arg;
+    int out = c->rank, in = -1;
+    rv_status st = rv_comm_sendrecv(c, &out, sizeof out, 1 - c->rank, &in, sizeof in,
+                                    1 - c->rank, 5);
+    a->st[c->rank] = st;
+    snprintf(a->msg[c->rank], sizeof a->msg[0], "%s", rv_last_error());
+    return RV_OK;
+}
+
+Test(comm_local, failing_copy_fails_both_sides)
+{
+    copy_fail_arg a = {{RV_OK, RV_OK}, {"", ""}};
+    cr_assert_eq(rv_local_run_copy(2, ring_once, &a, failing_copy), RV_OK, "%s", rv_last_error());
+    for (int r = 0; r < 2; r++) {
+        cr_expect_eq(a.st[r], RV_ERR_BACKEND, "rank %d: status %d (%s)", r, a.st[r], a.msg[r]);
+        cr_expect(strstr(a.msg[r], "device copy failed"), "rank %d: %s", r, a.msg[r]);
+    }
 }

@@ -242,7 +242,7 @@ static rv_status rank_fn(rv_comm *comm, void *arg)
     for (int64_t k = 0; k < sl.t.len; k++)
         memcpy(dy + k * D, j->R + sl.global[k] * D, sizeof(float) * D);
     rv_status st = rv_backend_cpu_create(1, &be);
-    rv_vit_run run = {be, comm, j->plan, j->strategy, j->causal};
+    rv_vit_run run = {be, comm, j->plan, j->strategy, j->causal, NULL};
     if (st == RV_OK && j->plain_forward) {
         st = rv_vit_forward(j->m, &run, &sl.t, y, NULL);
         for (int64_t k = 0; st == RV_OK && k < sl.t.len; k++)
@@ -663,7 +663,7 @@ static rv_status bad_fn(rv_comm *comm, void *arg)
     const rv_vit_tokens *t = &b->s->all;
     rv_shard_plan p;
     rv_shard_plan_make(RV_SHARD_CONTIGUOUS, 1, t->len, &p);
-    rv_vit_run run = {be, comm, p, RV_CP_RING, 0};
+    rv_vit_run run = {be, comm, p, RV_CP_RING, 0, NULL};
     const int D = b->m->cfg.dim;
     float *y = ref_alloc_f((size_t)t->len * D), dmask[64] = {0};
     rv_vit_acts *acts = NULL;

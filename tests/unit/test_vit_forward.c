@@ -174,7 +174,7 @@ static rv_status rank_fn(rv_comm *comm, void *arg)
     float *y = ref_alloc_f((size_t)(sl.t.len * D));
     rv_status st = rv_backend_cpu_create(1, &be);
     if (st == RV_OK) {
-        rv_vit_run run = {be, comm, j->plan, j->strategy, j->causal};
+        rv_vit_run run = {be, comm, j->plan, j->strategy, j->causal, NULL};
         st = rv_vit_forward(j->m, &run, &sl.t, y, &j->stats[r]);
     }
     if (st == RV_OK)
@@ -581,7 +581,7 @@ static rv_status bad_fn(rv_comm *comm, void *arg)
     cr_assert_eq(st, RV_OK);
     rv_shard_plan p;
     rv_shard_plan_make(RV_SHARD_CONTIGUOUS, 1, 20, &p);
-    rv_vit_run run = {be, comm, p, RV_CP_RING, 0};
+    rv_vit_run run = {be, comm, p, RV_CP_RING, 0, NULL};
     float *y = ref_alloc_f(64 * 32);
     b->st = rv_vit_forward(b->m, &run, &b->t, y, NULL);
     snprintf(b->msg, sizeof b->msg, "%s", rv_last_error());

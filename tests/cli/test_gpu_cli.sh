@@ -1,0 +1,96 @@
+#!/bin/sh
+# shellcheck disable=SC2317,SC2086 # t_* checks are called through check(); $SMALL splits
+# test_gpu_cli.sh EXE: `--device cuda` end to end against `--device cpu` on a
+# generated recording, where a GPU is present (label gpu; exits 77, skipped,
+# otherwise):
+#   - embed: cp 1, cp 2 ring (2 streams on one GPU), cp 3 ulysses and cp 2 causal
+#     on the GPU give the CPU's embeddings within 5e-2 (normalised max error:
+#     bf16 GEMMs and attention against f32);
+#   - finetune: 3 mae steps on the GPU (cp 1 and cp 2) give the CPU's per-step
+#     losses within 3e-2 relative.
+# Run by ctest as `sh test_gpu_cli.sh $<TARGET_FILE:ringvit_cli>`; POSIX sh only.
+
+EXE=$1
+if [ -z "$EXE" ] || [ ! -x "$EXE" ]; then
+    echo "usage: sh test_gpu_cli.sh PATH/TO/ringvit" >&2
+    exit 2
+fi
+EXE=$(cd "$(dirname "$EXE")" && pwd)/$(basename "$EXE")
+HERE=$(cd "$(dirname "$0")" && pwd)
+PY=/usr/bin/python3
+if "$EXE" --version | grep -Eq '^cuda: (no|.* 0 devices)'; then
+    echo "SKIPPED: $("$EXE" --version | grep '^cuda:')"
+    exit 77
+fi
+for dep in ffmpeg "$PY"; do
+    command -v "$dep" >/dev/null 2>&1 || { echo "FAILED: no $dep (scripts/install-deps.sh)"; exit 1; }
+done
+
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT INT TERM
+cd "$tmp" || exit 1
+pass=0
+fail=0
+failed=""
+why=""
+check() {
+    why=""
+    if "$2" >"$tmp/log" 2>&1; then
+        pass=$((pass + 1))
+        echo "ok   $1 $(tail -n 1 "$tmp/log")"
+    else
+        fail=$((fail + 1))
+        failed="$failed $1"
+        echo "FAIL $1: ${why:-see below}"
+        tail -n 15 "$tmp/log" | sed 's/^/     | /'
+    fi
+}
+
+ff() { ffmpeg -nostdin -v error -y "$@"; }
+ff -f lavfi -i testsrc2=size=64x64:rate=8 -f lavfi -i sine=frequency=440:sample_rate=16000 \
+    -t 4 -c:v libx264 -c:a aac clip.mp4 || { echo "FAILED: ffmpeg"; exit 1; }
+for k in 0 1 2 3; do
+    ff -f lavfi -i "testsrc2=size=64x64:rate=8" -f lavfi \
+        -i "sine=frequency=$((300 + 100 * k)):sample_rate=16000" -t 2 -c:v libx264 -c:a aac \
+        "m$k.mp4" || { echo "FAILED: ffmpeg"; exit 1; }
+done
+printf 'm0.mp4\nm1.mp4\nm2.mp4\nm3.mp4\n' >mae.txt
+SMALL="--size 32 --fps 2 --quiet"
+
+# embed ARGS...: the CPU and GPU runs of one configuration, compared.
+embed_pair() {
+    name=$1
+    shift
+    "$EXE" embed clip.mp4 $SMALL --tokens "$@" -o "cpu_$name.safetensors" &&
+        "$EXE" embed clip.mp4 $SMALL --tokens "$@" --device cuda -o "gpu_$name.safetensors" &&
+        "$PY" "$HERE/embed_compare.py" same "gpu_$name.safetensors" "cpu_$name.safetensors" \
+            --rtol 5e-2
+}
+t_embed_cp1() { embed_pair cp1 --cp 1; }
+t_embed_ring2() { embed_pair ring2 --cp 2 --strategy ring; }
+t_embed_ulysses3() { embed_pair uly3 --cp 3 --strategy ulysses; }
+t_embed_causal2() { embed_pair causal2 --cp 2 --causal; }
+
+# finetune ARGS...: 3 mae steps on the CPU and the GPU, per-step losses compared.
+tune_pair() {
+    name=$1
+    shift
+    for dev in cpu cuda; do
+        "$EXE" finetune --task mae --manifest mae.txt $SMALL --steps 3 --warmup 1 --seed 5 \
+            --device $dev "$@" -o "${dev}_$name.safetensors" --log "${dev}_$name.log.jsonl" ||
+            return 1
+    done
+    "$PY" "$HERE/finetune_check.py" same-losses "cuda_$name.log.jsonl" "cpu_$name.log.jsonl" \
+        --rtol 3e-2 --steps 3
+}
+t_tune_cp1() { tune_pair cp1 --cp 1; }
+t_tune_cp2() { tune_pair cp2 --cp 2; }
+
+check embed-cp1 t_embed_cp1
+check embed-ring-cp2 t_embed_ring2
+check embed-ulysses-cp3 t_embed_ulysses3
+check embed-causal-cp2 t_embed_causal2
+check finetune-mae-cp1 t_tune_cp1
+check finetune-mae-cp2 t_tune_cp2
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ] || { echo "failed:$failed"; exit 1; }
