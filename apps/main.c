@@ -86,6 +86,11 @@ static void print_version(void)
     printf("cuda: no\n");
 #endif
     printf("mpi: %s\n", mpi);
+#ifdef RINGVIT_HAVE_MEDIA
+    printf("media: yes (FFmpeg)\n");
+#else
+    printf("media: no (built without FFmpeg)\n");
+#endif
     printf("blas: OpenBLAS, core %s\n", core && core[0] ? core : "unknown");
     printf("threads: %d (default)\n", rv_cpu_default_threads());
 }

@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "ingest_internal.h"
+#include "ingest_time.h"
 
 __extension__ typedef __int128 i128;
 
@@ -73,11 +74,7 @@ int rv_grid_valid(const rv_grid *g, int64_t k)
 
 double rv_grid_time(const rv_grid *g, int64_t k)
 {
-    i128 n = (i128)g->start_us * g->fps_num + (i128)k * g->fps_den * US;
-    i128 d = (i128)US * g->fps_num;
-    /* Both exact in a double for any realistic recording, so the quotient is
-     * correctly rounded, as float(Fraction(n, d)) is. */
-    return (double)n / (double)d;
+    return rv_grid_seconds(g->start_us, g->fps_num, g->fps_den, k);
 }
 
 double rv_grid_pts_seconds(const rv_grid *g, int64_t pts)

@@ -3,9 +3,13 @@
 # one call of at most ~8 minutes. It
 #   1. prints the device (nvidia-smi -L) and the CUDA compiler version,
 #   2. configures and builds the CUDA build (build-device: ringvit_cli and the
-#      tests labelled gpu, nothing else),
-#   3. runs the gpu tests (ctest -L gpu; the log, and ctest's full log with every
-#      measured error of test_cuda_ops, go to $OUT or build-device/),
+#      tests labelled gpu, nothing else); where that cannot configure (the device
+#      image lacks OpenBLAS, jansson, Criterion and FFmpeg) it unpacks the carried
+#      .devbundle/bundle.tar.xz instead: the same binaries built with CUDA on the
+#      development machine by scripts/device-bundle.sh, run on the device's own
+#      CUDA libraries (call the device with carry [".devbundle"]),
+#   3. runs the gpu tests (ctest -L gpu, or the bundle's test executables; the
+#      log with every measured error goes to $OUT or build-device/),
 #   4. runs the attention and ring benchmarks with --json, gathers them into
 #      device-check.json and prints one row per run against its target:
 #      attention fwd >= 0.45 and bwd >= 0.30 of cuBLAS bf16 GEMM TFLOP/s measured
@@ -18,7 +22,7 @@
 # Environment: OUT (output folder; default the build folder), DEVICE_BUILD_DIR
 # (default build-device), DEVICE_CHECK_BUDGET (seconds for everything, default
 # 470), DEVICE_CHECK_JOBS (build jobs, default 16), DEVICE_CHECK_BUILD_TIMEOUT
-# (default 180).
+# (default 180), DEVICE_CHECK_MODE=bundle (skip the native build, run the bundle).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -80,10 +84,19 @@ else
     echo "(no nvcc)"
 fi
 
-# ---- 2. configure and build -----------------------------------------------------------
-BUILD_OK=1
-if step configure 90 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DRINGVIT_CUDA=ON \
-    >"$OUTDIR/configure.log" 2>&1; then
+# ---- 2. build: here with CUDA, or the prebuilt bundle -----------------------------
+# The device image has CUDA and CMake but none of FFmpeg, OpenBLAS, jansson or
+# Criterion. A native build is tried first (it works on a machine with the
+# dependencies); when it cannot configure and .devbundle/bundle.tar.xz was carried
+# (scripts/device-bundle.sh, built with CUDA for sm_90 on the development machine),
+# the bundle's binaries run instead, on the device's own CUDA libraries.
+BUILD_OK=0
+MODE=native
+RUN_ENV=()
+TEST_BINS=()
+RINGVIT=""
+if [ "${DEVICE_CHECK_MODE:-}" != bundle ] && step configure 90 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DRINGVIT_CUDA=ON \
+    -DRINGVIT_MEDIA=AUTO >"$OUTDIR/configure.log" 2>&1; then
     # The gpu tests' executables are test_<name> (tests/CMakeLists.txt, rv_add_test);
     # only those that are build targets are asked for.
     TARGETS=(ringvit_cli)
@@ -95,48 +108,108 @@ if step configure 90 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DRINGVIT
         fi
     done
     echo "targets: ${TARGETS[*]}"
-    if ! step build "$BUILD_TIMEOUT" cmake --build "$BUILD" -j"$JOBS" --target "${TARGETS[@]}" \
+    if step build "$BUILD_TIMEOUT" cmake --build "$BUILD" -j"$JOBS" --target "${TARGETS[@]}" \
         >"$OUTDIR/build.log" 2>&1; then
-        BUILD_OK=0
+        BUILD_OK=1
+    else
         grep -E "error|Error" "$OUTDIR/build.log" | head -n 30 || true
         tail -n 20 "$OUTDIR/build.log"
     fi
     grep -E "warning" "$OUTDIR/build.log" | head -n 20 || true
+    RINGVIT="$BUILD/ringvit"
 else
-    BUILD_OK=0
-    tail -n 30 "$OUTDIR/configure.log"
+    grep -E "Could NOT|not found|No package|Error" "$OUTDIR/configure.log" 2>/dev/null | head -n 10 || true
+    if [ -f .devbundle/bundle.tar.xz ]; then
+        MODE=bundle
+        BUNDLE=/tmp/ringvit-bundle
+        rm -rf "$BUNDLE" && mkdir -p "$BUNDLE"
+        xz -dc .devbundle/bundle.tar.xz | tar -C "$BUNDLE" -xf -
+        sed -n '1,5p' "$BUNDLE/manifest.txt"
+        # The device's CUDA libraries: the toolkit's, else the Python wheels'.
+        libdirs=("$BUNDLE/lib")
+        for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libnccl.so.2; do
+            found=$( (ldconfig -p 2>/dev/null | awk -v l="$lib" '$1 == l {print $NF}'
+                find /usr/local/cuda*/lib64 /usr/local/cuda*/targets/*/lib /usr/lib/x86_64-linux-gnu \
+                    /usr/local/lib/python3*/dist-packages/nvidia /usr/local/lib/python3*/site-packages/nvidia \
+                    /usr/lib/python3*/dist-packages/nvidia -name "$lib" 2>/dev/null || true) |
+                awk 'NR == 1' || true)
+            if [ -n "$found" ]; then
+                libdirs+=("$(dirname "$found")")
+                echo "cuda library $lib: $found"
+            else
+                echo "cuda library $lib: NOT FOUND"
+            fi
+        done
+        # Compiler runtimes: the machine's, ours only where it has none.
+        for f in "$BUNDLE"/lib/fallback/*; do
+            have=$(ldconfig -p 2>/dev/null | grep -c "$(basename "$f")" || true)
+            if [ "${have:-0}" -eq 0 ]; then
+                cp "$f" "$BUNDLE/lib/" && echo "using the bundle's $(basename "$f")"
+            fi
+        done
+        LDPATH=$(printf '%s:' "${libdirs[@]}" | awk '!seen[$0]++' RS=: ORS=: | sed 's/:$//')
+        RUN_ENV=(env "LD_LIBRARY_PATH=$LDPATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
+        RINGVIT="$BUNDLE/bin/ringvit"
+        missing=$("${RUN_ENV[@]}" ldd "$RINGVIT" "$BUNDLE"/tests/* 2>&1 | grep "not found" | sort -u || true)
+        if [ -n "$missing" ]; then
+            echo "FAILED: the bundle's binaries miss libraries:"
+            echo "$missing"
+            FAILED_STEPS+=("bundle libraries")
+        else
+            BUILD_OK=1
+            TEST_BINS=("$BUNDLE"/tests/test_*)
+        fi
+        "${RUN_ENV[@]}" "$RINGVIT" --version || true
+    else
+        echo "FAILED: cannot configure here and no .devbundle/bundle.tar.xz was carried"
+        echo "        (run scripts/device-bundle.sh first, then carry .devbundle)"
+        tail -n 30 "$OUTDIR/configure.log"
+    fi
 fi
 if ((BUILD_OK)); then
-    echo "build: ok at $(elapsed) s"
+    echo "build ($MODE): ok at $(elapsed) s"
 else
-    echo "build: FAILED at $(elapsed) s"
+    echo "build ($MODE): FAILED at $(elapsed) s"
+    FAILED_STEPS+=("build")
 fi
 
 # ---- 3. gpu tests ------------------------------------------------------------------------
-if ((BUILD_OK)); then
+if ((BUILD_OK)) && [ "$MODE" = native ]; then
     rm -f "$BUILD/Testing/Temporary/LastTest.log"
     # All of ctest's output goes to ctest-gpu.log; the terminal gets it without the
     # per-check "cuda_ops:" lines and at most 150 lines (awk reads to the end, so
     # tee never sees a closed pipe). The step's status is ctest's.
     # shellcheck disable=SC2016 # $1, $2 are the inner shell's arguments
-    step "ctest -L gpu" 150 bash -c 'ctest --test-dir "$1" -L gpu --output-on-failure 2>&1 |
+    step "ctest -L gpu" 240 bash -c 'ctest --test-dir "$1" -L gpu --output-on-failure 2>&1 |
         tee "$2/ctest-gpu.log" | grep -av "^cuda_ops: " | awk "NR <= 150"
         exit "${PIPESTATUS[0]}"' _ "$BUILD" "$OUTDIR" || true
     if [ -f "$BUILD/Testing/Temporary/LastTest.log" ]; then
         cp "$BUILD/Testing/Temporary/LastTest.log" "$OUTDIR/ctest-gpu-full.log"
-        echo "== measured errors (worst per test; every check is in ctest-gpu-full.log)"
-        grep -a "cuda_ops: WORST" "$OUTDIR/ctest-gpu-full.log" || echo "(none printed)"
-        nfail=$(grep -ac "  FAILED$" "$OUTDIR/ctest-gpu-full.log" || true)
-        echo "checks above tolerance: ${nfail:-0}"
-        grep -a "  FAILED$" "$OUTDIR/ctest-gpu-full.log" | head -n 20 || true
     fi
+elif ((BUILD_OK)); then
+    # The bundle's test executables, one by one (exit 77: skipped).
+    : >"$OUTDIR/ctest-gpu-full.log"
+    for t in "${TEST_BINS[@]}"; do
+        name=$(basename "$t")
+        rc=0
+        step "$name" 120 "${RUN_ENV[@]}" "$t" --jobs 4 >"$OUTDIR/$name.log" 2>&1 || rc=$?
+        cat "$OUTDIR/$name.log" >>"$OUTDIR/ctest-gpu-full.log"
+        grep -av "^cuda_ops: " "$OUTDIR/$name.log" | grep -a -E "SKIPPED|FAIL|Synthesis|WORST|cp_attention_gpu" | head -n 40
+        echo "$name: exit $rc"
+    done
 else
-    echo "FAILED: ctest -L gpu: not run, the build failed"
-    FAILED_STEPS+=("ctest -L gpu (no build)")
+    echo "FAILED: gpu tests: not run, there is nothing to run"
+    FAILED_STEPS+=("gpu tests (no build)")
+fi
+if [ -s "$OUTDIR/ctest-gpu-full.log" ]; then
+    echo "== measured errors (worst per test; every check is in ctest-gpu-full.log)"
+    grep -a "cuda_ops: WORST" "$OUTDIR/ctest-gpu-full.log" || echo "(none printed)"
+    nfail=$(grep -ac "  FAILED$" "$OUTDIR/ctest-gpu-full.log" || true)
+    echo "checks above tolerance: ${nfail:-0}"
+    grep -a "  FAILED$" "$OUTDIR/ctest-gpu-full.log" | head -n 20 || true
 fi
 
 # ---- 4. benchmarks -------------------------------------------------------------------------
-RINGVIT="$BUILD/ringvit"
 # bench WHAT S CAUSAL LIMIT ARGS...: one benchmark run, its --json output kept.
 bench() {
     local what=$1 seq=$2 causal=$3 limit=$4 rc=0 tag
@@ -147,7 +220,7 @@ bench() {
     fi
     local out="$OUTDIR/bench-$tag.json"
     if ((BUILD_OK)) && [ -x "$RINGVIT" ]; then
-        step "bench $tag" "$limit" "$RINGVIT" "$@" >"$out" 2>"$OUTDIR/bench-$tag.err" || rc=$?
+        step "bench $tag" "$limit" ${RUN_ENV[@]+"${RUN_ENV[@]}"} "$RINGVIT" "$@" >"$out" 2>"$OUTDIR/bench-$tag.err" || rc=$?
         tail -n 3 "$OUTDIR/bench-$tag.err" | sed 's/^/    /'
     else
         echo "FAILED: bench $tag: no ringvit binary"

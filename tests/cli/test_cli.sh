@@ -64,7 +64,7 @@ t_help_short() { run_exe -h; want_rc 0 && want_out '^  bench '; }
 t_version() {
     run_exe --version
     want_rc 0 && want_out '^ringvit [0-9]+\.[0-9]+\.[0-9]+$' &&
-        want_out '^cuda: (no|backend built \(sm_[0-9,]+\), [0-9]+ devices?.*)$' && want_out '^mpi: (yes|no)$' &&
+        want_out '^cuda: (no|backend built \(sm_[0-9,]+\), [0-9]+ devices?.*)$' && want_out '^mpi: (yes|no)$' && want_out '^media: (yes|no)' &&
         want_out '^blas: ' && want_out '^threads: [1-9]'
 }
 t_no_args() { run_exe; want_rc 2 && want_no_out && want_err '^usage: ringvit'; }

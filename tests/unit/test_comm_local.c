@@ -423,12 +423,17 @@ static rv_status ring_once(rv_comm *c, void *arg)
     return RV_OK;
 }
 
-Test(comm_local, failing_copy_fails_both_sides)
+Test(comm_local, failing_copy_fails_the_transfer)
 {
     copy_fail_arg a = {{RV_OK, RV_OK}, {"", ""}};
     cr_assert_eq(rv_local_run_copy(2, ring_once, &a, failing_copy), RV_OK, "%s", rv_last_error());
+    /* Whichever transfer a rank's wait reports first: its own failed copy, or the
+     * peer giving up after its failed one; the copy failure is always reported. */
+    int copy_reported = 0;
     for (int r = 0; r < 2; r++) {
-        cr_expect_eq(a.st[r], RV_ERR_BACKEND, "rank %d: status %d (%s)", r, a.st[r], a.msg[r]);
-        cr_expect(strstr(a.msg[r], "device copy failed"), "rank %d: %s", r, a.msg[r]);
+        cr_expect(a.st[r] == RV_ERR_BACKEND || a.st[r] == RV_ERR_COMM, "rank %d: status %d (%s)",
+                  r, a.st[r], a.msg[r]);
+        copy_reported |= a.st[r] == RV_ERR_BACKEND && strstr(a.msg[r], "device copy failed");
     }
+    cr_expect(copy_reported, "no rank reported the failed copy: '%s' / '%s'", a.msg[0], a.msg[1]);
 }
