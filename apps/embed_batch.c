@@ -28,13 +28,23 @@ int embed_agree(embed_rank *k, rv_status mine, const double *val, int nval)
     rv_status st = rv_comm_allgather(k->ctl, &v, k->votes, sizeof v);
     if (st != RV_OK)
         return AGREE_FATAL;
-    int stop = 0;
-    for (int r = 0; r < k->size; r++)
-        stop |= k->votes[r].stop;
+    int stop = 0, broken = 0, first = -1;
     for (int r = 0; r < k->size; r++) {
+        const int s = k->votes[r].status;
+        stop |= k->votes[r].stop;
+        /* A timeout or a lost peer inside a collective breaks the communicator,
+         * whichever rank saw it. */
+        const int comm_err = s == RV_ERR_TIMEOUT || s == RV_ERR_COMM;
+        broken |= comm_err;
+        /* Report the cause: a rank's own failure rather than the timeouts of the
+         * peers left waiting for it. */
+        if (s != RV_OK && (first < 0 || (!comm_err && (k->votes[first].status == RV_ERR_TIMEOUT ||
+                                                       k->votes[first].status == RV_ERR_COMM))))
+            first = r;
+    }
+    if (first >= 0) {
+        const int r = first;
         const embed_vote *x = &k->votes[r];
-        if (x->status == RV_OK)
-            continue;
         /* A rank stopped by a signal fails its stage; that is the stop, not an error. */
         if (stop)
             return AGREE_STOP;
@@ -50,9 +60,7 @@ int embed_agree(embed_rank *k, rv_status mine, const double *val, int nval)
             rv_fail((rv_status)x->status, "rank %d: %s", r, msg);
         else
             rv_fail((rv_status)x->status, "%s", msg);
-        /* A timeout or a lost peer inside a collective breaks the communicator. */
-        return x->status == RV_ERR_TIMEOUT || x->status == RV_ERR_COMM ? AGREE_FATAL
-                                                                        : AGREE_FAILED;
+        return broken ? AGREE_FATAL : AGREE_FAILED;
     }
     return stop ? AGREE_STOP : AGREE_OK;
 }
