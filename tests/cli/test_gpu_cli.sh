@@ -19,7 +19,7 @@ EXE=$(cd "$(dirname "$EXE")" && pwd)/$(basename "$EXE")
 HERE=$(cd "$(dirname "$0")" && pwd)
 PY=/usr/bin/python3
 if "$EXE" --version | grep -Eq '^cuda: (no|.* 0 devices)'; then
-    echo "SKIPPED: $("$EXE" --version | grep '^cuda:')"
+    echo "SKIPPED: no GPU ($("$EXE" --version | grep "^cuda:"))"
     exit 77
 fi
 for dep in ffmpeg "$PY"; do

@@ -196,7 +196,7 @@ Test(cp_attention_gpu, allgather_and_ulysses, .timeout = 300)
 int main(int argc, char **argv)
 {
     if (rv_cuda_device_count() == 0) {
-        printf("SKIPPED: no CUDA device\n");
+        printf("SKIPPED: no GPU: no CUDA device is visible\n");
         return 77;
     }
     struct criterion_test_set *tests = criterion_initialize();
@@ -211,7 +211,7 @@ int main(int argc, char **argv)
 
 int main(void)
 {
-    printf("SKIPPED: this build has no CUDA backend\n");
+    printf("SKIPPED: no GPU: this build has no CUDA backend (configure where nvcc is installed)\n");
     return 77;
 }
 
