@@ -276,6 +276,16 @@ rv_status rv_cli_backend_create(int cuda, int threads, int rank, rv_backend **be
 #endif
 }
 
+rv_status rv_cli_device_check(int cuda)
+{
+    if (!cuda)
+        return RV_OK;
+    rv_backend *probe = NULL;
+    rv_status st = rv_cli_backend_create(1, 1, 0, &probe);
+    rv_backend_free(&probe);
+    return st;
+}
+
 rv_comm_copy_fn rv_cli_device_copy(int cuda)
 {
 #ifdef RINGVIT_HAVE_CUDA

@@ -108,6 +108,10 @@ int rv_cli_threads_per_rank(int threads, int ranks, int mpi);
  * build without CUDA or on a machine without a GPU. */
 rv_status rv_cli_backend_create(int cuda, int threads, int rank, rv_backend **be);
 
+/* RV_OK when the backend of --device (cuda or not) can be created here, else its
+ * error: the commands check before any work. */
+rv_status rv_cli_device_check(int cuda);
+
 /* The move of a local run's communicator: device copies with cuda, else memcpy. */
 rv_comm_copy_fn rv_cli_device_copy(int cuda);
 

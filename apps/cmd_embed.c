@@ -355,14 +355,10 @@ static int embed_main(int argc, char **argv)
         goto end;
     }
     set.cuda = strcmp(a.device, "cuda") == 0;
-    if (set.cuda) { /* fail before any work when no GPU can run it */
-        rv_backend *probe = NULL;
-        rv_status st = rv_cli_backend_create(1, 1, 0, &probe);
-        rv_backend_free(&probe);
-        if (st != RV_OK) {
-            rc = rv_cli_fail(st, CMD);
-            goto end;
-        }
+    rv_status dst = rv_cli_device_check(set.cuda); /* before any work */
+    if (dst != RV_OK) {
+        rc = rv_cli_fail(dst, CMD);
+        goto end;
     }
     for (int i = 0; i < a.ninputs; i++)
         if ((rc = embed_inputs_add(a.inputs[i], &in, &n, &cap)) != 0)

@@ -540,14 +540,11 @@ static int finetune_main(int argc, char **argv)
     set.cp = a.cp;
     set.dp = a.dp;
     set.cuda = strcmp(a.device, "cuda") == 0;
-    if (set.cuda) { /* fail before any work when no GPU can run it */
-        rv_backend *probe = NULL;
-        st = rv_cli_backend_create(1, 1, 0, &probe);
-        rv_backend_free(&probe);
-        if (st != RV_OK) {
-            rc = rv_cli_fail(st, CMD);
-            goto end;
-        }
+    if ((st = rv_cli_device_check(set.cuda)) != RV_OK) { /* before any work */
+        rc = rv_cli_fail(st, CMD);
+        goto end;
+    }
+    if (set.cuda) {
         if (set.mpi && set.cp > 1) {
             rc = rv_cli_usage_error(CMD, "--device cuda with --backend mpi needs --cp 1: the CP "
                                     "attention sends device memory, which this MPI cannot move; "
