@@ -2,12 +2,13 @@
  * at every step the block travels to rank+1 while this rank computes its queries
  * against it (the transfer of the next block is posted before the compute), and
  * the kernel folds each block into the running (o, lse) by log-sum-exp. Blocks
- * travel in chunks of at most RV_CP_RING_CHUNK rows, one ring pass per chunk, so
- * a rank holds two chunks in flight rather than two whole blocks. Backward: K/V travel the same
- * way; each rank computes its contribution to the visiting block's dK/dV in a
- * fresh buffer while the partial sum of the ranks before it arrives, adds it and
- * passes it on, so the sum reaches the block's owner after one last hop. dQ stays
- * local. Message tags: K 11, V 12, partial dK 13, dV 14, final dK 15, dV 16.
+ * travel in chunks of about RV_CP_RING_CHUNK rows, one ring pass per chunk, so a
+ * rank holds two chunks in flight rather than two whole blocks; a chunk is the
+ * same share of each segment of a slice (chunk_pieces). Backward: whole K/V
+ * blocks travel the same way; each rank computes its contribution to the
+ * visiting block's dK/dV in a fresh buffer while the partial sum of the ranks
+ * before it arrives, adds it and passes it on, so the sum reaches the block's
+ * owner after one last hop. dQ stays local. Message tags: K 11, V 12, partial dK 13, dV 14, final dK 15, dV 16.
  *
  * On a device backend the kernels are queued on its compute stream while the
  * transfer runs on the communicator's (NCCL's stream, or the copy of a local
@@ -53,11 +54,38 @@ static rv_status wait_all(rv_cp_attn *cp, rv_comm_request **reqs, int n)
     return st;
 }
 
-/* Rows [*first, *first + *rows) of chunk c (of m) of a block of len rows. */
-static void chunk_rows(int64_t len, int c, int m, int64_t *first, int64_t *rows)
+/* Chunk c (of m) of a block: the c-th m-th of each of its segments, so that under
+ * zigzag shards a chunk holds keys from both ends of the sequence and every rank
+ * does the same work at every step (a chunk cut from the slice's start would give
+ * one rank all the early keys at once, and the ring would wait on it). piece[j] =
+ * {first row within segment j, rows}; returns the chunk's rows. */
+static int64_t chunk_pieces(const cp_segs *s, int c, int m, rv_shard_seg piece[RV_SHARD_MAX_SEGS])
 {
-    *first = len * c / m;
-    *rows = len * (c + 1) / m - *first;
+    int64_t total = 0;
+    for (int j = 0; j < s->n; j++) {
+        int64_t a = s->seg[j].len * c / m, b = s->seg[j].len * (c + 1) / m;
+        piece[j] = (rv_shard_seg){a, b - a};
+        total += b - a;
+    }
+    return total;
+}
+
+/* Packs this rank's chunk (pieces of k and v at their slice offsets) into dk, dv;
+ * the copies are done when it returns, so the chunk may be sent. */
+static rv_status pack_own_chunk(rv_cp_attn *cp, const cp_segs *me,
+                                const rv_shard_seg piece[RV_SHARD_MAX_SEGS], const float *k,
+                                const float *v, float *dk, float *dv)
+{
+    const size_t rowf = (size_t)cp->heads * cp->dim;
+    rv_status st = RV_OK;
+    int64_t at = 0;
+    for (int j = 0; j < me->n && st == RV_OK; j++) {
+        size_t from = (size_t)(me->off[j] + piece[j].start) * rowf, n = (size_t)piece[j].len * rowf;
+        if ((st = cp_copy(cp, dk + at * rowf, k + from, n)) == RV_OK)
+            st = cp_copy(cp, dv + at * rowf, v + from, n);
+        at += piece[j].len;
+    }
+    return st != RV_OK ? st : cp->be->synchronize(cp->be);
 }
 
 rv_status cp_ring_forward(rv_cp_attn *cp, const float *q, const float *k, const float *v,
@@ -74,7 +102,8 @@ rv_status cp_ring_forward(rv_cp_attn *cp, const float *q, const float *k, const 
     const int m = (int)((maxlen + chunk_max - 1) / chunk_max) > 0
                       ? (int)((maxlen + chunk_max - 1) / chunk_max)
                       : 1;
-    const int64_t maxchunk = (maxlen + m - 1) / m > 0 ? (maxlen + m - 1) / m : 1;
+    /* A chunk takes at most ceil(len_j / m) rows of each segment j. */
+    const int64_t maxchunk = (maxlen + m - 1) / m + RV_SHARD_MAX_SEGS;
     rv_status st = RV_OK;
     rv_comm_request *reqs[4] = {0};
     float *buf[2] = {0}, *lse_acc[RV_SHARD_MAX_SEGS] = {0};
@@ -96,34 +125,39 @@ rv_status cp_ring_forward(rv_cp_attn *cp, const float *q, const float *k, const 
         goto end;
 
     for (int c = 0; c < m; c++) {
-        int64_t first, rows;
-        chunk_rows(me.len, c, m, &first, &rows);
-        const float *ck = k + first * rowf, *cv = v + first * rowf; /* step 0: our own */
+        rv_shard_seg piece[RV_SHARD_MAX_SEGS] = {{0}};
+        int64_t rows = chunk_pieces(&me, c, m, piece);
+        /* Step 0 computes on our own chunk: in place when it is one piece, else
+         * packed into buf[1] (free: every step ends with its transfers and kernels
+         * done, and step 0 receives into buf[0]). */
+        const float *ck = k + piece[0].start * rowf, *cv = v + piece[0].start * rowf;
+        if (me.n > 1) {
+            if ((st = pack_own_chunk(cp, &me, piece, k, v, buf[1], buf[1] + maxchunk * rowf)) != RV_OK)
+                goto end;
+            ck = buf[1], cv = buf[1] + maxchunk * rowf;
+        }
         for (int s = 0; s < n; s++) {
             int src = (r - s + n) % n, next = (r - s - 1 + n) % n;
-            int64_t nfirst, nrows;
-            chunk_rows(rv_shard_len(&cp->plan, src), c, m, &first, &rows);
-            chunk_rows(rv_shard_len(&cp->plan, next), c, m, &nfirst, &nrows);
+            cp_segs ks = cp_segs_of(&cp->plan, src), ns = cp_segs_of(&cp->plan, next);
+            rv_shard_seg kp[RV_SHARD_MAX_SEGS], np[RV_SHARD_MAX_SEGS];
+            rows = chunk_pieces(&ks, c, m, kp);
+            int64_t nrows = chunk_pieces(&ns, c, m, np);
             float *nk = buf[s % 2], *nv = buf[s % 2] + maxchunk * rowf;
             if (s < n - 1 && (st = post_kv(cp, ck, cv, rows, nk, nv, nrows, reqs)) != RV_OK)
                 goto end;
-            cp_segs ks = cp_segs_of(&cp->plan, src);
             double t0 = cp_now();
-            for (int j = 0; j < ks.n; j++) {
-                /* The part of key segment j inside this chunk. */
-                int64_t x = first > ks.off[j] ? first : ks.off[j];
-                int64_t y = ks.off[j] + ks.seg[j].len < first + rows ? ks.off[j] + ks.seg[j].len
-                                                                      : first + rows;
-                if (x >= y)
+            int64_t at = 0; /* piece j's first row in the chunk */
+            for (int j = 0; j < ks.n; at += kp[j].len, j++) {
+                if (kp[j].len == 0)
                     continue;
-                rv_shard_seg kseg = {ks.seg[j].start + (x - ks.off[j]), y - x};
+                rv_shard_seg kseg = {ks.seg[j].start + kp[j].start, kp[j].len};
                 for (int i = 0; i < me.n; i++) {
                     if (cp_fully_masked(cp, me.seg[i], kseg))
                         continue;
-                    rv_attn_fwd_args a = {q + me.off[i] * rowf, ck + (x - first) * rowf,
-                                          cv + (x - first) * rowf, o + me.off[i] * rowf,
-                                          lse_acc[i], (int)me.seg[i].len, (int)kseg.len, H, d,
-                                          cp->scale, cp_mask(cp, me.seg[i], kseg), 1};
+                    rv_attn_fwd_args a = {q + me.off[i] * rowf, ck + at * rowf, cv + at * rowf,
+                                          o + me.off[i] * rowf, lse_acc[i], (int)me.seg[i].len,
+                                          (int)kseg.len, H, d, cp->scale,
+                                          cp_mask(cp, me.seg[i], kseg), 1};
                     if ((st = cp->be->attn_fwd(cp->be, &a)) != RV_OK)
                         goto end;
                     cp->stats.flops += 4.0 * d * H * rv_cp_visible_pairs(me.seg[i], kseg, cp->causal);

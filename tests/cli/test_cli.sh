@@ -150,13 +150,17 @@ sys.exit(0 if good else 3)
 
 # ---- bench ring ----------------------------------------------------------------
 t_ring_json() {
-    run_exe bench ring --cp 3 --seq 300 --heads 3 --dim 16 --causal --backward --json
+    run_exe bench ring --cp 3 --seq 300 --heads 3 --dim 16 --causal --backward --repeat 2 --json
     want_rc 0 || return 1
     /usr/bin/python3 -c '
 import json, sys
 d = json.load(sys.stdin)
 ok = d["ok"] is True and d["cp"] == 3 and d["shard"] == "zigzag" and len(d["ranks"]) == 3
-ok = ok and d["max_abs_err_o"] < 1e-5 and d["max_abs_err_dq"] < 1e-4
+ok = ok and d["max_abs_err_o"] < 1e-5 and d["max_abs_err_dq"] < 1e-4 and d["repeat"] == 2
+# zigzag: every rank the same causal work, adding up to the whole attention
+# (4d per visible pair and head forward, 10d backward: 14 * 16 * 3 * 300*301/2)
+gf = [r["gflop"] for r in d["ranks"]]
+ok = ok and d["flops_spread"] < 0.05 and abs(sum(gf) - 14 * 16 * 3 * 300 * 301 / 2 * 1e-9) < 1e-9
 sys.exit(0 if ok else 3)
 ' <"$tmp/out" 2>"$tmp/pyerr" || { why="bench ring JSON wrong: $(tail -n 1 "$tmp/pyerr")"; return 1; }
 }

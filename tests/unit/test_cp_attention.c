@@ -108,6 +108,21 @@ Test(cp_attention, grid_cp4) { grid_for(4); }
 Test(cp_attention, grid_cp5, .timeout = 300) { grid_for(5); }
 Test(cp_attention, grid_cp8, .timeout = 300) { grid_for(8); }
 
+/* Slices longer than the ring's chunk (1024 rows on the CPU): blocks travel in
+ * several chunks, each cut from every segment of the slice, with uneven segments
+ * (S divisible by neither N nor 2N). Forward and backward against single-rank. */
+Test(cp_attention, ring_multi_chunk, .timeout = 300)
+{
+    const ref_cp_case cases[] = {
+        {4999, 1, 32, 1, RV_SHARD_ZIGZAG, RV_CP_RING, 91},     /* 2 ranks: 3 chunks */
+        {6151, 2, 32, 0, RV_SHARD_CONTIGUOUS, RV_CP_RING, 92}, /* 3 ranks: 3 chunks */
+        {6151, 1, 64, 1, RV_SHARD_ZIGZAG, RV_CP_RING, 93},
+    };
+    const int ns[] = {2, 3, 3};
+    for (int t = 0; t < 3; t++)
+        check_case(&cases[t], ns[t]);
+}
+
 /* Causal attention with the contiguous plan: rank 0's queries see nothing of the
  * blocks that visit it from later ranks (whole steps fully masked), and the first
  * query of a rank sees only itself. No NaN, same result. */
