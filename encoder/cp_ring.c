@@ -5,10 +5,12 @@
  * travel in chunks of about RV_CP_RING_CHUNK rows, one ring pass per chunk, so a
  * rank holds two chunks in flight rather than two whole blocks; a chunk is the
  * same share of each segment of a slice (chunk_pieces). Backward: whole K/V
- * blocks travel the same way; each rank computes its contribution to the
- * visiting block's dK/dV in a fresh buffer while the partial sum of the ranks
- * before it arrives, adds it and passes it on, so the sum reaches the block's
- * owner after one last hop. dQ stays local. Message tags: K 11, V 12, partial dK 13, dV 14, final dK 15, dV 16.
+ * blocks travel (the CPU backward packs the query side on every call, which costs
+ * about 40% more with 512-row key pieces than with whole blocks); each rank
+ * computes its contribution to the visiting block's dK/dV in a fresh buffer while
+ * the partial sum of the ranks before it arrives, adds it and passes it on, so the
+ * sum reaches the block's owner after one last hop. dQ stays local. Message tags:
+ * K 11, V 12, partial dK 13, dV 14, final dK 15, dV 16.
  *
  * On a device backend the kernels are queued on its compute stream while the
  * transfer runs on the communicator's (NCCL's stream, or the copy of a local
@@ -70,6 +72,19 @@ static int64_t chunk_pieces(const cp_segs *s, int c, int m, rv_shard_seg piece[R
     return total;
 }
 
+/* Chunks a block travels in, and the most rows one of them holds (a chunk takes
+ * at most ceil(len_j / m) rows of each segment j). */
+static int ring_chunks(const rv_cp_attn *cp, int64_t *max_rows)
+{
+    const int64_t maxlen = rv_shard_max_len(&cp->plan);
+    const int64_t chunk =
+        strcmp(cp->be->name, "cpu") == 0 ? RV_CP_RING_CHUNK : RV_CP_RING_CHUNK_DEVICE;
+    int m = (int)((maxlen + chunk - 1) / chunk);
+    m = m > 0 ? m : 1;
+    *max_rows = (maxlen + m - 1) / m + RV_SHARD_MAX_SEGS;
+    return m;
+}
+
 /* Packs this rank's chunk (pieces of k and v at their slice offsets) into dk, dv;
  * the copies are done when it returns, so the chunk may be sent. */
 static rv_status pack_own_chunk(rv_cp_attn *cp, const cp_segs *me,
@@ -94,16 +109,10 @@ rv_status cp_ring_forward(rv_cp_attn *cp, const float *q, const float *k, const 
     const int n = cp->comm->size, r = cp->comm->rank, H = cp->heads, d = cp->dim;
     const size_t rowf = (size_t)H * d;
     const cp_segs me = cp_segs_of(&cp->plan, r);
-    const int64_t maxlen = rv_shard_max_len(&cp->plan);
     /* Blocks travel in m chunks, each chunk a ring pass of its own, so only two
      * chunks are in flight: memory per rank stays near its own slice. */
-    const int64_t chunk_max =
-        strcmp(cp->be->name, "cpu") == 0 ? RV_CP_RING_CHUNK : RV_CP_RING_CHUNK_DEVICE;
-    const int m = (int)((maxlen + chunk_max - 1) / chunk_max) > 0
-                      ? (int)((maxlen + chunk_max - 1) / chunk_max)
-                      : 1;
-    /* A chunk takes at most ceil(len_j / m) rows of each segment j. */
-    const int64_t maxchunk = (maxlen + m - 1) / m + RV_SHARD_MAX_SEGS;
+    int64_t maxchunk = 0;
+    const int m = ring_chunks(cp, &maxchunk);
     rv_status st = RV_OK;
     rv_comm_request *reqs[4] = {0};
     float *buf[2] = {0}, *lse_acc[RV_SHARD_MAX_SEGS] = {0};
