@@ -203,6 +203,11 @@ rv_status cpu_attn_fwd(rv_backend *be, const rv_attn_fwd_args *a)
             int t = qtiles - 1 - it / a->heads, h = it % a->heads;
             int i0 = t * RV_FWD_BQ;
             int bq = a->sq - i0 < RV_FWD_BQ ? a->sq - i0 : RV_FWD_BQ;
+            /* A tile whose last row sees no key adds nothing to a running result
+             * (ring attention's diagonal blocks leave many so): skip rewriting
+             * its (o, lse). */
+            if (a->accumulate && rv_mask_visible(&a->mask, a->sk, i0 + bq - 1) == 0)
+                continue;
             fwd_tile(a, ops, &pk, scale2, h, i0, bq, &w);
         }
         free(w.qp);
