@@ -146,13 +146,10 @@ static void fwd_pack_fill(const rv_attn_fwd_args *a, fwd_pack *pk, int threads)
 
 rv_status cpu_attn_fwd(rv_backend *be, const rv_attn_fwd_args *a)
 {
-    rv_status st = rv_attn_check_dims(a->sq, a->sk, a->heads, a->dim, "attn_fwd");
-    if (st != RV_OK)
+    int none = 0;
+    rv_status st = rv_args_attn_fwd(a, &none);
+    if (st != RV_OK || none)
         return st;
-    if (a->sq == 0)
-        return RV_OK;
-    if (!a->q || !a->o || !a->lse || (a->sk > 0 && (!a->k || !a->v)))
-        return rv_fail(RV_ERR_INVALID, "attn_fwd: NULL tensor");
 
     const rv_attn_tile_ops *ops = rv_attn_tiles_select();
     const float scale2 = rv_attn_scale(a->scale, a->dim) * RV_LOG2E;

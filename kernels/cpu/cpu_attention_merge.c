@@ -30,13 +30,10 @@ static void merge_row(float *o, float *lse, const float *o2, float lse2, int d)
 rv_status cpu_attn_merge(rv_backend *be, float *o, float *lse, const float *o2,
                          const float *lse2, int sq, int heads, int dim)
 {
-    rv_status st = rv_attn_check_dims(sq, 0, heads, dim, "attn_merge");
-    if (st != RV_OK)
+    int none = 0;
+    rv_status st = rv_args_attn_merge(o, lse, o2, lse2, sq, heads, dim, &none);
+    if (st != RV_OK || none)
         return st;
-    if (sq == 0)
-        return RV_OK;
-    if (!o || !lse || !o2 || !lse2)
-        return rv_fail(RV_ERR_INVALID, "attn_merge: NULL tensor");
     const long rows = (long)sq * heads;
     const int nt = rows * dim > 65536 ? be->threads : 1;
 #pragma omp parallel for num_threads(nt) schedule(static)

@@ -122,13 +122,3 @@ void rv_backend_free(rv_backend **be)
     *be = NULL;
 }
 
-rv_status rv_attn_check_dims(int sq, int sk, int heads, int dim, const char *op)
-{
-    if (sq < 0 || sk < 0 || heads <= 0 || dim <= 0)
-        return rv_fail(RV_ERR_INVALID,
-                       "%s: bad shape sq=%d sk=%d heads=%d dim=%d", op, sq, sk, heads, dim);
-    if ((int64_t)heads * dim > (1 << 20))
-        return rv_fail(RV_ERR_INVALID, "%s: heads*dim=%lld is too large", op,
-                       (long long)heads * dim);
-    return RV_OK;
-}

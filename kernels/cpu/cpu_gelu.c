@@ -88,8 +88,9 @@ static inline float gelu_cdf(float x, float *pdf)
 
 rv_status cpu_gelu_fwd(rv_backend *be, const float *x, float *y, size_t n)
 {
-    if (n > 0 && (!x || !y))
-        return rv_fail(RV_ERR_INVALID, "gelu_fwd: %s is NULL with n=%zu", !x ? "x" : "y", n);
+    rv_status st = rv_args_gelu_fwd(x, y, n);
+    if (st != RV_OK)
+        return st;
 #pragma omp parallel for num_threads(be->threads) schedule(static) if (n > PAR_MIN_ELEMS)
     for (size_t i = 0; i < n; i++) {
         float v = x[i], pdf;
@@ -101,9 +102,9 @@ rv_status cpu_gelu_fwd(rv_backend *be, const float *x, float *y, size_t n)
 rv_status cpu_gelu_bwd(rv_backend *be, const float *x, const float *dy, float *dx,
                        size_t n)
 {
-    if (n > 0 && (!x || !dy || !dx))
-        return rv_fail(RV_ERR_INVALID, "gelu_bwd: %s is NULL with n=%zu",
-                       !x ? "x" : !dy ? "dy" : "dx", n);
+    rv_status st = rv_args_gelu_bwd(x, dy, dx, n);
+    if (st != RV_OK)
+        return st;
 #pragma omp parallel for num_threads(be->threads) schedule(static) if (n > PAR_MIN_ELEMS)
     for (size_t i = 0; i < n; i++) {
         float v = x[i], pdf;

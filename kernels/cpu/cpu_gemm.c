@@ -14,39 +14,6 @@
 /* Below this many elements an OpenMP team costs more than it saves. */
 #define PAR_MIN_ELEMS (32 * 1024)
 
-static int imax1(int a)
-{
-    return a > 1 ? a : 1;
-}
-
-/* BLAS argument rules for row-major storage: a stored matrix with w columns needs
- * a leading dimension >= max(1, w). */
-static rv_status check_gemm(int trans_a, int trans_b, int m, int n, int k,
-                            const float *a, int lda, const float *b, int ldb,
-                            const float *c, int ldc)
-{
-    if (m < 0 || n < 0 || k < 0)
-        return rv_fail(RV_ERR_INVALID, "gemm: negative size m=%d n=%d k=%d", m, n, k);
-    int a_cols = trans_a ? m : k; /* A is stored (m, k), or (k, m) when transposed */
-    int b_cols = trans_b ? k : n; /* B is stored (k, n), or (n, k) when transposed */
-    if (lda < imax1(a_cols))
-        return rv_fail(RV_ERR_INVALID, "gemm: lda=%d < %d", lda, imax1(a_cols));
-    if (ldb < imax1(b_cols))
-        return rv_fail(RV_ERR_INVALID, "gemm: ldb=%d < %d", ldb, imax1(b_cols));
-    if (ldc < imax1(n))
-        return rv_fail(RV_ERR_INVALID, "gemm: ldc=%d < %d", ldc, imax1(n));
-    /* An operand must exist only when it is read: nothing is when C is empty, and
-     * A and B are not when k == 0. */
-    if (m == 0 || n == 0)
-        return RV_OK;
-    if (!c)
-        return rv_fail(RV_ERR_INVALID, "gemm: c is NULL for a (%d, %d) result", m, n);
-    if (k > 0 && (!a || !b))
-        return rv_fail(RV_ERR_INVALID, "gemm: %s is NULL (m=%d n=%d k=%d)", !a ? "a" : "b",
-                       m, n, k);
-    return RV_OK;
-}
-
 /* C = beta * C, for k == 0 or alpha == 0. beta == 0 writes zeros without reading C
  * (BLAS convention: C may hold garbage, even NaN, on entry). */
 static void scale_c(int m, int n, float beta, float *c, int ldc)
@@ -67,7 +34,7 @@ rv_status cpu_gemm(rv_backend *be, int trans_a, int trans_b, int m, int n, int k
                    float alpha, const float *a, int lda, const float *b, int ldb,
                    float beta, float *c, int ldc)
 {
-    rv_status st = check_gemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc);
+    rv_status st = rv_args_gemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc);
     if (st != RV_OK)
         return st;
     if (m == 0 || n == 0)
@@ -88,13 +55,10 @@ rv_status cpu_gemm(rv_backend *be, int trans_a, int trans_b, int m, int n, int k
 
 rv_status cpu_bias_add(rv_backend *be, float *x, const float *bias, int rows, int cols)
 {
-    if (rows < 0 || cols < 0)
-        return rv_fail(RV_ERR_INVALID, "bias_add: negative size rows=%d cols=%d", rows,
-                       cols);
-    if (rows == 0 || cols == 0)
-        return RV_OK;
-    if (!x || !bias)
-        return rv_fail(RV_ERR_INVALID, "bias_add: %s is NULL", !x ? "x" : "bias");
+    int none = 0;
+    rv_status st = rv_args_rows("bias_add", rows, cols, x, "x", bias, "bias", &none);
+    if (st != RV_OK || none)
+        return st;
 
     size_t total = (size_t)rows * (size_t)cols;
 #pragma omp parallel for num_threads(be->threads) schedule(static) if (total > PAR_MIN_ELEMS)

@@ -19,31 +19,14 @@
 /* Columns per dw/db tile: 64 doubles of accumulators per array stay in L1. */
 #define COL_TILE 64
 
-static rv_status check_sizes(const char *op, int rows, int cols)
-{
-    if (rows < 0 || cols < 0)
-        return rv_fail(RV_ERR_INVALID, "%s: negative size rows=%d cols=%d", op, rows, cols);
-    if (rows > 0 && cols == 0)
-        return rv_fail(RV_ERR_INVALID, "%s: cols=0 with rows=%d (empty rows have no mean)",
-                       op, rows);
-    return RV_OK;
-}
-
 rv_status cpu_layernorm_fwd(rv_backend *be, const float *x, const float *w,
                             const float *b, int rows, int cols, float eps, float *y,
                             float *mean, float *rstd)
 {
-    rv_status st = check_sizes("layernorm_fwd", rows, cols);
-    if (st != RV_OK)
+    int none = 0;
+    rv_status st = rv_args_layernorm_fwd(x, w, b, rows, cols, eps, y, mean, rstd, &none);
+    if (st != RV_OK || none)
         return st;
-    if (!(eps >= 0.0f) || isinf(eps))
-        return rv_fail(RV_ERR_INVALID, "layernorm_fwd: eps=%g must be finite and >= 0",
-                       (double)eps);
-    if (rows == 0)
-        return RV_OK;
-    if (!x || !w || !b || !y || !mean || !rstd)
-        return rv_fail(RV_ERR_INVALID, "layernorm_fwd: %s is NULL",
-                       !x ? "x" : !w ? "w" : !b ? "b" : !y ? "y" : !mean ? "mean" : "rstd");
 
     size_t total = (size_t)rows * (size_t)cols;
 #pragma omp parallel for num_threads(be->threads) schedule(static) if (total > PAR_MIN_ELEMS)
@@ -80,15 +63,10 @@ rv_status cpu_layernorm_bwd(rv_backend *be, const float *dy, const float *x,
                             const float *w, const float *mean, const float *rstd,
                             int rows, int cols, float *dx, float *dw, float *db)
 {
-    rv_status st = check_sizes("layernorm_bwd", rows, cols);
-    if (st != RV_OK)
+    int none = 0;
+    rv_status st = rv_args_layernorm_bwd(dy, x, w, mean, rstd, rows, cols, dx, dw, db, &none);
+    if (st != RV_OK || none)
         return st;
-    if (rows == 0)
-        return RV_OK;
-    if (!dy || !x || !w || !mean || !rstd || !dx || !dw || !db)
-        return rv_fail(RV_ERR_INVALID, "layernorm_bwd: %s is NULL",
-                       !dy ? "dy" : !x ? "x" : !w ? "w" : !mean ? "mean"
-                       : !rstd ? "rstd" : !dx ? "dx" : !dw ? "dw" : "db");
 
     size_t total = (size_t)rows * (size_t)cols;
     int ntiles = (cols + COL_TILE - 1) / COL_TILE;

@@ -3,6 +3,7 @@
 #ifndef RV_CPU_OPS_H
 #define RV_CPU_OPS_H
 
+#include "../backend_args.h"
 #include "../rv_backend.h"
 
 rv_status cpu_gemm(rv_backend *be, int trans_a, int trans_b, int m, int n, int k,
@@ -28,9 +29,5 @@ rv_status cpu_copy2d(rv_backend *be, void *dst, size_t dpitch, const void *src, 
                      size_t width, size_t rows);
 rv_status cpu_add(rv_backend *be, float *y, const float *x, size_t n);
 rv_status cpu_colsum_add(rv_backend *be, const float *x, int rows, int cols, float *dst);
-
-/* Shared argument checks of the attention ops (also used by other backends'
- * host-side wrappers). */
-rv_status rv_attn_check_dims(int sq, int sk, int heads, int dim, const char *op);
 
 #endif

@@ -14,13 +14,10 @@
 
 rv_status cpu_softmax_fwd(rv_backend *be, const float *x, float *y, int rows, int cols)
 {
-    if (rows < 0 || cols < 0)
-        return rv_fail(RV_ERR_INVALID, "softmax_fwd: negative size rows=%d cols=%d", rows,
-                       cols);
-    if (rows == 0 || cols == 0)
-        return RV_OK;
-    if (!x || !y)
-        return rv_fail(RV_ERR_INVALID, "softmax_fwd: %s is NULL", !x ? "x" : "y");
+    int none = 0;
+    rv_status st = rv_args_rows("softmax_fwd", rows, cols, x, "x", y, "y", &none);
+    if (st != RV_OK || none)
+        return st;
 
     size_t total = (size_t)rows * (size_t)cols;
 #pragma omp parallel for num_threads(be->threads) schedule(static) if (total > PAR_MIN_ELEMS)

@@ -405,13 +405,10 @@ end:
 
 rv_status cuda_attn_fwd(rv_backend *be, const rv_attn_fwd_args *a)
 {
-    rv_status st = rv_attn_check_dims(a->sq, a->sk, a->heads, a->dim, "attn_fwd");
-    if (st != RV_OK)
+    int none = 0;
+    rv_status st = rv_args_attn_fwd(a, &none);
+    if (st != RV_OK || none)
         return st;
-    if (a->sq == 0)
-        return RV_OK;
-    if (!a->q || !a->o || !a->lse || (a->sk > 0 && (!a->k || !a->v)))
-        return rv_fail(RV_ERR_INVALID, "attn_fwd: NULL tensor");
 
     const int causal = a->mask.kind == RV_MASK_CAUSAL;
     const int64_t off = cuda_attn_off(&a->mask);

@@ -38,13 +38,10 @@ __global__ static void bias_add_kernel(float *x, const float *bias, int rows, in
 
 rv_status cuda_bias_add(rv_backend *be, float *x, const float *bias, int rows, int cols)
 {
-    if (rows < 0 || cols < 0)
-        return rv_fail(RV_ERR_INVALID, "bias_add: negative size rows=%d cols=%d", rows,
-                       cols);
-    if (rows == 0 || cols == 0)
-        return RV_OK;
-    if (!x || !bias)
-        return rv_fail(RV_ERR_INVALID, "bias_add: %s is NULL", !x ? "x" : "bias");
+    int none = 0;
+    rv_status st = rv_args_rows("bias_add", rows, cols, x, "x", bias, "bias", &none);
+    if (st != RV_OK || none)
+        return st;
     unsigned gx = (unsigned)((cols + THREADS - 1) / THREADS);
     if (gx > 64)
         gx = 64; /* wide rows loop; 64 blocks x 256 covers 16k columns per pass */
@@ -97,10 +94,9 @@ __global__ static void gelu_bwd_kernel(const float *x, const float *dy, float *d
 
 rv_status cuda_gelu_fwd(rv_backend *be, const float *x, float *y, size_t n)
 {
-    if (n == 0)
-        return RV_OK;
-    if (!x || !y)
-        return rv_fail(RV_ERR_INVALID, "gelu_fwd: %s is NULL with n=%zu", !x ? "x" : "y", n);
+    rv_status st = rv_args_gelu_fwd(x, y, n);
+    if (st != RV_OK || n == 0)
+        return st;
     gelu_fwd_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_ctx_of(be)->stream>>>(x, y, n);
     return cuda_check_launch("gelu_fwd");
 }
@@ -108,11 +104,9 @@ rv_status cuda_gelu_fwd(rv_backend *be, const float *x, float *y, size_t n)
 rv_status cuda_gelu_bwd(rv_backend *be, const float *x, const float *dy, float *dx,
                         size_t n)
 {
-    if (n == 0)
-        return RV_OK;
-    if (!x || !dy || !dx)
-        return rv_fail(RV_ERR_INVALID, "gelu_bwd: %s is NULL with n=%zu",
-                       !x ? "x" : !dy ? "dy" : "dx", n);
+    rv_status st = rv_args_gelu_bwd(x, dy, dx, n);
+    if (st != RV_OK || n == 0)
+        return st;
     gelu_bwd_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_ctx_of(be)->stream>>>(x, dy,
                                                                                       dx, n);
     return cuda_check_launch("gelu_bwd");

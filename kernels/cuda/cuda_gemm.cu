@@ -20,35 +20,6 @@
  * RINGVIT_CUDA_GEMM=f32 selects plain f32 (CUBLAS_COMPUTE_32F). */
 #include "cuda_internal.h"
 
-static int imax1(int a)
-{
-    return a > 1 ? a : 1;
-}
-
-/* The CPU backend's checks (BLAS rules for row-major storage). */
-static rv_status check_gemm(int trans_a, int trans_b, int m, int n, int k, const float *a,
-                            int lda, const float *b, int ldb, const float *c, int ldc)
-{
-    if (m < 0 || n < 0 || k < 0)
-        return rv_fail(RV_ERR_INVALID, "gemm: negative size m=%d n=%d k=%d", m, n, k);
-    int a_cols = trans_a ? m : k; /* A is stored (m, k), or (k, m) when transposed */
-    int b_cols = trans_b ? k : n; /* B is stored (k, n), or (n, k) when transposed */
-    if (lda < imax1(a_cols))
-        return rv_fail(RV_ERR_INVALID, "gemm: lda=%d < %d", lda, imax1(a_cols));
-    if (ldb < imax1(b_cols))
-        return rv_fail(RV_ERR_INVALID, "gemm: ldb=%d < %d", ldb, imax1(b_cols));
-    if (ldc < imax1(n))
-        return rv_fail(RV_ERR_INVALID, "gemm: ldc=%d < %d", ldc, imax1(n));
-    if (m == 0 || n == 0)
-        return RV_OK;
-    if (!c)
-        return rv_fail(RV_ERR_INVALID, "gemm: c is NULL for a (%d, %d) result", m, n);
-    if (k > 0 && (!a || !b))
-        return rv_fail(RV_ERR_INVALID, "gemm: %s is NULL (m=%d n=%d k=%d)", !a ? "a" : "b",
-                       m, n, k);
-    return RV_OK;
-}
-
 /* C (m, n), row stride ldc: C = beta * C. beta == 0 writes zeros without reading C
  * (BLAS convention: C may hold NaN on entry). Rows stride over grid.y, columns over
  * grid.x. */
@@ -65,7 +36,7 @@ rv_status cuda_gemm(rv_backend *be, int trans_a, int trans_b, int m, int n, int 
                     float alpha, const float *a, int lda, const float *b, int ldb,
                     float beta, float *c, int ldc)
 {
-    rv_status st = check_gemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc);
+    rv_status st = rv_args_gemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc);
     if (st != RV_OK)
         return st;
     if (m == 0 || n == 0)

@@ -8,6 +8,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include "../backend_args.h"
 #include "../rv_backend.h"
 #include "../rv_cuda.h"
 
@@ -68,7 +69,5 @@ rv_status cuda_copy2d(rv_backend *be, void *dst, size_t dpitch, const void *src,
 rv_status cuda_add(rv_backend *be, float *y, const float *x, size_t n);
 rv_status cuda_colsum_add(rv_backend *be, const float *x, int rows, int cols, float *dst);
 
-/* Shared shape checks (kernels/cpu/cpu_backend.c). */
-extern "C" rv_status rv_attn_check_dims(int sq, int sk, int heads, int dim, const char *op);
 
 #endif

@@ -23,16 +23,6 @@
 #define COL_TILE 32           /* columns per block of the dw/db pass: one per lane */
 #define ROW_LANES 8           /* row phases per block of the dw/db pass (blockDim.y) */
 
-static rv_status check_sizes(const char *op, int rows, int cols)
-{
-    if (rows < 0 || cols < 0)
-        return rv_fail(RV_ERR_INVALID, "%s: negative size rows=%d cols=%d", op, rows, cols);
-    if (rows > 0 && cols == 0)
-        return rv_fail(RV_ERR_INVALID, "%s: cols=0 with rows=%d (empty rows have no mean)",
-                       op, rows);
-    return RV_OK;
-}
-
 __device__ static inline float warp_sum(float v)
 {
     for (int off = 16; off > 0; off >>= 1)
@@ -82,17 +72,10 @@ rv_status cuda_layernorm_fwd(rv_backend *be, const float *x, const float *w,
                              const float *b, int rows, int cols, float eps, float *y,
                              float *mean, float *rstd)
 {
-    rv_status st = check_sizes("layernorm_fwd", rows, cols);
-    if (st != RV_OK)
+    int none = 0;
+    rv_status st = rv_args_layernorm_fwd(x, w, b, rows, cols, eps, y, mean, rstd, &none);
+    if (st != RV_OK || none)
         return st;
-    if (!(eps >= 0.0f) || isinf(eps))
-        return rv_fail(RV_ERR_INVALID, "layernorm_fwd: eps=%g must be finite and >= 0",
-                       (double)eps);
-    if (rows == 0)
-        return RV_OK;
-    if (!x || !w || !b || !y || !mean || !rstd)
-        return rv_fail(RV_ERR_INVALID, "layernorm_fwd: %s is NULL",
-                       !x ? "x" : !w ? "w" : !b ? "b" : !y ? "y" : !mean ? "mean" : "rstd");
     layernorm_fwd_kernel<<<cuda_blocks((size_t)rows, WARPS), WARPS * 32, 0,
                            cuda_ctx_of(be)->stream>>>(x, w, b, rows, cols, eps, y, mean, rstd);
     return cuda_check_launch("layernorm_fwd");
@@ -192,15 +175,10 @@ rv_status cuda_layernorm_bwd(rv_backend *be, const float *dy, const float *x,
                              const float *w, const float *mean, const float *rstd,
                              int rows, int cols, float *dx, float *dw, float *db)
 {
-    rv_status st = check_sizes("layernorm_bwd", rows, cols);
-    if (st != RV_OK)
+    int none = 0;
+    rv_status st = rv_args_layernorm_bwd(dy, x, w, mean, rstd, rows, cols, dx, dw, db, &none);
+    if (st != RV_OK || none)
         return st;
-    if (rows == 0)
-        return RV_OK;
-    if (!dy || !x || !w || !mean || !rstd || !dx || !dw || !db)
-        return rv_fail(RV_ERR_INVALID, "layernorm_bwd: %s is NULL",
-                       !dy ? "dy" : !x ? "x" : !w ? "w" : !mean ? "mean"
-                       : !rstd ? "rstd" : !dx ? "dx" : !dw ? "dw" : "db");
     cuda_ctx *ctx = cuda_ctx_of(be);
     double *part = NULL; /* (2, nchunks, cols): the dw partials, then the db ones */
 

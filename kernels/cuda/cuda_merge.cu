@@ -55,13 +55,10 @@ __global__ static void attn_merge_kernel(float *o, float *lse, const float *o2,
 rv_status cuda_attn_merge(rv_backend *be, float *o, float *lse, const float *o2,
                           const float *lse2, int sq, int heads, int dim)
 {
-    rv_status st = rv_attn_check_dims(sq, 0, heads, dim, "attn_merge");
-    if (st != RV_OK)
+    int none = 0;
+    rv_status st = rv_args_attn_merge(o, lse, o2, lse2, sq, heads, dim, &none);
+    if (st != RV_OK || none)
         return st;
-    if (sq == 0)
-        return RV_OK;
-    if (!o || !lse || !o2 || !lse2)
-        return rv_fail(RV_ERR_INVALID, "attn_merge: NULL tensor");
     size_t rows = (size_t)sq * (size_t)heads;
     attn_merge_kernel<<<cuda_blocks(rows, WARPS), WARPS * 32, 0, cuda_ctx_of(be)->stream>>>(
         o, lse, o2, lse2, sq, heads, dim);

@@ -58,13 +58,10 @@ __global__ static void softmax_fwd_kernel(const float *x, float *y, int rows, in
 
 rv_status cuda_softmax_fwd(rv_backend *be, const float *x, float *y, int rows, int cols)
 {
-    if (rows < 0 || cols < 0)
-        return rv_fail(RV_ERR_INVALID, "softmax_fwd: negative size rows=%d cols=%d", rows,
-                       cols);
-    if (rows == 0 || cols == 0)
-        return RV_OK;
-    if (!x || !y)
-        return rv_fail(RV_ERR_INVALID, "softmax_fwd: %s is NULL", !x ? "x" : "y");
+    int none = 0;
+    rv_status st = rv_args_rows("softmax_fwd", rows, cols, x, "x", y, "y", &none);
+    if (st != RV_OK || none)
+        return st;
     softmax_fwd_kernel<<<cuda_blocks((size_t)rows, WARPS), WARPS * 32, 0,
                          cuda_ctx_of(be)->stream>>>(x, y, rows, cols);
     return cuda_check_launch("softmax_fwd");

@@ -1,0 +1,151 @@
+/* backend_args.c: the argument checks shared by every backend (backend_args.h). */
+#include <math.h>
+
+#include "backend_args.h"
+
+static int imax1(int a)
+{
+    return a > 1 ? a : 1;
+}
+
+rv_status rv_args_gemm(int trans_a, int trans_b, int m, int n, int k, const float *a, int lda,
+                       const float *b, int ldb, const float *c, int ldc)
+{
+    if (m < 0 || n < 0 || k < 0)
+        return rv_fail(RV_ERR_INVALID, "gemm: negative size m=%d n=%d k=%d", m, n, k);
+    int a_cols = trans_a ? m : k; /* A is stored (m, k), or (k, m) when transposed */
+    int b_cols = trans_b ? k : n; /* B is stored (k, n), or (n, k) when transposed */
+    if (lda < imax1(a_cols))
+        return rv_fail(RV_ERR_INVALID, "gemm: lda=%d < %d", lda, imax1(a_cols));
+    if (ldb < imax1(b_cols))
+        return rv_fail(RV_ERR_INVALID, "gemm: ldb=%d < %d", ldb, imax1(b_cols));
+    if (ldc < imax1(n))
+        return rv_fail(RV_ERR_INVALID, "gemm: ldc=%d < %d", ldc, imax1(n));
+    /* An operand must exist only when it is read: nothing is when C is empty, and
+     * A and B are not when k == 0. */
+    if (m == 0 || n == 0)
+        return RV_OK;
+    if (!c)
+        return rv_fail(RV_ERR_INVALID, "gemm: c is NULL for a (%d, %d) result", m, n);
+    if (k > 0 && (!a || !b))
+        return rv_fail(RV_ERR_INVALID, "gemm: %s is NULL (m=%d n=%d k=%d)", !a ? "a" : "b",
+                       m, n, k);
+    return RV_OK;
+}
+
+rv_status rv_args_rows(const char *op, int rows, int cols, const void *x, const char *x_name,
+                       const void *y, const char *y_name, int *none)
+{
+    *none = 0;
+    if (rows < 0 || cols < 0)
+        return rv_fail(RV_ERR_INVALID, "%s: negative size rows=%d cols=%d", op, rows, cols);
+    if (rows == 0 || cols == 0) {
+        *none = 1;
+        return RV_OK;
+    }
+    if (!x || !y)
+        return rv_fail(RV_ERR_INVALID, "%s: %s is NULL", op, !x ? x_name : y_name);
+    return RV_OK;
+}
+
+/* LayerNorm shapes: rows of at least one column (an empty row has no mean). */
+static rv_status norm_sizes(const char *op, int rows, int cols, int *none)
+{
+    *none = 0;
+    if (rows < 0 || cols < 0)
+        return rv_fail(RV_ERR_INVALID, "%s: negative size rows=%d cols=%d", op, rows, cols);
+    if (rows > 0 && cols == 0)
+        return rv_fail(RV_ERR_INVALID, "%s: cols=0 with rows=%d (empty rows have no mean)",
+                       op, rows);
+    *none = rows == 0;
+    return RV_OK;
+}
+
+rv_status rv_args_layernorm_fwd(const float *x, const float *w, const float *b, int rows,
+                                int cols, float eps, const float *y, const float *mean,
+                                const float *rstd, int *none)
+{
+    rv_status st = norm_sizes("layernorm_fwd", rows, cols, none);
+    if (st != RV_OK)
+        return st;
+    if (!(eps >= 0.0f) || isinf(eps))
+        return rv_fail(RV_ERR_INVALID, "layernorm_fwd: eps=%g must be finite and >= 0",
+                       (double)eps);
+    if (*none)
+        return RV_OK;
+    if (!x || !w || !b || !y || !mean || !rstd)
+        return rv_fail(RV_ERR_INVALID, "layernorm_fwd: %s is NULL",
+                       !x ? "x" : !w ? "w" : !b ? "b" : !y ? "y" : !mean ? "mean" : "rstd");
+    return RV_OK;
+}
+
+rv_status rv_args_layernorm_bwd(const float *dy, const float *x, const float *w,
+                                const float *mean, const float *rstd, int rows, int cols,
+                                const float *dx, const float *dw, const float *db, int *none)
+{
+    rv_status st = norm_sizes("layernorm_bwd", rows, cols, none);
+    if (st != RV_OK || *none)
+        return st;
+    if (!dy || !x || !w || !mean || !rstd || !dx || !dw || !db)
+        return rv_fail(RV_ERR_INVALID, "layernorm_bwd: %s is NULL",
+                       !dy ? "dy" : !x ? "x" : !w ? "w" : !mean ? "mean"
+                       : !rstd ? "rstd" : !dx ? "dx" : !dw ? "dw" : "db");
+    return RV_OK;
+}
+
+rv_status rv_args_gelu_fwd(const float *x, const float *y, size_t n)
+{
+    if (n > 0 && (!x || !y))
+        return rv_fail(RV_ERR_INVALID, "gelu_fwd: %s is NULL with n=%zu", !x ? "x" : "y", n);
+    return RV_OK;
+}
+
+rv_status rv_args_gelu_bwd(const float *x, const float *dy, const float *dx, size_t n)
+{
+    if (n > 0 && (!x || !dy || !dx))
+        return rv_fail(RV_ERR_INVALID, "gelu_bwd: %s is NULL with n=%zu",
+                       !x ? "x" : !dy ? "dy" : "dx", n);
+    return RV_OK;
+}
+
+rv_status rv_attn_check_dims(int sq, int sk, int heads, int dim, const char *op)
+{
+    if (sq < 0 || sk < 0 || heads <= 0 || dim <= 0)
+        return rv_fail(RV_ERR_INVALID,
+                       "%s: bad shape sq=%d sk=%d heads=%d dim=%d", op, sq, sk, heads, dim);
+    if ((long long)heads * dim > (1 << 20))
+        return rv_fail(RV_ERR_INVALID, "%s: heads*dim=%lld is too large", op,
+                       (long long)heads * dim);
+    return RV_OK;
+}
+
+rv_status rv_args_attn_fwd(const rv_attn_fwd_args *a, int *none)
+{
+    *none = 0;
+    rv_status st = rv_attn_check_dims(a->sq, a->sk, a->heads, a->dim, "attn_fwd");
+    if (st != RV_OK)
+        return st;
+    if (a->sq == 0) {
+        *none = 1;
+        return RV_OK;
+    }
+    if (!a->q || !a->o || !a->lse || (a->sk > 0 && (!a->k || !a->v)))
+        return rv_fail(RV_ERR_INVALID, "attn_fwd: NULL tensor");
+    return RV_OK;
+}
+
+rv_status rv_args_attn_merge(const float *o, const float *lse, const float *o2,
+                             const float *lse2, int sq, int heads, int dim, int *none)
+{
+    *none = 0;
+    rv_status st = rv_attn_check_dims(sq, 0, heads, dim, "attn_merge");
+    if (st != RV_OK)
+        return st;
+    if (sq == 0) {
+        *none = 1;
+        return RV_OK;
+    }
+    if (!o || !lse || !o2 || !lse2)
+        return rv_fail(RV_ERR_INVALID, "attn_merge: NULL tensor");
+    return RV_OK;
+}

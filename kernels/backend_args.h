@@ -1,0 +1,43 @@
+/* backend_args.h: the argument checks every backend runs before an op, so the CPU
+ * and CUDA backends reject the same inputs with the same messages. Each returns
+ * RV_OK for valid arguments, else RV_ERR_INVALID naming the op and the argument;
+ * where it takes `none`, *none is set to 1 when the op has nothing to do (its NULL
+ * checks are then skipped, as an empty op reads nothing). Internal to kernels/. */
+#ifndef RV_BACKEND_ARGS_H
+#define RV_BACKEND_ARGS_H
+
+#include <stddef.h>
+
+#include "rv_backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* BLAS rules for row-major storage: a stored matrix with w columns needs a leading
+ * dimension >= max(1, w); c must exist when the result is not empty, a and b when
+ * k > 0. */
+rv_status rv_args_gemm(int trans_a, int trans_b, int m, int n, int k, const float *a, int lda,
+                       const float *b, int ldb, const float *c, int ldc);
+/* Row ops on (rows, cols) tensors x and y (bias_add: x and bias; softmax: x and y). */
+rv_status rv_args_rows(const char *op, int rows, int cols, const void *x, const char *x_name,
+                       const void *y, const char *y_name, int *none);
+rv_status rv_args_layernorm_fwd(const float *x, const float *w, const float *b, int rows,
+                                int cols, float eps, const float *y, const float *mean,
+                                const float *rstd, int *none);
+rv_status rv_args_layernorm_bwd(const float *dy, const float *x, const float *w,
+                                const float *mean, const float *rstd, int rows, int cols,
+                                const float *dx, const float *dw, const float *db, int *none);
+rv_status rv_args_gelu_fwd(const float *x, const float *y, size_t n);
+rv_status rv_args_gelu_bwd(const float *x, const float *dy, const float *dx, size_t n);
+/* Attention shapes: sq, sk >= 0, heads, dim > 0, heads * dim at most 2^20. */
+rv_status rv_attn_check_dims(int sq, int sk, int heads, int dim, const char *op);
+rv_status rv_args_attn_fwd(const rv_attn_fwd_args *a, int *none);
+rv_status rv_args_attn_merge(const float *o, const float *lse, const float *o2,
+                             const float *lse2, int sq, int heads, int dim, int *none);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
