@@ -781,7 +781,12 @@ static void attn_tol_set(attn_tol *t, int simple)
     }
 }
 
-static void attn_fwd_suite(int simple)
+typedef void (*attn_case_fn)(rv_backend *cpu, rv_backend *gpu, const attn_case *c,
+                             uint64_t seed, const attn_tol *t);
+
+/* Every attention case through `run` (seeds from seed0), on the fast kernels or,
+ * with simple, on the plain f32 ones; then the worst errors under `name`. */
+static void attn_suite(attn_case_fn run, uint64_t seed0, const char *name, int simple)
 {
     attn_tol t;
     attn_tol_set(&t, simple);
@@ -789,20 +794,22 @@ static void attn_fwd_suite(int simple)
     static attn_case cases[MAX_ATTN_CASES];
     int n = attn_cases(cases);
     for (int i = 0; i < n; i++)
-        attn_fwd_case(cpu, gpu, &cases[i], 1000 + (uint64_t)i, &t);
-    summary(simple ? "attn_fwd simple" : "attn_fwd");
+        run(cpu, gpu, &cases[i], seed0 + (uint64_t)i, &t);
+    char label[64];
+    snprintf(label, sizeof label, "%s%s", name, simple ? " simple" : "");
+    summary(label);
     rv_backend_free(&gpu);
     rv_backend_free(&cpu);
 }
 
 Test(cuda_ops, attn_fwd, .timeout = 400)
 {
-    attn_fwd_suite(0);
+    attn_suite(attn_fwd_case, 1000, "attn_fwd", 0);
 }
 
 Test(cuda_ops, attn_fwd_simple, .timeout = 400)
 {
-    attn_fwd_suite(1);
+    attn_suite(attn_fwd_case, 1000, "attn_fwd", 1);
 }
 
 /* Two key blocks folded into one result, ring style: keys [cut, sk) first with
@@ -950,50 +957,16 @@ static void attn_bwd_case(rv_backend *cpu, rv_backend *gpu, const attn_case *c, 
     attn_data_free(&d);
 }
 
-static void attn_bwd_suite(int simple)
-{
-    attn_tol t;
-    attn_tol_set(&t, simple);
-    rv_backend *cpu = make_cpu(), *gpu = make_gpu();
-    static attn_case cases[MAX_ATTN_CASES];
-    int n = attn_cases(cases);
-    for (int i = 0; i < n; i++)
-        attn_bwd_case(cpu, gpu, &cases[i], 2000 + (uint64_t)i, &t);
-    summary(simple ? "attn_bwd simple" : "attn_bwd");
-    rv_backend_free(&gpu);
-    rv_backend_free(&cpu);
-}
-
 Test(cuda_ops, attn_bwd, .timeout = 500)
 {
-    attn_bwd_suite(0);
+    attn_suite(attn_bwd_case, 2000, "attn_bwd", 0);
 }
 
 Test(cuda_ops, attn_bwd_simple, .timeout = 500)
 {
-    attn_bwd_suite(1);
+    attn_suite(attn_bwd_case, 2000, "attn_bwd", 1);
 }
 
-int main(int argc, char **argv)
-{
-    if (rv_cuda_device_count() == 0) {
-        printf("SKIPPED: no GPU: no CUDA device is visible\n");
-        return 77;
-    }
-    struct criterion_test_set *tests = criterion_initialize();
-    int result = 0;
-    if (criterion_handle_args(argc, argv, true))
-        result = !criterion_run_all_tests(tests);
-    criterion_finalize(tests);
-    return result;
-}
+#endif /* RINGVIT_HAVE_CUDA */
 
-#else /* !RINGVIT_HAVE_CUDA */
-
-int main(void)
-{
-    printf("SKIPPED: no GPU: this build has no CUDA backend (configure where nvcc is installed)\n");
-    return 77;
-}
-
-#endif
+#include "gpu_test_main.h"

@@ -276,26 +276,6 @@ Test(vit_gpu, gradients_match_cpu, .timeout = 300)
     check(2, RV_CP_ALLGATHER, 0, 1);
 }
 
-int main(int argc, char **argv)
-{
-    if (rv_cuda_device_count() == 0) {
-        printf("SKIPPED: no GPU: no CUDA device is visible\n");
-        return 77;
-    }
-    struct criterion_test_set *tests = criterion_initialize();
-    int result = 0;
-    if (criterion_handle_args(argc, argv, true))
-        result = !criterion_run_all_tests(tests);
-    criterion_finalize(tests);
-    return result;
-}
+#endif /* RINGVIT_HAVE_CUDA */
 
-#else /* !RINGVIT_HAVE_CUDA */
-
-int main(void)
-{
-    printf("SKIPPED: no GPU: this build has no CUDA backend (configure where nvcc is installed)\n");
-    return 77;
-}
-
-#endif
+#include "gpu_test_main.h"
