@@ -111,12 +111,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         } else if (rv_cli_flag_is(a, "--dim")) {
             rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1024, &o->dim);
         } else if (rv_cli_flag_is(a, "--device")) {
-            const char *v = rv_cli_flag_value(CMD, argc, argv, &i);
-            if (!v)
-                return RV_EXIT_USAGE;
-            if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0)
-                return rv_cli_usage_error(CMD, "--device wants cpu or cuda, not '%s'", v);
-            o->device = v;
+            rc = rv_cli_take_device(CMD, argc, argv, &i, &o->device);
         } else if (rv_cli_flag_is(a, "--threads")) {
             rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 4096, &o->threads);
         } else if (rv_cli_flag_is(a, "--repeat")) {

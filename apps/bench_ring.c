@@ -219,12 +219,7 @@ static int parse(int argc, char **argv, opts *o)
                 return rv_cli_usage_error(CMD, "%s", rv_last_error());
             o->shard_set |= rv_cli_flag_is(a, "--shard");
         } else if (rv_cli_flag_is(a, "--device")) {
-            const char *v = rv_cli_flag_value(CMD, argc, argv, &i);
-            if (!v)
-                return RV_EXIT_USAGE;
-            if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0)
-                return rv_cli_usage_error(CMD, "--device wants cpu or cuda, not '%s'", v);
-            o->device = v;
+            rc = rv_cli_take_device(CMD, argc, argv, &i, &o->device);
         } else if (rv_cli_flag_is(a, "--cp")) {
             rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1024, &o->cp);
         } else if (rv_cli_flag_is(a, "--seq")) {

@@ -187,6 +187,17 @@ int rv_cli_take_double(const char *cmd, int argc, char **argv, int *i, double mi
 }
 #undef TAKE
 
+int rv_cli_take_device(const char *cmd, int argc, char **argv, int *i, const char **out)
+{
+    const char *v = rv_cli_flag_value(cmd, argc, argv, i);
+    if (!v)
+        return RV_EXIT_USAGE;
+    if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0)
+        return rv_cli_usage_error(cmd, "--device wants cpu or cuda, got '%s'", v);
+    *out = v;
+    return 0;
+}
+
 void rv_cli_log_stderr(rv_log_level level, const char *msg, void *user)
 {
     (void)user;

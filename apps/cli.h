@@ -88,6 +88,9 @@ int rv_cli_take_float(const char *cmd, int argc, char **argv, int *i, float min,
 int rv_cli_take_double(const char *cmd, int argc, char **argv, int *i, double min,
                        double max, double *out);
 
+/* --device at argv[*i]: cpu or cuda (kept as the argv string), as rv_cli_take_int. */
+int rv_cli_take_device(const char *cmd, int argc, char **argv, int *i, const char **out);
+
 /* Log sink for rv_log_set: one line per message on stderr, "ringvit: warning: ..."
  * (user is unused). */
 void rv_cli_log_stderr(rv_log_level level, const char *msg, void *user);

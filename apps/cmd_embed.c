@@ -182,10 +182,7 @@ static int parse_args(int argc, char **argv, embed_args *a)
                 return rv_cli_usage_error(CMD, "--backend wants local, mpi or nccl, got '%s'", v);
             a->backend = v;
         } else if (rv_cli_flag_is(s, "--device")) {
-            VALUE();
-            if (strcmp(v, "cpu") && strcmp(v, "cuda"))
-                return rv_cli_usage_error(CMD, "--device wants cpu or cuda, got '%s'", v);
-            a->device = v;
+            rc = rv_cli_take_device(CMD, argc, argv, &i, &a->device);
         } else if (rv_cli_flag_is(s, "--strategy")) {
             VALUE();
             if (rv_cp_strategy_parse(v, &a->strategy) != RV_OK)

@@ -201,9 +201,7 @@ static int parse_args(int argc, char **argv, ft_args *a)
             if (strcmp(v, "local") && strcmp(v, "mpi"))
                 return rv_cli_usage_error(CMD, "--backend wants local or mpi, got '%s'", v);
         } else if (rv_cli_flag_is(s, "--device")) {
-            VALUE(a->device);
-            if (strcmp(v, "cpu") && strcmp(v, "cuda"))
-                return rv_cli_usage_error(CMD, "--device wants cpu or cuda, got '%s'", v);
+            rc = rv_cli_take_device(CMD, argc, argv, &i, &a->device);
         } else if (rv_cli_flag_is(s, "--strategy")) {
             VALUE(v);
             if (rv_cp_strategy_parse(v, &a->strategy) != RV_OK)
