@@ -93,19 +93,19 @@ static int ring_chunks(const rv_cp_attn *cp, int64_t *max_rows)
     return m;
 }
 
-/* Packs this rank's chunk (pieces of k and v at their slice offsets) into dk, dv;
+/* Packs this rank's chunk (pieces of k and v at their slice offsets) into pk, pv;
  * the copies are done when it returns, so the chunk may be sent. */
 static rv_status pack_own_chunk(rv_cp_attn *cp, const cp_segs *me,
                                 const rv_shard_seg piece[RV_SHARD_MAX_SEGS], const float *k,
-                                const float *v, float *dk, float *dv)
+                                const float *v, float *pk, float *pv)
 {
     const size_t rowf = (size_t)cp->heads * cp->dim;
     rv_status st = RV_OK;
     int64_t at = 0;
     for (int j = 0; j < me->n && st == RV_OK; j++) {
         size_t from = (size_t)(me->off[j] + piece[j].start) * rowf, n = (size_t)piece[j].len * rowf;
-        if ((st = cp_copy(cp, dk + at * rowf, k + from, n)) == RV_OK)
-            st = cp_copy(cp, dv + at * rowf, v + from, n);
+        if ((st = cp_copy(cp, pk + at * rowf, k + from, n)) == RV_OK)
+            st = cp_copy(cp, pv + at * rowf, v + from, n);
         at += piece[j].len;
     }
     return st != RV_OK ? st : cp->be->synchronize(cp->be);
@@ -143,7 +143,7 @@ rv_status cp_ring_forward(rv_cp_attn *cp, const float *q, const float *k, const 
 
     for (int c = 0; c < m; c++) {
         rv_shard_seg piece[RV_SHARD_MAX_SEGS] = {{0}};
-        int64_t rows = chunk_pieces(&me, c, m, piece);
+        chunk_pieces(&me, c, m, piece);
         /* Step 0 computes on our own chunk: in place when it is one piece, else
          * packed into buf[1] (free: every step ends with its transfers and kernels
          * done, and step 0 receives into buf[0]). */
@@ -157,8 +157,8 @@ rv_status cp_ring_forward(rv_cp_attn *cp, const float *q, const float *k, const 
             int src = (r - s + n) % n, next = (r - s - 1 + n) % n;
             cp_segs ks = cp_segs_of(&cp->plan, src), ns = cp_segs_of(&cp->plan, next);
             rv_shard_seg kp[RV_SHARD_MAX_SEGS], np[RV_SHARD_MAX_SEGS];
-            rows = chunk_pieces(&ks, c, m, kp);
-            int64_t nrows = chunk_pieces(&ns, c, m, np);
+            const int64_t rows = chunk_pieces(&ks, c, m, kp);
+            const int64_t nrows = chunk_pieces(&ns, c, m, np);
             float *nk = buf[s % 2], *nv = buf[s % 2] + maxchunk * rowf;
             if (s < n - 1 && (st = post_kv(cp, ck, cv, rows, nk, nv, nrows, reqs)) != RV_OK)
                 goto end;
