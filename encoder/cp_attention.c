@@ -130,6 +130,14 @@ rv_status cp_busy_end(rv_cp_attn *cp, double t0)
     return st;
 }
 
+rv_status cp_wait(rv_cp_attn *cp, rv_comm_request **reqs, int n)
+{
+    double t0 = cp_now();
+    rv_status st = rv_comm_waitall(reqs, n);
+    cp->stats.wait_s += cp_now() - t0;
+    return st;
+}
+
 double cp_now(void)
 {
     struct timespec t;

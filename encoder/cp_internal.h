@@ -1,5 +1,6 @@
-/* cp_internal.h: what the context-parallel strategies share (cp_ring.c,
- * cp_allgather.c, cp_ulysses.c, cp_attention.c). Internal to encoder/. */
+/* cp_internal.h: what the context-parallel strategies share (cp_ring_forward.c,
+ * cp_ring_backward.c, cp_allgather.c, cp_ulysses.c, cp_attention.c). Internal to
+ * encoder/. */
 #ifndef RV_CP_INTERNAL_H
 #define RV_CP_INTERNAL_H
 
@@ -47,6 +48,12 @@ rv_status cp_global_to_padded(rv_cp_attn *cp, const float *global, int64_t max_l
  * no-op on CPU), so their results may be sent and their inputs reused, and adds
  * the time to busy_s. */
 rv_status cp_busy_end(rv_cp_attn *cp, double t0);
+
+/* rv_comm_waitall of reqs[0..n) (NULL entries are done), its time added to wait_s. */
+rv_status cp_wait(rv_cp_attn *cp, rv_comm_request **reqs, int n);
+
+/* Ring message tags of a K and a V block (both ring directions use them). */
+enum { CP_TAG_K = 11, CP_TAG_V = 12 };
 
 double cp_now(void);
 void cp_note_peak(rv_cp_attn *cp, size_t bytes);

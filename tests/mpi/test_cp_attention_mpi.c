@@ -44,38 +44,48 @@ int main(int argc, char **argv)
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     int bad = 0;
+    /* Every strategy at S = 1000 and 1237; then the ring at S = 4500, where each
+     * block travels in 2 chunks and the forward runs ahead into its slots. */
+    ref_cp_case cases[16];
+    int ncase = 0;
     const int64_t seqs[] = {1000, 1237};
     for (int si = 0; si < 2; si++)
         for (int causal = 0; causal < 2; causal++)
-            for (int strat = 0; strat < 3; strat++) {
-                ref_cp_case cs = {seqs[si], 4, 32 << si, causal,
-                                  causal ? RV_SHARD_ZIGZAG : RV_SHARD_CONTIGUOUS,
-                                  (rv_cp_strategy)strat, 700 + si};
-                ref_cp_global g, want;
-                ref_cp_global_make(&cs, c->size, &g);
-                ref_cp_global_make(&cs, 1, &want);
-                ref_cp_single(&cs, &want, 1, &want);
-                rv_status st = ref_cp_run_rank(&cs, c, 1, 1, &g);
-                if (st != RV_OK) {
-                    fprintf(stderr, "rank %d: %s: %s\n", c->rank, rv_cp_strategy_name(cs.strategy),
-                            rv_last_error());
-                    rv_comm_abort(c, 1);
-                }
-                rv_shard_plan p;
-                rv_shard_plan_make(cs.shard, c->size, cs.seq, &p);
-                size_t row = (size_t)cs.heads * cs.dim, nt = (size_t)cs.seq * row;
-                double eo = rows_err(&p, c->rank, row, g.o, want.o, max_abs(want.o, nt));
-                double edq = rows_err(&p, c->rank, row, g.dq, want.dq, max_abs(want.dq, nt));
-                double edk = rows_err(&p, c->rank, row, g.dk, want.dk, max_abs(want.dk, nt));
-                double edv = rows_err(&p, c->rank, row, g.dv, want.dv, max_abs(want.dv, nt));
-                int fail = !(eo <= 1e-5 && edq <= 1e-4 && edk <= 1e-4 && edv <= 1e-4);
-                printf("rank %d: %-9s S=%lld causal=%d: O %.2g dQ %.2g dK %.2g dV %.2g %s\n",
-                       c->rank, rv_cp_strategy_name(cs.strategy), (long long)cs.seq, causal, eo,
-                       edq, edk, edv, fail ? "FAILED" : "ok");
-                bad += fail;
-                ref_cp_global_free(&g);
-                ref_cp_global_free(&want);
-            }
+            for (int strat = 0; strat < 3; strat++)
+                cases[ncase++] = (ref_cp_case){seqs[si], 4, 32 << si, causal,
+                                               causal ? RV_SHARD_ZIGZAG : RV_SHARD_CONTIGUOUS,
+                                               (rv_cp_strategy)strat, 700 + si};
+    for (int causal = 0; causal < 2; causal++)
+        cases[ncase++] = (ref_cp_case){4500, 1, 32, causal,
+                                       causal ? RV_SHARD_ZIGZAG : RV_SHARD_CONTIGUOUS,
+                                       RV_CP_RING, 710 + causal};
+    for (int ci = 0; ci < ncase; ci++) {
+        ref_cp_case cs = cases[ci];
+        ref_cp_global g, want;
+        ref_cp_global_make(&cs, c->size, &g);
+        ref_cp_global_make(&cs, 1, &want);
+        ref_cp_single(&cs, &want, 1, &want);
+        rv_status st = ref_cp_run_rank(&cs, c, 1, 1, &g);
+        if (st != RV_OK) {
+            fprintf(stderr, "rank %d: %s: %s\n", c->rank, rv_cp_strategy_name(cs.strategy),
+                    rv_last_error());
+            rv_comm_abort(c, 1);
+        }
+        rv_shard_plan p;
+        rv_shard_plan_make(cs.shard, c->size, cs.seq, &p);
+        size_t row = (size_t)cs.heads * cs.dim, nt = (size_t)cs.seq * row;
+        double eo = rows_err(&p, c->rank, row, g.o, want.o, max_abs(want.o, nt));
+        double edq = rows_err(&p, c->rank, row, g.dq, want.dq, max_abs(want.dq, nt));
+        double edk = rows_err(&p, c->rank, row, g.dk, want.dk, max_abs(want.dk, nt));
+        double edv = rows_err(&p, c->rank, row, g.dv, want.dv, max_abs(want.dv, nt));
+        int fail = !(eo <= 1e-5 && edq <= 1e-4 && edk <= 1e-4 && edv <= 1e-4);
+        printf("rank %d: %-9s S=%lld causal=%d: O %.2g dQ %.2g dK %.2g dV %.2g %s\n",
+               c->rank, rv_cp_strategy_name(cs.strategy), (long long)cs.seq, cs.causal, eo,
+               edq, edk, edv, fail ? "FAILED" : "ok");
+        bad += fail;
+        ref_cp_global_free(&g);
+        ref_cp_global_free(&want);
+    }
     double total = bad;
     if (rv_comm_allreduce(c, &total, &total, 1, RV_COMM_F64) != RV_OK) {
         fprintf(stderr, "rank %d: allreduce: %s\n", c->rank, rv_last_error());

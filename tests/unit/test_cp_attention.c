@@ -110,17 +110,39 @@ Test(cp_attention, grid_cp8, .timeout = 300) { grid_for(8); }
 
 /* Slices longer than the ring's chunk (1024 rows on the CPU): blocks travel in
  * several chunks, each cut from every segment of the slice, with uneven segments
- * (S divisible by neither N nor 2N). Forward and backward against single-rank. */
+ * (S divisible by neither N nor 2N), and the forward's sends and receives run
+ * ahead into three slots, which are reused while chunks are still being passed
+ * on (4 and 5 ranks: more received steps than slots). Forward and backward
+ * against single-rank. */
 Test(cp_attention, ring_multi_chunk, .timeout = 300)
 {
     const ref_cp_case cases[] = {
         {4999, 1, 32, 1, RV_SHARD_ZIGZAG, RV_CP_RING, 91},     /* 2 ranks: 3 chunks */
         {6151, 2, 32, 0, RV_SHARD_CONTIGUOUS, RV_CP_RING, 92}, /* 3 ranks: 3 chunks */
         {6151, 1, 64, 1, RV_SHARD_ZIGZAG, RV_CP_RING, 93},
+        {4401, 1, 32, 0, RV_SHARD_CONTIGUOUS, RV_CP_RING, 94}, /* 4 ranks: 2 chunks */
+        {5381, 1, 32, 1, RV_SHARD_ZIGZAG, RV_CP_RING, 95},     /* 5 ranks: 2 chunks */
     };
-    const int ns[] = {2, 3, 3};
+    const int ns[] = {2, 3, 3, 4, 5};
+    for (int t = 0; t < 5; t++)
+        check_case(&cases[t], ns[t]);
+}
+
+/* The same with the schedule the ring uses on a GPU (one exchange in flight, two
+ * slots, own chunks sent piece by piece as they are computed), which cannot run
+ * anywhere else: RINGVIT_RING_AHEAD=0 gives it to the CPU. */
+Test(cp_attention, ring_multi_chunk_device_schedule, .timeout = 300)
+{
+    const ref_cp_case cases[] = {
+        {4999, 1, 32, 1, RV_SHARD_ZIGZAG, RV_CP_RING, 96},
+        {5381, 1, 32, 1, RV_SHARD_ZIGZAG, RV_CP_RING, 97},
+        {4401, 2, 32, 0, RV_SHARD_CONTIGUOUS, RV_CP_RING, 98},
+    };
+    const int ns[] = {2, 5, 4};
+    cr_assert_eq(setenv("RINGVIT_RING_AHEAD", "0", 1), 0);
     for (int t = 0; t < 3; t++)
         check_case(&cases[t], ns[t]);
+    unsetenv("RINGVIT_RING_AHEAD");
 }
 
 /* Causal attention with the contiguous plan: rank 0's queries see nothing of the
