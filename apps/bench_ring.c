@@ -48,8 +48,9 @@ static const char help_text[] =
     "  --device D           cpu (default) or cuda: the N ranks are N streams on one\n"
     "                       GPU, messages move by device-to-device copies\n"
     "  --repeat N           alternate single-rank and N-rank runs N times and compare\n"
-    "                       the fastest of each (default 1); on the CPU the ranks\n"
-    "                       rotate over the cores from run to run\n"
+    "                       the fastest of each (default 1), and show the median of\n"
+    "                       the runs' own ratios; on the CPU the ranks rotate over\n"
+    "                       the cores from run to run\n"
     "  --timeout SEC        communication deadline (default 120)\n"
     "  --json               one JSON object on stdout\n"
     "\n"
@@ -81,6 +82,17 @@ typedef struct shared {
     size_t *tensor_bytes;           /* per rank */
     int rep;                        /* which of the --repeat runs this is */
 } shared;
+
+/* The median of x[0..n) (sorts x). */
+static double median(double *x, int n)
+{
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && x[j - 1] > x[j]; j--) {
+            double t = x[j];
+            x[j] = x[j - 1], x[j - 1] = t;
+        }
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
 
 static double now_s(void)
 {
@@ -311,6 +323,11 @@ int rv_bench_ring(int argc, char **argv)
     rv_cp_stats *fwd = calloc((size_t)o.cp, sizeof *fwd), *bwd = calloc((size_t)o.cp, sizeof *bwd);
     size_t *tb = calloc((size_t)o.cp, sizeof *tb);
     double *busy = calloc((size_t)o.cp, sizeof *busy); /* per rank, its least over repeats */
+    /* (2, repeat): each run's N-rank time over the single-rank time just before it,
+     * forward then backward; their medians ride out a slow spell better than the
+     * fastest runs, which may come from different spells. */
+    double *run_ratio = calloc(2 * (size_t)o.repeat, sizeof *run_ratio);
+    json_t *runs_fwd = NULL, *runs_bwd = NULL; /* the same for --json, in run order */
     rv_backend *be = NULL;
     float *dev[9] = {0}; /* single rank: q k v dout o dq lse dk dv in the backend's memory */
     int on_cpu = 1;
@@ -319,7 +336,7 @@ int rv_bench_ring(int argc, char **argv)
         if (!(g[i] = malloc(sizeof(float) * nt)))
             goto oom;
     if (!(s_lse = malloc(sizeof(float) * nl)) || !(s_dk = malloc(sizeof(float) * nt)) ||
-        !(s_dv = malloc(sizeof(float) * nt)) || !fwd || !bwd || !tb || !busy)
+        !(s_dv = malloc(sizeof(float) * nt)) || !fwd || !bwd || !tb || !busy || !run_ratio)
         goto oom;
     uint64_t x = 0x2545F4914F6CDD1Dull;
     for (size_t i = 0; i < nt; i++) {
@@ -373,6 +390,8 @@ int rv_bench_ring(int argc, char **argv)
         }
         cp_fwd = fmin(cp_fwd, sh.t_fwd);
         cp_bwd = fmin(cp_bwd, sh.t_bwd);
+        run_ratio[rep] = sh.t_fwd / tf;
+        run_ratio[o.repeat + rep] = o.backward ? sh.t_bwd / tb_ : NAN;
         /* Each rank's own least: the machine's slow spells fall on one core at a
          * time, so the least of several runs is the rank's work, not the noise. */
         for (int r = 0; r < o.cp; r++) {
@@ -381,6 +400,13 @@ int rv_bench_ring(int argc, char **argv)
         }
     }
     sh.t_fwd = cp_fwd, sh.t_bwd = cp_bwd;
+    runs_fwd = json_array(), runs_bwd = json_array();
+    for (int rep = 0; rep < o.repeat; rep++) {
+        json_array_append_new(runs_fwd, json_real(run_ratio[rep]));
+        json_array_append_new(runs_bwd, json_real(o.backward ? run_ratio[o.repeat + rep] : 0));
+    }
+    const double fwd_median = median(run_ratio, o.repeat);
+    const double bwd_median = o.backward ? median(run_ratio + o.repeat, o.repeat) : NAN;
     double err_o = max_abs_diff(g[4], g[6], nt), err_dq = o.backward ? max_abs_diff(g[5], g[7], nt) : NAN;
     double busy_min = INFINITY, busy_max = 0, sent_max = 0, mem_max = 0;
     double flops_min = INFINITY, flops_max = 0;
@@ -414,10 +440,14 @@ int rv_bench_ring(int argc, char **argv)
         json_object_set_new(j, "fwd_ms", json_real(sh.t_fwd * 1e3));
         json_object_set_new(j, "single_fwd_ms", json_real(single_fwd * 1e3));
         json_object_set_new(j, "fwd_ratio", json_real(sh.t_fwd / single_fwd));
+        json_object_set_new(j, "fwd_ratio_median", json_real(fwd_median));
+        json_object_set_new(j, "fwd_ratio_runs", json_incref(runs_fwd));
         if (o.backward) {
             json_object_set_new(j, "bwd_ms", json_real(sh.t_bwd * 1e3));
             json_object_set_new(j, "single_bwd_ms", json_real(single_bwd * 1e3));
             json_object_set_new(j, "bwd_ratio", json_real(sh.t_bwd / single_bwd));
+            json_object_set_new(j, "bwd_ratio_median", json_real(bwd_median));
+            json_object_set_new(j, "bwd_ratio_runs", json_incref(runs_bwd));
             json_object_set_new(j, "max_abs_err_dq", json_real(err_dq));
         }
         json_object_set_new(j, "max_abs_err_o", json_real(err_o));
@@ -451,6 +481,12 @@ int rv_bench_ring(int argc, char **argv)
         if (o.backward)
             printf("  %4s %10.1f %10.1f %6.3f %10.2g\n", "bwd", sh.t_bwd * 1e3,
                    single_bwd * 1e3, sh.t_bwd / single_bwd, err_dq);
+        if (o.repeat > 1 && o.backward)
+            printf("# fastest of %d runs each; median of the runs' own ratios: fwd %.3f, "
+                   "bwd %.3f\n", o.repeat, fwd_median, bwd_median);
+        else if (o.repeat > 1)
+            printf("# fastest of %d runs each; median of the runs' own ratios: fwd %.3f\n",
+                   o.repeat, fwd_median);
         printf("#\n# %4s %12s %10s %9s %9s %9s\n", "rank", "sent(MB)", "mem(MB)", "GFLOP",
                "busy(s)", "wait(s)");
         for (int r = 0; r < o.cp; r++) {
@@ -479,5 +515,7 @@ end:
     for (int i = 0; i < 8; i++)
         free(g[i]);
     free(s_lse), free(s_dk), free(s_dv), free(fwd), free(bwd), free(tb), free(busy);
+    free(run_ratio);
+    json_decref(runs_fwd), json_decref(runs_bwd);
     return rc;
 }

@@ -161,6 +161,11 @@ ok = ok and d["max_abs_err_o"] < 1e-5 and d["max_abs_err_dq"] < 1e-4 and d["repe
 # (4d per visible pair and head forward, 10d backward: 14 * 16 * 3 * 300*301/2)
 gf = [r["gflop"] for r in d["ranks"]]
 ok = ok and d["flops_spread"] < 0.05 and abs(sum(gf) - 14 * 16 * 3 * 300 * 301 / 2 * 1e-9) < 1e-9
+# each run'"'"'s own ratio, and their median (of 2: the mean)
+for p in ("fwd", "bwd"):
+    runs = d[p + "_ratio_runs"]
+    ok = ok and len(runs) == 2 and all(r > 0 for r in runs)
+    ok = ok and abs(d[p + "_ratio_median"] - (runs[0] + runs[1]) / 2) < 1e-6 * max(runs)
 sys.exit(0 if ok else 3)
 ' <"$tmp/out" 2>"$tmp/pyerr" || { why="bench ring JSON wrong: $(tail -n 1 "$tmp/pyerr")"; return 1; }
 }
