@@ -83,15 +83,26 @@ typedef struct shared {
     int rep;                        /* which of the --repeat runs this is */
 } shared;
 
-/* The median of x[0..n) (sorts x). */
-static double median(double *x, int n)
+/* The median of x[0..n) (n <= 100), x left as it is. */
+static double median(const double *in, int n)
 {
+    double x[100];
+    memcpy(x, in, sizeof(double) * (size_t)n);
     for (int i = 1; i < n; i++)
         for (int j = i; j > 0 && x[j - 1] > x[j]; j--) {
             double t = x[j];
             x[j] = x[j - 1], x[j - 1] = t;
         }
     return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+/* x[0..n) as a JSON array. */
+static json_t *json_reals(const double *x, int n)
+{
+    json_t *a = json_array();
+    for (int i = 0; i < n; i++)
+        json_array_append_new(a, json_real(x[i]));
+    return a;
 }
 
 static double now_s(void)
@@ -327,7 +338,6 @@ int rv_bench_ring(int argc, char **argv)
      * forward then backward; their medians ride out a slow spell better than the
      * fastest runs, which may come from different spells. */
     double *run_ratio = calloc(2 * (size_t)o.repeat, sizeof *run_ratio);
-    json_t *runs_fwd = NULL, *runs_bwd = NULL; /* the same for --json, in run order */
     rv_backend *be = NULL;
     float *dev[9] = {0}; /* single rank: q k v dout o dq lse dk dv in the backend's memory */
     int on_cpu = 1;
@@ -400,11 +410,6 @@ int rv_bench_ring(int argc, char **argv)
         }
     }
     sh.t_fwd = cp_fwd, sh.t_bwd = cp_bwd;
-    runs_fwd = json_array(), runs_bwd = json_array();
-    for (int rep = 0; rep < o.repeat; rep++) {
-        json_array_append_new(runs_fwd, json_real(run_ratio[rep]));
-        json_array_append_new(runs_bwd, json_real(o.backward ? run_ratio[o.repeat + rep] : 0));
-    }
     const double fwd_median = median(run_ratio, o.repeat);
     const double bwd_median = o.backward ? median(run_ratio + o.repeat, o.repeat) : NAN;
     double err_o = max_abs_diff(g[4], g[6], nt), err_dq = o.backward ? max_abs_diff(g[5], g[7], nt) : NAN;
@@ -441,13 +446,13 @@ int rv_bench_ring(int argc, char **argv)
         json_object_set_new(j, "single_fwd_ms", json_real(single_fwd * 1e3));
         json_object_set_new(j, "fwd_ratio", json_real(sh.t_fwd / single_fwd));
         json_object_set_new(j, "fwd_ratio_median", json_real(fwd_median));
-        json_object_set_new(j, "fwd_ratio_runs", json_incref(runs_fwd));
+        json_object_set_new(j, "fwd_ratio_runs", json_reals(run_ratio, o.repeat));
         if (o.backward) {
             json_object_set_new(j, "bwd_ms", json_real(sh.t_bwd * 1e3));
             json_object_set_new(j, "single_bwd_ms", json_real(single_bwd * 1e3));
             json_object_set_new(j, "bwd_ratio", json_real(sh.t_bwd / single_bwd));
             json_object_set_new(j, "bwd_ratio_median", json_real(bwd_median));
-            json_object_set_new(j, "bwd_ratio_runs", json_incref(runs_bwd));
+            json_object_set_new(j, "bwd_ratio_runs", json_reals(run_ratio + o.repeat, o.repeat));
             json_object_set_new(j, "max_abs_err_dq", json_real(err_dq));
         }
         json_object_set_new(j, "max_abs_err_o", json_real(err_o));
@@ -516,6 +521,5 @@ end:
         free(g[i]);
     free(s_lse), free(s_dk), free(s_dv), free(fwd), free(bwd), free(tb), free(busy);
     free(run_ratio);
-    json_decref(runs_fwd), json_decref(runs_bwd);
     return rc;
 }

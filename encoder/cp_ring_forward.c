@@ -178,9 +178,9 @@ static rv_status wait_chunk(ring_fwd *f, int t)
 /* *done = 1 when none of reqs is pending; blocks until then with `block`. */
 static rv_status settle(ring_fwd *f, rv_comm_request **reqs, int block, int *done)
 {
-    if (block)
-        return *done = 1, cp_wait(f->cp, reqs, RING_MSGS);
     *done = 1;
+    if (block)
+        return cp_wait(f->cp, reqs, RING_MSGS);
     for (int i = 0; i < RING_MSGS; i++) {
         int d = 1;
         rv_status st = rv_comm_test(&reqs[i], &d);

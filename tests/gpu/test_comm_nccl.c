@@ -4,8 +4,8 @@
  * tests/ref/ref_comm.h and checked on the host after: ring shift (isend/irecv
  * launched as one group at the wait), allreduce f32 and f64, allgather, alltoall,
  * barrier, split. With two or more GPUs, a receive nobody sends must fail with
- * RV_ERR_TIMEOUT within the deadline. Exits 77 (skipped) when the build has no
- * NCCL or the machine no GPU. */
+ * RV_ERR_TIMEOUT within the deadline. Exits 77 (skipped) where there is no GPU
+ * (gpu_test_main.h). */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,21 +13,16 @@
 
 #include "ref_comm.h"
 #include "rv_comm.h"
+#include "rv_cuda.h"
 
 #ifdef RINGVIT_HAVE_NCCL
 #include <cuda_runtime.h>
 
 #define N_BYTES ((size_t)3 << 20)
 
-static int gpu_count(void)
-{
-    int n = 0;
-    return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
-}
-
 static int ranks(void)
 {
-    int n = gpu_count();
+    int n = rv_cuda_device_count();
     return n > 8 ? 8 : n;
 }
 
@@ -194,26 +189,15 @@ Test(comm_nccl, silent_peer_times_out, .timeout = 120)
     cr_assert(a.elapsed >= 1.0 && a.elapsed < 5.0, "failed after %.2f s", a.elapsed);
 }
 
-int main(int argc, char **argv)
-{
-    if (gpu_count() == 0) {
-        printf("SKIPPED: no CUDA device\n");
-        return 77;
-    }
-    struct criterion_test_set *tests = criterion_initialize();
-    int result = 0;
-    if (criterion_handle_args(argc, argv, true))
-        result = !criterion_run_all_tests(tests);
-    criterion_finalize(tests);
-    return result;
-}
+#elif defined(RINGVIT_HAVE_CUDA)
 
-#else /* !RINGVIT_HAVE_NCCL */
-
-int main(void)
+/* A CUDA build is meant to carry the NCCL communicator: on a GPU machine its
+ * absence fails here rather than passing with nothing run. */
+Test(comm_nccl, built_with_nccl)
 {
-    printf("SKIPPED: this build has no NCCL communicator\n");
-    return 77;
+    cr_fail("this CUDA build has no NCCL communicator (NCCL was not found at configure time)");
 }
 
 #endif
+
+#include "gpu_test_main.h"
