@@ -29,6 +29,9 @@ extern const rv_command rv_cmd_frames;
 /* cmd_tokens.c: `ringvit tokens FILE [--cp N] [--json] [-o OUT.safetensors] ...` */
 extern const rv_command rv_cmd_tokens;
 
+/* cmd_inspect.c: `ringvit inspect MODEL [--json]` */
+extern const rv_command rv_cmd_inspect;
+
 /* cmd_init.c: `ringvit init --preset NAME -o OUT.safetensors [--seed S] ...` */
 extern const rv_command rv_cmd_init;
 

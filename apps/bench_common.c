@@ -81,8 +81,25 @@ rv_status rv_bench_backend_create(const char *device, int threads, rv_backend **
 
 void rv_bench_slice_free(rv_bench_slice *s)
 {
-    free(s->mod), free(s->pos), free(s->time), free(s->video);
+    free(s->mod), free(s->pos), free(s->time), free(s->video), free(s->audio);
     memset(s, 0, sizeof *s);
+}
+
+void rv_bench_counts(const rv_vit_config *c, int64_t seq, int64_t *nvideo, int64_t *naudio)
+{
+    int64_t n = seq > c->cls ? seq - c->cls : 0;
+    *nvideo = c->video ? n : 0;
+    *naudio = c->video ? 0 : n;
+}
+
+/* Pseudo-random patch values of token g. */
+static void fill_patch(float *v, size_t n, int64_t g)
+{
+    uint64_t x = 0x9E3779B97F4A7C15ull * (uint64_t)(g + 1);
+    for (size_t e = 0; e < n; e++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        v[e] = (float)((x >> 40) & 0xFFFF) / 16384.0f - 2.0f;
+    }
 }
 
 rv_status rv_bench_slice_make(const rv_vit_config *c, const rv_shard_plan *p, int r,
@@ -91,40 +108,51 @@ rv_status rv_bench_slice_make(const rv_vit_config *c, const rv_shard_plan *p, in
     memset(s, 0, sizeof *s);
     const int64_t len = rv_shard_len(p, r), cap = len > 0 ? len : 1;
     const size_t vdim = (size_t)c->tubelet * c->patch * c->patch * RV_VIT_CHANNELS;
-    const int per = RV_BENCH_GRID * RV_BENCH_GRID;
+    const size_t adim = (size_t)c->audio_freq * c->audio_time;
+    const int per = RV_BENCH_GRID * RV_BENCH_GRID, bands = rv_vit_bands(c);
+    const int video = c->video;
     s->mod = malloc((size_t)cap);
     s->pos = malloc(sizeof(int64_t) * 3 * (size_t)cap);
     s->time = malloc(sizeof(double) * 2 * (size_t)cap);
-    s->video = malloc(sizeof(float) * vdim * (size_t)cap);
-    if (!s->mod || !s->pos || !s->time || !s->video) {
+    s->video = malloc(sizeof(float) * (video ? vdim : 1) * (size_t)cap);
+    s->audio = malloc(sizeof(float) * (video ? 1 : adim) * (size_t)cap);
+    if (!s->mod || !s->pos || !s->time || !s->video || !s->audio) {
         rv_bench_slice_free(s);
         return rv_fail(RV_ERR_NOMEM, "rank %d: out of memory for %lld tokens", r, (long long)len);
     }
     rv_shard_seg seg[RV_SHARD_MAX_SEGS];
     int n = rv_shard_segments(p, r, seg);
-    int64_t k = 0, nv = 0;
+    int64_t k = 0, nv = 0, na = 0;
     for (int j = 0; j < n; j++)
         for (int64_t g = seg[j].start; g < seg[j].start + seg[j].len; g++, k++) {
             int64_t *ps = s->pos + 3 * k;
             double *ts = s->time + 2 * k;
-            if (c->cls && g == 0) {
+            if (g < c->cls) {
                 s->mod[k] = RV_MOD_CLS;
-                ps[0] = ps[1] = ps[2] = 0;
+                ps[0] = g, ps[1] = ps[2] = 0;
                 ts[0] = ts[1] = 0;
                 continue;
             }
-            int64_t i = g - c->cls, tub = i / per, part = i % per;
-            s->mod[k] = RV_MOD_VIDEO;
-            ps[0] = tub, ps[1] = part / RV_BENCH_GRID, ps[2] = part % RV_BENCH_GRID;
-            ts[0] = (double)tub * c->tubelet, ts[1] = ts[0] + c->tubelet;
-            float *v = s->video + (size_t)nv++ * vdim;
-            uint64_t x = 0x9E3779B97F4A7C15ull * (uint64_t)(g + 1);
-            for (size_t e = 0; e < vdim; e++) {
-                x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-                v[e] = (float)((x >> 40) & 0xFFFF) / 16384.0f - 2.0f;
+            int64_t i = g - c->cls;
+            if (video) {
+                int64_t tub = i / per, part = i % per;
+                s->mod[k] = RV_MOD_VIDEO;
+                ps[0] = tub, ps[1] = part / RV_BENCH_GRID, ps[2] = part % RV_BENCH_GRID;
+                ts[0] = (double)tub * c->tubelet, ts[1] = ts[0] + c->tubelet;
+                fill_patch(s->video + (size_t)nv++ * vdim, vdim, g);
+            } else {
+                int64_t step = i / bands;
+                s->mod[k] = RV_MOD_AUDIO;
+                ps[0] = step, ps[1] = i % bands, ps[2] = 0;
+                ts[0] = (double)step * c->audio_tstride * 0.01;
+                ts[1] = ts[0] + (c->audio_time - 1) * 0.01 + 0.025;
+                fill_patch(s->audio + (size_t)na++ * adim, adim, g);
             }
         }
-    s->t = (rv_vit_tokens){len, s->mod, s->pos, s->time, nv, s->video, 0, NULL, RV_BENCH_GRID};
+    int64_t nva, naa;
+    rv_bench_counts(c, p->seq, &nva, &naa);
+    s->t = (rv_vit_tokens){len, s->mod, s->pos, s->time, nv, s->video, na, s->audio,
+                           RV_BENCH_GRID, (naa + bands - 1) / bands};
     return RV_OK;
 }
 
@@ -151,6 +179,9 @@ int rv_bench_model_parse(const char *cmd, int argc, char **argv, int64_t seq,
             if (rv_vit_preset(v, &c) != RV_OK)
                 return rv_cli_usage_error(cmd, "%s", rv_last_error());
             snprintf(o->preset, sizeof o->preset, "%s", v);
+        } else if (rv_cli_flag_is(a, "--model")) {
+            if (!(o->model = rv_cli_flag_value(cmd, argc, argv, &i)))
+                return RV_EXIT_USAGE;
         } else if (rv_cli_flag_is(a, "--seq")) {
             rc = rv_cli_take_i64(cmd, argc, argv, &i, 1, (int64_t)1 << 28, &o->seq);
         } else if (rv_cli_flag_is(a, "--cp")) {

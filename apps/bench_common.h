@@ -22,11 +22,13 @@ int rv_bench_gemm_size(const rv_backend *be);
 /* The backend of --device cpu|cuda (threads: the CPU backend's). */
 rv_status rv_bench_backend_create(const char *device, int threads, rv_backend **be);
 
-/* A synthetic rank slice of a video sequence on the 14 x 14 grid of a 224 px
- * frame (the presets' grid): global token g is the CLS token (g == 0 with cls)
- * or video token i = g - cls of tubelet i / 196, patch i % 196, starting at
- * T s per tubelet (tubelet T at 1 frame/s); patch values from a hash of
- * (g, element). t points into the arrays. */
+/* A synthetic rank slice of a sequence: global tokens g < cls are the special
+ * tokens; for a model with video weights, token i = g - cls is a video token on
+ * the 14 x 14 grid of a 224 px frame (the presets' grid) of tubelet i / 196,
+ * patch i % 196, starting at T s per tubelet (tubelet T at 1 frame/s); for an
+ * audio-only model (AST) an audio token of time step i / bands, band i % bands,
+ * starting at step * stride * 10 ms. Patch values from a hash of (g, element).
+ * t points into the arrays. */
 #define RV_BENCH_GRID 14
 typedef struct rv_bench_slice {
     rv_vit_tokens t;
@@ -34,7 +36,12 @@ typedef struct rv_bench_slice {
     int64_t *pos;   /* (len, 3) */
     double *time;   /* (len, 2) */
     float *video;   /* (nvideo, T*P*P*3) */
+    float *audio;   /* (naudio, F*W) */
 } rv_bench_slice;
+
+/* The video and audio tokens of a synthetic sequence of seq tokens (special
+ * tokens included) for config c, as rv_bench_slice_make lays them out. */
+void rv_bench_counts(const rv_vit_config *c, int64_t seq, int64_t *nvideo, int64_t *naudio);
 
 /* Rank r's slice under plan p for a model of config c. */
 rv_status rv_bench_slice_make(const rv_vit_config *c, const rv_shard_plan *p, int r,
@@ -44,6 +51,7 @@ void rv_bench_slice_free(rv_bench_slice *s);
 /* The options of the encoder benches (bench encoder, bench train). */
 typedef struct rv_bench_model_opts {
     char preset[16];          /* --preset (default tiny) */
+    const char *model;        /* --model DIR|FILE|PRESET (NULL: the preset) */
     int64_t seq;              /* --seq S: tokens, CLS included */
     int cp, causal, threads, repeat, json;
     rv_cp_strategy strategy;  /* --strategy (default ring) */

@@ -26,6 +26,7 @@
 #include "apps.h"
 #include "bench_common.h"
 #include "cli.h"
+#include "model_cli.h"
 #include "rv_tokens.h"
 #include "rv_vit.h"
 #include "rv_vit_train.h"
@@ -33,7 +34,8 @@
 #define CMD "bench train"
 
 static const char help_text[] =
-    "usage: ringvit bench train [--preset tiny|small|base] [--seq S] [--cp N]\n"
+    "usage: ringvit bench train [--preset tiny|small|base | --model M] [--seq S]\n"
+    "                             [--cp N]\n"
     "                           [--strategy ring|allgather|ulysses] [--causal]\n"
     "                           [--threads T] [--repeat R] [--json]\n"
     "\n"
@@ -44,6 +46,9 @@ static const char help_text[] =
     "backend's sgemm (2048^3) on T threads in the same run.\n"
     "\n"
     "  --preset P     tiny (default), small or base\n"
+    "  --model M      a model folder (Hugging Face layout), weights file or preset\n"
+    "                 instead ('ringvit inspect M'): its family's blocks, on video\n"
+    "                 tokens, or audio tokens for an audio-only model (AST)\n"
     "  --seq S        tokens, CLS included (default 8192)\n"
     "  --cp N         ranks (default 1)\n"
     "  --strategy S   ring (default), allgather or ulysses\n"
@@ -178,6 +183,8 @@ int rv_bench_train(int argc, char **argv)
         return rc;
     rv_vit_config cfg;
     rv_vit_model *m = NULL;
+    model_cli mc;
+    memset(&mc, 0, sizeof mc);
     rv_backend *be = NULL;
     shared sh;
     memset(&sh, 0, sizeof sh);
@@ -190,19 +197,22 @@ int rv_bench_train(int argc, char **argv)
         rv_cli_error("%s: out of memory", CMD);
         goto end;
     }
-    if ((st = rv_vit_preset(o.preset, &cfg)) != RV_OK)
-        goto fail;
+    const char *spec = o.model ? o.model : o.preset;
+    if ((rc = model_cli_open(CMD, spec, 0, 0, 0, 0, 1, &mc)) != 0)
+        goto end;
+    rc = RV_EXIT_FAIL;
+    m = mc.m;
+    cfg = m->cfg;
     if (o.strategy == RV_CP_ULYSSES && cfg.heads % o.cp != 0) {
-        rc = rv_cli_usage_error(CMD, "ulysses needs the %s preset's %d heads to be a multiple "
-                                "of --cp (%d)", o.preset, cfg.heads, o.cp);
+        rc = rv_cli_usage_error(CMD, "ulysses needs the model's %d heads to be a multiple "
+                                "of --cp (%d)", cfg.heads, o.cp);
         goto end;
     }
     if (o.seq < o.cp) {
         rc = rv_cli_usage_error(CMD, "--seq %lld is shorter than --cp %d", (long long)o.seq, o.cp);
         goto end;
     }
-    if ((st = rv_vit_new(&cfg, &m)) != RV_OK || (st = rv_vit_init_random(m, 0)) != RV_OK ||
-        (st = rv_shard_plan_make(o.causal ? RV_SHARD_ZIGZAG : RV_SHARD_CONTIGUOUS, o.cp, o.seq,
+    if ((st = rv_shard_plan_make(o.causal ? RV_SHARD_ZIGZAG : RV_SHARD_CONTIGUOUS, o.cp, o.seq,
                                  &sh.plan)) != RV_OK ||
         (st = rv_backend_cpu_create(o.threads, &be)) != RV_OK)
         goto fail;
@@ -214,9 +224,10 @@ int rv_bench_train(int argc, char **argv)
         goto fail;
     sgemm = sgemm2 > sgemm ? sgemm2 : sgemm;
 
-    const int64_t nvideo = o.seq - cfg.cls;
-    const double flops = rv_vit_forward_flops(&cfg, o.seq, nvideo, 0, o.causal) +
-                         rv_vit_backward_flops(&cfg, o.seq, nvideo, 0, o.causal);
+    int64_t nvideo = 0, naudio = 0;
+    rv_bench_counts(&cfg, o.seq, &nvideo, &naudio);
+    const double flops = rv_vit_forward_flops(&cfg, o.seq, nvideo, naudio, o.causal) +
+                         rv_vit_backward_flops(&cfg, o.seq, nvideo, naudio, o.causal);
     const double gflops = flops / sh.wall * 1e-9;
     size_t peak = 0;
     int bad = 0;
@@ -229,7 +240,8 @@ int rv_bench_train(int argc, char **argv)
     if (o.json) {
         json_t *j = json_object();
         json_object_set_new(j, "bench", json_string("train"));
-        json_object_set_new(j, "preset", json_string(o.preset));
+        json_object_set_new(j, "model", json_string(spec));
+        json_object_set_new(j, "family", json_string(rv_vit_family_name(cfg.family)));
         json_object_set_new(j, "seq", json_integer(o.seq));
         json_object_set_new(j, "cp", json_integer(o.cp));
         json_object_set_new(j, "strategy", json_string(rv_cp_strategy_name(o.strategy)));
@@ -256,8 +268,9 @@ int rv_bench_train(int argc, char **argv)
         rc = rv_cli_json_print(j);
         json_decref(j);
     } else {
-        printf("# ringvit bench train: preset %s (D %d, L %d, H %d), S=%lld%s, cp %d x %d "
-               "thread(s), %s, BLAS %s\n#\n", o.preset, cfg.dim, cfg.layers, cfg.heads,
+        printf("# ringvit bench train: model %s (%s, D %d, L %d, H %d), S=%lld%s, cp %d x %d "
+               "thread(s), %s, BLAS %s\n#\n", spec, rv_vit_family_name(cfg.family), cfg.dim,
+               cfg.layers, cfg.heads,
                (long long)o.seq, o.causal ? " causal" : "", o.cp, tpr,
                rv_cp_strategy_name(o.strategy), rv_blas_corename());
         printf("# %9s %10s %9s %9s %6s %12s %12s\n", "wall(s)", "tokens/s", "GFLOP/s", "sgemm",
@@ -283,7 +296,7 @@ fail:
     rc = rv_cli_fail(st, CMD);
 end:
     rv_backend_free(&be);
-    rv_vit_free(&m);
+    model_cli_close(&mc);
     free(sh.peak), free(sh.bad);
     return rc;
 }

@@ -22,6 +22,7 @@
 #include "cli.h"
 #include "embed.h"
 #include "ingest_cli.h"
+#include "model_cli.h"
 #include "rv_backend.h"
 
 #define CMD "embed"
@@ -31,7 +32,7 @@ char embed_tmp_path[4200];
 
 static const char help_text[] =
     "usage: ringvit embed INPUT... [-o OUT.safetensors | --out-dir DIR] [--manifest LIST.txt]\n"
-    "                     [--resume] [--model PRESET|WEIGHTS.safetensors] [--seed N]\n"
+    "                     [--resume] [--model DIR|WEIGHTS.safetensors|PRESET] [--seed N]\n"
     "                     [--cp N] [--backend local|mpi|nccl] [--device cpu|cuda]\n"
     "                     [--strategy ring|allgather|ulysses] [--causal]\n"
     "                     [--fps F] [--size N] [--segment SECONDS] [--no-audio | --no-video]\n"
@@ -60,12 +61,21 @@ static const char help_text[] =
     "                      token_modality, token_pos)\n"
     "\n"
     "model:\n"
-    "  --model M           a preset (tiny, small, base: default tiny) or a weights\n"
-    "                      file (.safetensors, as 'ringvit init' or torchvision's ViT\n"
-    "                      converted). A preset's weights are RANDOM (seeded): its\n"
-    "                      embeddings show the pipeline works, they mean nothing.\n"
-    "                      Pass a weights file for real embeddings.\n"
+    "  --model M           a model folder as the Hugging Face hub stores it (config.json,\n"
+    "                      model.safetensors, preprocessor_config.json): ViT, DINOv2,\n"
+    "                      VideoMAE, AST (audio), CLIP's vision tower; a weights file\n"
+    "                      (.safetensors, from 'ringvit init', 'finetune' or torchvision's\n"
+    "                      ViT via scripts/convert-torchvision.py); or a preset (tiny,\n"
+    "                      small, base: default tiny) whose weights are RANDOM (seeded):\n"
+    "                      its embeddings show the pipeline works and mean nothing\n"
+    "                      ('ringvit inspect M' shows what a model is)\n"
     "  --seed N            seed of a preset's random weights (default 0)\n"
+    "  --heads H           head count of a torchvision-named file (default D / 64)\n"
+    "  --tubelet T         frames per video token: an image model (T = 1) inflated to T\n"
+    "                      (its patch weight / T in each frame)\n"
+    "  --audio, --video    insist on a modality: refused when the model has no weights\n"
+    "                      for it (video-only families embed video, AST embeds audio;\n"
+    "                      'embed' says which it uses and why)\n"
     "\n"
     "parallelism:\n"
     "  --cp N              ranks (default 1; with --backend mpi: the process count)\n"
@@ -84,9 +94,11 @@ static const char help_text[] =
     "  --decode-threads N  decoder threads per rank (default: its compute threads)\n"
     "  --timeout SEC       communication deadline inside the encoder (default 120)\n"
     "\n"
-    "sampling (tubelet, patch and audio patch sizes come from the model):\n"
+    "sampling (tubelet, patch, audio patch sizes and normalisation come from the model):\n"
     "  --fps F             video frames sampled per second (default 1)\n"
-    "  --size N            frame side, px (default the model's grid x patch: 224)\n"
+    "  --size N            frame side, px (default the model's: its processor's crop, else\n"
+    "                      grid x patch, 224 for the presets); positions are resampled\n"
+    "                      for another size\n"
     "  --segment SECONDS   window of the per-segment means (default 10)\n"
     "  --no-audio, --no-video\n"
     "                      leave a modality out\n"
@@ -99,9 +111,11 @@ static const char help_text[] =
     "                      output, status, seconds, tokens, stage seconds, peak memory)\n"
     "\n"
     "Each output holds global (D), segments (G, D), segment_start, segment_end (G, s),\n"
-    "segment_tokens (G), video_mean, audio_mean (D) and cls (D, models with a class\n"
-    "token) plus metadata (source, probe, model and its hash, config, cp, strategy,\n"
-    "ringvit version). Outputs are written to a temporary name and renamed when\n"
+    "segment_tokens (G), video_mean, audio_mean (D), pooled (D: the model family's\n"
+    "pooled output, as transformers' pooler_output), projected (CLIP's image embedding,\n"
+    "when stored), cls and dist (D, models with those tokens) plus metadata (source,\n"
+    "probe, model and its hash, config, family, random_weights, cp, strategy, ringvit\n"
+    "version). Outputs are written to a temporary name and renamed when\n"
     "complete: a batch killed at any moment and rerun with --resume ends with every\n"
     "output complete. SIGINT or SIGTERM stops after the current stage (a second one\n"
     "at once), leaving no partial output.\n"
@@ -111,7 +125,8 @@ static const char help_text[] =
     "output folder), 128+N stopped by signal N.\n"
     "\n"
     "examples:\n"
-    "  ringvit embed talk.mp4 --cp 2 -o talk.safetensors\n"
+    "  ringvit embed talk.mp4 --model videomae-base/ --cp 2 -o talk.safetensors\n"
+    "  ringvit embed talk.wav --model ast-finetuned-audioset-10-10-0.4593/ -o talk.safetensors\n"
     "  ringvit embed --manifest videos.txt --out-dir emb --resume --json\n"
     "  mpiexec -n 4 --hostfile hosts ringvit embed --backend mpi long.mp4 -o long.safetensors\n";
 
@@ -122,6 +137,7 @@ typedef struct embed_args {
     const char **inputs;
     int ninputs;
     int cp, cp_set, threads, decode_threads, seed_set, size_set, no_audio, no_video, tokens;
+    int heads, tubelet, want_audio, want_video;
     int64_t seed;
     int resume, quiet, json, causal;
     rv_cp_strategy strategy;
@@ -201,10 +217,18 @@ static int parse_args(int argc, char **argv, embed_args *a)
             a->size_set = 1;
         } else if (rv_cli_ingest_flag(CMD, argc, argv, &i, &a->io, &audio_set, &video_set, &rc)) {
             /* --fps --pad --start --duration --audio-stream --video-stream --max-corrupt */
+        } else if (rv_cli_flag_is(s, "--heads")) {
+            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 65536, &a->heads);
+        } else if (rv_cli_flag_is(s, "--tubelet")) {
+            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 64, &a->tubelet);
         } else if (strcmp(s, "--no-audio") == 0) {
             a->no_audio = 1;
         } else if (strcmp(s, "--no-video") == 0) {
             a->no_video = 1;
+        } else if (strcmp(s, "--audio") == 0) {
+            a->want_audio = 1;
+        } else if (strcmp(s, "--video") == 0) {
+            a->want_video = 1;
         } else if (strcmp(s, "--tokens") == 0) {
             a->tokens = 1;
         } else if (strcmp(s, "--resume") == 0) {
@@ -236,6 +260,13 @@ static int parse_args(int argc, char **argv, embed_args *a)
         return rv_cli_usage_error(CMD, "--no-video and --video-stream contradict each other");
     if (a->no_audio && a->no_video)
         return rv_cli_usage_error(CMD, "--no-audio and --no-video leave nothing to embed");
+    /* Choosing a stream insists on its modality, as --audio / --video do. */
+    a->want_audio |= audio_set;
+    a->want_video |= video_set;
+    if ((a->no_audio && a->want_audio) || (a->no_video && a->want_video))
+        return rv_cli_usage_error(CMD, "--%s and --no-%s contradict each other",
+                                  a->want_audio && a->no_audio ? "audio" : "video",
+                                  a->want_audio && a->no_audio ? "audio" : "video");
     if (a->out && a->out_dir)
         return rv_cli_usage_error(CMD, "-o names one output, --out-dir a folder of them: "
                                   "give one of them");
@@ -273,35 +304,6 @@ static int make_dirs(const char *dir)
     return 0;
 }
 
-/* The model of --model: a preset with random weights or a weights file. */
-static int setup_model(const embed_args *a, rv_vit_model **m, int loud)
-{
-    rv_vit_config cfg;
-    rv_status st;
-    size_t n = strlen(a->model);
-    int is_file = strchr(a->model, '/') || (n > 12 && strcmp(a->model + n - 12, ".safetensors") == 0) ||
-                  access(a->model, F_OK) == 0;
-    if (!is_file) {
-        if (rv_vit_preset(a->model, &cfg) != RV_OK)
-            return loud ? rv_cli_usage_error(CMD, "--model wants a preset (tiny, small, base) or a "
-                                             "weights file, got '%s'", a->model)
-                        : RV_EXIT_USAGE;
-        if ((st = rv_vit_new(&cfg, m)) != RV_OK ||
-            (st = rv_vit_init_random(*m, (uint64_t)a->seed)) != RV_OK) {
-            rv_vit_free(m);
-            return loud ? rv_cli_fail(st, "embed: model") : RV_EXIT_FAIL;
-        }
-        return 0;
-    }
-    if (a->seed_set)
-        return loud ? rv_cli_usage_error(CMD, "--seed seeds a preset's random weights; '%s' is a "
-                                         "weights file", a->model)
-                    : RV_EXIT_USAGE;
-    if ((st = rv_vit_load(a->model, NULL, m)) != RV_OK)
-        return loud ? rv_cli_fail(st, "embed: model") : RV_EXIT_FAIL;
-    return 0;
-}
-
 /* ---- signals ------------------------------------------------------------------------ */
 
 static void on_signal(int sig)
@@ -336,8 +338,10 @@ static int embed_main(int argc, char **argv)
     embed_settings set;
     embed_batch b;
     embed_input *in = NULL;
+    model_cli mc;
     rv_vit_model *model = NULL;
     rv_comm *world = NULL;
+    memset(&mc, 0, sizeof mc);
     int n = 0, cap = 0, rank = 0, rc;
     memset(&set, 0, sizeof set);
     memset(&b, 0, sizeof b);
@@ -408,8 +412,9 @@ static int embed_main(int argc, char **argv)
     const int loud = rank == 0;
 
     /* The model and the options it decides. */
-    if ((rc = setup_model(&a, &model, loud)) != 0)
+    if ((rc = model_cli_open(CMD, a.model, a.seed, a.seed_set, a.heads, a.tubelet, loud, &mc)) != 0)
         goto end;
+    model = mc.m;
     const rv_vit_config *cfg = &model->cfg;
     if (a.strategy == RV_CP_ULYSSES && cfg->heads % set.ranks != 0) {
         rc = loud ? rv_cli_usage_error(CMD, "ulysses needs the model's heads (%d) to be a multiple "
@@ -418,36 +423,41 @@ static int embed_main(int argc, char **argv)
                   : RV_EXIT_USAGE;
         goto end;
     }
+    int use_video = 0, use_audio = 0;
+    char why[256];
+    if ((rc = model_cli_modalities(CMD, cfg, a.want_video, a.want_audio, a.no_video, a.no_audio,
+                                   loud, &use_video, &use_audio, why, sizeof why)) != 0)
+        goto end;
     set.model = model;
     set.model_name = a.model;
+    set.random_weights = mc.random;
     rv_vit_hash(model, set.model_hash);
     if (!(set.config_json = rv_vit_config_to_json(cfg))) {
         rc = loud ? (rv_cli_error("embed: out of memory"), RV_EXIT_FAIL) : RV_EXIT_FAIL;
         goto end;
     }
-    rv_tok_opts_default(&set.to);
-    set.to.tubelet = cfg->tubelet;
-    set.to.patch = cfg->patch;
-    set.to.audio_freq = cfg->audio_freq;
-    set.to.audio_time = cfg->audio_time;
-    set.to.audio_stride = cfg->audio_time;
-    set.to.cls = cfg->cls;
+    rv_vit_tok_opts(cfg, &set.to);
     set.io = a.io;
     if (!a.size_set)
-        set.io.size = cfg->grid * cfg->patch;
+        set.io.size = rv_vit_frame_size(cfg);
     if (set.io.size % cfg->patch) {
         rc = loud ? rv_cli_usage_error(CMD, "--size %d must be a multiple of the model's patch (%d)",
                                        set.io.size, cfg->patch)
                   : RV_EXIT_USAGE;
         goto end;
     }
-    if (a.no_audio) {
+    if (!use_audio) {
         set.io.audio_stream = -2;
         set.to.audio = 0;
     }
-    if (a.no_video) {
+    if (!use_video) {
         set.io.video_stream = -2;
         set.to.video = 0;
+    }
+    if (loud && !a.quiet) {
+        model_cli_warn_random(CMD, &mc, a.model);
+        if (why[0])
+            rv_cli_error("embed: %s", why);
     }
     set.strategy = a.strategy;
     set.causal = a.causal;
@@ -540,7 +550,7 @@ end:
     }
     free(b.res);
     free(set.config_json);
-    rv_vit_free(&model);
+    model_cli_close(&mc);
     embed_inputs_free(in, n);
     free(a.manifests);
     free(a.inputs);

@@ -27,6 +27,7 @@
 #include "cli.h"
 #include "finetune.h"
 #include "ingest_cli.h"
+#include "model_cli.h"
 #include "rv_backend.h"
 
 #define CMD FT_CMD
@@ -35,7 +36,7 @@ volatile sig_atomic_t ft_stop_signal;
 
 static const char help_text[] =
     "usage: ringvit finetune --task classify|mae --manifest TRAIN.tsv [--val VAL.tsv]\n"
-    "                        -o TUNED.safetensors [--model PRESET|WEIGHTS] [--seed N]\n"
+    "                        -o TUNED.safetensors [--model DIR|WEIGHTS|PRESET] [--seed N]\n"
     "                        [--cp N] [--dp M] [--backend local|mpi] [--device cpu|cuda]\n"
     "                        [--strategy ring|allgather|ulysses] [--causal] [--threads N]\n"
     "                        [--epochs E | --steps K] [--lr LR] [--min-lr LR] [--wd WD]\n"
@@ -71,14 +72,17 @@ static const char help_text[] =
     "                      reconstruction loss); a label not in TRAIN is an error\n"
     "  --mask-ratio F      mae: fraction of tokens hidden (default 0.75)\n"
     "  --fps F             video frames sampled per second (default 2)\n"
-    "  --size N            frame side, px (default the model's grid x patch); a\n"
+    "  --size N            frame side, px (default the model's frame side); a\n"
     "                      multiple of the patch; positions are resampled\n"
     "  --no-cache          decode every recording again each epoch (default: each\n"
     "                      rank keeps its tokens of every recording in memory)\n"
     "\n"
     "model and output:\n"
-    "  --model M           a preset (tiny, small, base: default tiny; seeded random\n"
-    "                      weights) or a weights file to start from\n"
+    "  --model M           what to start from: a model folder in the Hugging Face\n"
+    "                      layout (ViT, DINOv2, VideoMAE, AST, CLIP's vision tower), a\n"
+    "                      weights file, or a preset (tiny, small, base: default tiny;\n"
+    "                      seeded random weights); the modalities and the input\n"
+    "                      normalisation follow the model ('ringvit inspect M')\n"
     "  --seed N            seed of the data order, the hidden tokens, the head and a\n"
     "                      preset's weights (default 0)\n"
     "  -o, --output FILE   the tuned weights (required): the encoder (read by\n"
@@ -384,33 +388,18 @@ end:
 
 /* ---- setup -------------------------------------------------------------------------- */
 
-static int setup_model(const ft_args *a, rv_vit_model **m)
+static int setup_model(const ft_args *a, model_cli *mc)
 {
     rv_status st;
     if (a->resume) {
-        if ((st = rv_vit_load(a->resume, NULL, m)) != RV_OK)
+        memset(mc, 0, sizeof *mc);
+        if ((st = rv_vit_load(a->resume, NULL, &mc->m)) != RV_OK)
             return rv_cli_fail(st, CMD ": --resume");
         return 0;
     }
-    size_t n = strlen(a->model);
-    int is_file = strchr(a->model, '/') ||
-                  (n > 12 && strcmp(a->model + n - 12, ".safetensors") == 0) ||
-                  access(a->model, F_OK) == 0;
-    if (is_file) {
-        if ((st = rv_vit_load(a->model, NULL, m)) != RV_OK)
-            return rv_cli_fail(st, CMD ": model");
-        return 0;
-    }
-    rv_vit_config cfg;
-    if (rv_vit_preset(a->model, &cfg) != RV_OK)
-        return rv_cli_usage_error(CMD, "--model wants a preset (tiny, small, base) or a weights "
-                                  "file, got '%s'", a->model);
-    if ((st = rv_vit_new(&cfg, m)) != RV_OK ||
-        (st = rv_vit_init_random(*m, (uint64_t)a->seed)) != RV_OK) {
-        rv_vit_free(m);
-        return rv_cli_fail(st, CMD ": model");
-    }
-    return 0;
+    /* --seed seeds more than a preset here (the data order, the head): a file
+     * or folder takes it too. */
+    return model_cli_open(CMD, a->model, a->seed, 0, 0, 0, 1, mc);
 }
 
 /* OUT without a trailing ".safetensors", plus suffix. */
@@ -506,6 +495,8 @@ static int finetune_main(int argc, char **argv)
     ft_settings set;
     ft_job job;
     rv_vit_model *model = NULL;
+    model_cli mc;
+    memset(&mc, 0, sizeof mc);
     rv_train_head *head = NULL;
     rv_adamw *adam = NULL;
     rv_comm *world = NULL;
@@ -575,25 +566,27 @@ static int finetune_main(int argc, char **argv)
     }
 
     /* The model and what it decides. */
-    if ((rc = setup_model(&a, &model)) != 0)
+    if ((rc = setup_model(&a, &mc)) != 0)
         goto end;
+    model = mc.m;
+    if (!a.quiet)
+        model_cli_warn_random(CMD, &mc, a.model);
     const rv_vit_config *cfg = &model->cfg;
     if (a.strategy == RV_CP_ULYSSES && cfg->heads % set.cp != 0) {
         rc = rv_cli_usage_error(CMD, "ulysses needs the model's heads (%d) to be a multiple of "
                                 "--cp (%d); use ring or allgather", cfg->heads, set.cp);
         goto end;
     }
-    rv_tok_opts_default(&set.to);
-    set.to.tubelet = cfg->tubelet;
-    set.to.patch = cfg->patch;
-    set.to.audio_freq = cfg->audio_freq;
-    set.to.audio_time = cfg->audio_time;
-    set.to.audio_stride = cfg->audio_time;
-    set.to.cls = cfg->cls;
+    /* The tokens the model wants; modalities follow its weights. */
+    rv_vit_tok_opts(cfg, &set.to);
     rv_ingest_opts_default(&set.io);
+    if (!cfg->audio)
+        set.io.audio_stream = -2;
+    if (!cfg->video)
+        set.io.video_stream = -2;
     set.io.fps_num = a.fps_num;
     set.io.fps_den = a.fps_den;
-    set.io.size = a.size_set ? a.size : cfg->grid * cfg->patch;
+    set.io.size = a.size_set ? a.size : rv_vit_frame_size(cfg);
     if (set.io.size % cfg->patch) {
         rc = rv_cli_usage_error(CMD, "--size %d must be a multiple of the model's patch (%d)",
                                 set.io.size, cfg->patch);
@@ -743,7 +736,7 @@ end:
     free(decay);
     rv_adamw_free(&adam);
     rv_train_head_free(&head);
-    rv_vit_free(&model);
+    model_cli_close(&mc);
     ft_data_free(&set.train);
     ft_data_free(&set.val);
     ft_classes_free(&set.classes);

@@ -93,8 +93,10 @@ static int init_main(int argc, char **argv)
         c.grid = grid;
     if (heads)
         c.heads = heads;
-    if (no_cls)
+    if (no_cls) {
         c.cls = 0;
+        c.pool = RV_POOL_MEAN; /* no CLS to pool: the mean of the tokens */
+    }
     if (memcmp(&c, &base, sizeof c) != 0)
         snprintf(c.preset, sizeof c.preset, "custom"); /* no longer the preset's sizes */
     if (rv_vit_config_check(&c) != RV_OK)

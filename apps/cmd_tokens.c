@@ -6,8 +6,8 @@
  *   video_patches   (video tokens, T*P*P*3) F32   normalised, (t, y, x, c)
  *   audio_fbank     (fbank frames, 128) F32       log-mel, before normalisation
  *   audio_patches   (audio tokens, F*W) F32       normalised, (f, w)
- *   token_modality  (seq) U8                      0 video, 1 audio, 2 cls
- *   token_pos       (seq, 3) I64                  (t, y, x) | (t, f, 0) | 0
+ *   token_modality  (seq) U8                      0 video, 1 audio, 2 cls / dist
+ *   token_pos       (seq, 3) I64                  (t, y, x) | (t, f, 0) | (i, 0, 0)
  *   token_time      (seq, 2) F64                  start, end s since t0
  * plus metadata "tokens" (options and counts, JSON) and "probe". The tensors
  * are spilled to unlinked scratch files beside OUT as the batches arrive, so a
@@ -38,8 +38,9 @@
 static const char help_text[] =
     "usage: ringvit tokens FILE [--fps F] [--size N] [--pad] [--start S] [--duration D]\n"
     "                      [--tubelet T] [--patch P] [--mean R,G,B] [--std R,G,B]\n"
-    "                      [--audio-freq F] [--audio-time W] [--audio-stride K]\n"
-    "                      [--audio-mean M] [--audio-std S] [--audio-window SEC] [--cls]\n"
+    "                      [--audio-freq F] [--audio-freq-stride K] [--audio-time W]\n"
+    "                      [--audio-stride K] [--audio-mean M] [--audio-std S]\n"
+    "                      [--audio-window SEC] [--cls] [--dist]\n"
     "                      [--no-audio | --audio-stream I] [--no-video | --video-stream I]\n"
     "                      [--cp N] [--shard contiguous|zigzag] [--plan-only]\n"
     "                      [--threads T] [--max-corrupt N] [--json] [-o OUT.safetensors]\n"
@@ -47,7 +48,8 @@ static const char help_text[] =
     "Turns FILE into one token sequence: video tubelets (T sampled frames x P x P\n"
     "pixels x RGB, ImageNet-normalised) and audio patches (F mel bins x W frames of\n"
     "the AST log-mel filterbank), interleaved by time window (all video tokens of a\n"
-    "window, then its audio tokens). The sequence is planned from the container's\n"
+    "window, then its audio tokens), after the special tokens asked for (a class\n"
+    "token, then a distillation token). The sequence is planned from the container's\n"
     "duration before decoding (so every rank can compute its shard alone); the\n"
     "recording is then tokenized chunk by chunk along that plan. Prints the counts\n"
     "per modality, the sequence length, tokens per recording-second and, for N\n"
@@ -59,13 +61,18 @@ static const char help_text[] =
     "  --patch P           pixels per patch side (default 16; must divide N)\n"
     "  --mean R,G,B        video mean per channel on [0, 1] (default ImageNet)\n"
     "  --std R,G,B         video std per channel (default ImageNet)\n"
-    "  --audio-freq F      mel bins per audio patch (default 16; divides 128)\n"
+    "  --audio-freq F      mel bins per audio patch (default 16; 1..128)\n"
+    "  --audio-freq-stride K\n"
+    "                      mel bins between neighbouring frequency bands (default 0 = F:\n"
+    "                      side by side); (128 - F) / K + 1 bands (AST: F 16, K 10: 12)\n"
     "  --audio-time W      fbank frames (10 ms) per audio patch (default 16)\n"
-    "  --audio-stride K    fbank frames between audio patches (default W)\n"
+    "  --audio-stride K    fbank frames between audio patches (default W; AST: 10)\n"
     "  --audio-mean M, --audio-std S\n"
     "                      fbank normalisation, (x - M) / (2 S) as AST (-4.2677393, 4.5689974)\n"
     "  --audio-window SEC  interleaving window (default 2)\n"
     "  --cls               a leading class token\n"
+    "  --dist              a distillation token after the class token (DeiT, AST);\n"
+    "                      implies --cls\n"
     "  --no-audio, --no-video, --audio-stream I, --video-stream I\n"
     "                      leave a modality out, or pick its container stream\n"
     "  --cp N              ranks to shard the sequence over (default 1)\n"
@@ -81,7 +88,9 @@ static const char help_text[] =
     "\n"
     "examples:\n"
     "  ringvit tokens talk.mp4 --cp 4 --shard zigzag\n"
-    "  ringvit tokens talk.mp4 --fps 2 --tubelet 2 --cls --json -o talk.tokens.safetensors\n";
+    "  ringvit tokens talk.mp4 --fps 2 --tubelet 2 --cls --json -o talk.tokens.safetensors\n"
+    "  ringvit tokens talk.wav --no-video --dist --audio-time 16 --audio-stride 10 \\\n"
+    "      --audio-freq-stride 10      # AST's patches: 12 bands per time step\n";
 
 /* ---- arguments ------------------------------------------------------------------- */
 
@@ -141,9 +150,8 @@ static int parse_args(int argc, char **argv, tokens_args *a)
                          : parse_triple("--std", v, 1e-6f, 1e6f, a->to.std);
         } else if (rv_cli_flag_is(s, "--audio-freq")) {
             rc = rv_cli_take_int(CMD, argc, argv, &i, 1, RV_FBANK_BINS, &a->to.audio_freq);
-            if (!rc && RV_FBANK_BINS % a->to.audio_freq)
-                return rv_cli_usage_error(CMD, "--audio-freq %d must divide %d", a->to.audio_freq,
-                                          RV_FBANK_BINS);
+        } else if (rv_cli_flag_is(s, "--audio-freq-stride")) {
+            rc = rv_cli_take_int(CMD, argc, argv, &i, 0, RV_FBANK_BINS, &a->to.audio_fstride);
         } else if (rv_cli_flag_is(s, "--audio-time")) {
             rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 4096, &a->to.audio_time);
         } else if (rv_cli_flag_is(s, "--audio-stride")) {
@@ -163,7 +171,10 @@ static int parse_args(int argc, char **argv, tokens_args *a)
             if (rv_shard_kind_parse(v, &a->shard) != RV_OK)
                 return rv_cli_usage_error(CMD, "--shard wants contiguous or zigzag, got '%s'", v);
         } else if (strcmp(s, "--cls") == 0) {
-            a->to.cls = 1;
+            /* --dist already asks for the class token it follows */
+            a->to.cls = a->to.cls > 1 ? a->to.cls : 1;
+        } else if (strcmp(s, "--dist") == 0) {
+            a->to.cls = 2;
         } else if (strcmp(s, "--no-audio") == 0) {
             no_audio = 1;
         } else if (strcmp(s, "--no-video") == 0) {
@@ -286,12 +297,14 @@ static json_t *options_json(const tokens_args *a)
     json_object_set_new(m, "mean", mean);
     json_object_set_new(m, "std", std);
     json_object_set_new(m, "audio_freq", json_integer(o->audio_freq));
+    json_object_set_new(m, "audio_freq_stride", json_integer(rv_tok_audio_fstride(o)));
     json_object_set_new(m, "audio_time", json_integer(o->audio_time));
     json_object_set_new(m, "audio_stride", json_integer(o->audio_stride));
     json_object_set_new(m, "audio_mean", json_float(o->audio_mean));
     json_object_set_new(m, "audio_std", json_float(o->audio_std));
     json_object_set_new(m, "audio_window_s", json_real(o->window_s));
-    json_object_set_new(m, "cls", json_boolean(o->cls));
+    json_object_set_new(m, "cls", json_boolean(o->cls >= 1));
+    json_object_set_new(m, "dist", json_boolean(o->cls >= 2));
     json_object_set_new(m, "video", json_boolean(o->video));
     json_object_set_new(m, "audio", json_boolean(o->audio));
     return m;
@@ -333,6 +346,7 @@ static json_t *report_json(const report *r)
     json_object_set_new(root, "audio_dim", json_integer(L->audio_dim));
     json_object_set_new(root, "tubelets", json_integer(L->tubelets));
     json_object_set_new(root, "audio_steps", json_integer(L->steps));
+    json_object_set_new(root, "audio_bands", json_integer(L->bands));
     json_object_set_new(root, "fbank_frames", json_integer(L->fbank_frames));
     if (r->decoded) {
         const rv_tok_stats *s = r->st;
@@ -398,13 +412,15 @@ static void report_table(const report *r)
         printf("plan:       counted while decoding (the container states no duration)");
     printf(": %lld frames at %d/%d fps, %lld audio samples\n", (long long)L->nframes,
            L->ingest.fps_num, L->ingest.fps_den, (long long)L->nsamples);
+    /* "cls" counts the special tokens: the class token and the distillation one */
     printf("sequence:   %lld tokens: %lld video, %lld audio, %d cls; %.1f per recording-second\n",
            (long long)L->seq, (long long)L->nvideo, (long long)L->naudio, L->opts.cls,
            secs > 0 ? L->seq / secs : 0.0);
     printf("layout:     %lld windows of %g s; %lld tubelets x %d patches of %lld floats; "
-           "%lld audio steps x %d bands of %lld floats; %lld fbank frames\n",
+           "%lld audio steps x %d bands (%d mel bins apart) of %lld floats; %lld fbank frames\n",
            (long long)L->windows, L->opts.window_s, (long long)L->tubelets, L->per_tubelet,
-           (long long)L->video_dim, (long long)L->steps, L->bands, (long long)L->audio_dim,
+           (long long)L->video_dim, (long long)L->steps, L->bands, rv_tok_audio_fstride(&L->opts),
+           (long long)L->audio_dim,
            (long long)L->fbank_frames);
     if (r->decoded) {
         const rv_tok_stats *s = r->st;

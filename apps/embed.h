@@ -48,7 +48,8 @@ typedef struct embed_input {
 
 typedef struct embed_settings {
     const rv_vit_model *model; /* shared read-only by the local ranks */
-    const char *model_name;    /* preset name or weights path */
+    const char *model_name;    /* preset name, weights path or model folder */
+    int random_weights;        /* 1: a preset's random weights (said in the metadata) */
     char model_hash[17];
     char *config_json;         /* rv_vit_config_to_json */
     rv_tok_opts to;            /* from the model config and flags */

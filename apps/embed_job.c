@@ -381,13 +381,15 @@ int embed_job_run(embed_rank *k, int index, embed_result *res)
     embed_report_flops(rep, rv_vit_forward_flops(cfg, L.seq, L.nvideo, L.naudio, set->causal));
     embed_report_stage(rep, index, in->path, "encode", end_s, L.seq);
     rv_vit_tokens tok = {s.len, s.modality, s.pos, s.time, s.nvideo, s.video, s.naudio, s.audio,
-                         L.grid};
+                         L.grid, L.steps};
     rv_vit_run run = {k->be, k->comm, sp, set->strategy, set->causal, k->dev_weights};
     rv_vit_pool_opts po = {set->segment_s, end_s};
     rv_clear_error();
     st = rv_vit_forward(set->model, &run, &tok, s.y, &vs);
     if (st == RV_OK)
         st = rv_vit_pool(k->comm, &tok, s.y, D, &po, &pooled);
+    if (st == RV_OK) /* every rank: the same sums give the same pooled output */
+        st = rv_vit_pool_head(set->model, &pooled);
     size_t held = slice_bytes(&s, D) + vs.peak_bytes;
     /* The patches are no longer needed. */
     free(s.video), free(s.audio);

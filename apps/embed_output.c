@@ -8,14 +8,17 @@
  *   video_mean      (D) F32      mean of the video tokens (zeros when none)
  *   audio_mean      (D) F32      mean of the audio tokens (zeros when none)
  *   cls             (D) F32      the CLS token's output (models with one)
+ *   dist            (D) F32      the distillation token's output (AST)
+ *   pooled          (D) F32      the model family's pooled output (rv_vit_pool_head)
+ *   projected       (P) F32      its projection (CLIP's visual_projection, when stored)
  * and with --tokens, every token in sequence order:
  *   tokens          (S, D) F32
  *   token_time      (S, 2) F64   start, end, s since t0
  *   token_modality  (S) U8       0 video, 1 audio, 2 cls
  *   token_pos       (S, 3) I64   video (tubelet, row, column), audio (step, band, 0)
  * Metadata (strings): format, source, probe (JSON), model, model_hash, config
- * (JSON), cp, strategy, causal, fps, size, segment_s, recording_s, tokens,
- * video_tokens, audio_tokens, ringvit_version.
+ * (JSON), family, random_weights, cp, strategy, causal, fps, size, segment_s,
+ * recording_s, tokens, video_tokens, audio_tokens, ringvit_version.
  *
  * Writing goes through rv_st_writer_write, which writes "<path>.tmp.<pid>" and
  * renames it when complete; a run killed meanwhile leaves that temporary file,
@@ -75,6 +78,14 @@ rv_status embed_output_write(const embed_output *o)
         goto end;
     if (s->model->cfg.cls && (st = rv_st_writer_add(w, "cls", RV_F32, 1, d1, p->cls)) != RV_OK)
         goto end;
+    if (s->model->cfg.cls > 1 && (st = rv_st_writer_add(w, "dist", RV_F32, 1, d1, p->dist)) != RV_OK)
+        goto end;
+    if (p->pooled && (st = rv_st_writer_add(w, "pooled", RV_F32, 1, d1, p->pooled)) != RV_OK)
+        goto end;
+    int64_t pj[1] = {p->proj_dim};
+    if (p->proj_dim > 0 &&
+        (st = rv_st_writer_add(w, "projected", RV_F32, 1, pj, p->projected)) != RV_OK)
+        goto end;
     if (s->tokens &&
         ((st = rv_st_writer_add(w, "tokens", RV_F32, 2, sd, o->tokens)) != RV_OK ||
          (st = rv_st_writer_add(w, "token_modality", RV_U8, 1, s1, o->token_modality)) != RV_OK))
@@ -85,6 +96,8 @@ rv_status embed_output_write(const embed_output *o)
         (st = rv_st_writer_meta(w, "model", s->model_name)) != RV_OK ||
         (st = rv_st_writer_meta(w, "model_hash", s->model_hash)) != RV_OK ||
         (st = rv_st_writer_meta(w, "config", s->config_json)) != RV_OK ||
+        (st = rv_st_writer_meta(w, "family", rv_vit_family_name(s->model->cfg.family))) != RV_OK ||
+        (st = rv_st_writer_meta(w, "random_weights", s->random_weights ? "true" : "false")) != RV_OK ||
         (st = meta_int(w, "cp", s->ranks)) != RV_OK ||
         (st = rv_st_writer_meta(w, "strategy", rv_cp_strategy_name(s->strategy))) != RV_OK ||
         (st = rv_st_writer_meta(w, "causal", s->causal ? "true" : "false")) != RV_OK ||
@@ -109,7 +122,7 @@ end:
 int embed_output_complete(const char *path, const embed_settings *set)
 {
     static const char *const always[] = {"global", "segments", "segment_start", "segment_end",
-                                         "segment_tokens", "video_mean", "audio_mean"};
+                                         "segment_tokens", "video_mean", "audio_mean", "pooled"};
     static const char *const per_token[] = {"tokens", "token_time", "token_modality",
                                             "token_pos"};
     if (access(path, F_OK) != 0)

@@ -128,7 +128,7 @@ end:
 rv_vit_tokens ft_slice_tokens(const ft_slice *s)
 {
     rv_vit_tokens t = {s->len, s->modality, s->pos, s->time, s->nvideo, s->video,
-                       s->naudio, s->audio, s->L.grid};
+                       s->naudio, s->audio, s->L.grid, s->L.steps};
     return t;
 }
 

@@ -24,6 +24,7 @@ static const rv_command *const commands[] = {
     &rv_cmd_tokens,
     &rv_cmd_embed,
     &rv_cmd_init,
+    &rv_cmd_inspect,
     &rv_cmd_finetune,
     &rv_cmd_bench,
 };

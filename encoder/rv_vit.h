@@ -3,30 +3,70 @@
  * its own slice of the sequence; attention is the only step that sees other
  * ranks' tokens (through rv_cp_attention.h), and pooling is an all-reduce.
  *
- * Model (as torchvision's VisionTransformer, pre-LayerNorm blocks):
- *   x_i = embed(token i)
- *   for each layer: x += out_proj(attention(qkv(ln_1(x))));  x += mlp.3(gelu(mlp.0(ln_2(x))))
- *   y = encoder.ln(x)
- * with LayerNorm eps cfg.eps (1e-6), GELU in erf form, biases everywhere, and
- *   embed(video token, tubelet g, patch (py, px)) =
- *         video_w @ patch + video_b + pos[1 + spatial(py, px)] + time(t) + modality[0]
- *   embed(audio token, step p, band b) =
- *         audio_w @ patch + audio_b + band[b] + time(t) + modality[1]
- *   embed(CLS token) = cls + pos[0] + time(t) + modality[2]
- * where t is the token's start time (s since t0, rv_tokens.h), time(t) =
- * time_w @ sinusoid(t) (the fixed code of rv_vit_time_code), and spatial(py, px)
- * is the stored grid's position embedding at that patch: the stored (grid x grid)
- * table when the recording's patch grid equals it, else the table resampled
- * bilinearly to the recording's grid (align_corners = false, as
- * torch.nn.functional.interpolate(mode="bilinear") does; the CLS slot is kept).
- * Audio and video at the same moment get the same temporal code, and any length
- * of recording works, because time is a number, not a table index.
+ * One block function serves every model FAMILY, inference and training alike;
+ * the family description in rv_vit_config (family, act, qkv_bias, layer_scale,
+ * pre_norm, final_norm, pool, pos, audio_pos, time_code, the input
+ * normalisation and the modalities) says what differs:
+ *   x_i = embed(token i);  x = pre_ln(x) when pre_norm
+ *   for each layer:
+ *     x += ls_1 * out_proj(attention(q, k, v of ln_1(x)))   (ls_1 = 1 without layer scale)
+ *     x += ls_2 * fc2(act(fc1(ln_2(x))))
+ *   y = final_ln(x) when final_norm, else x
+ * attention scaled by 1/sqrt(D/heads); q, k, v biases present as qkv_bias says
+ * (absent ones are zero and stay zero in training). Pooling (the family's
+ * "pooled" output, rv_vit_pool_head): the first special token (CLS), the mean of
+ * the CLS and distillation tokens (AST), a LayerNorm of the mean of the patch
+ * tokens (VideoMAE's fc_norm), a LayerNorm of CLS (CLIP's post_layernorm),
+ * tanh(W CLS + b) (ViT's pooler), or the plain mean; then an optional linear
+ * projection (CLIP's visual_projection).
  *
- * Weights (safetensors, rv_safetensors.h). Shared parts carry torchvision names:
+ * Embedding (token i at start time t, s since t0; vit_embed.c):
+ *   video token (tubelet g, patch row y, column x):
+ *       video_w @ patch [+ video_b] + vpos(g, y, x) [+ time(t) + modality[0]]
+ *   audio token (time step p, frequency band b):
+ *       audio_w @ patch + audio_b + apos(p, b) [+ time(t) + modality[1]]
+ *   special token j (0: CLS, 1: AST's distillation token):
+ *       cls[j] [+ pos[j]] [+ time(t) + modality[2]]
+ * with [time(t) + modality] for families with time_code (ringvit's own), where
+ * time(t) = time_w @ sinusoid(t) (rv_vit_time_code): audio and video at the same
+ * moment get the same temporal code, and recordings of any length work. vpos:
+ *   RV_POS_GRID_*    the learned table pos[special + y*G + x] of the stored
+ *                    (grid x grid) positions, resampled to the recording's patch
+ *                    grid when it differs (bilinear or bicubic, align_corners
+ *                    false, as torch.nn.functional.interpolate; special slots
+ *                    kept); every tubelet gets the same spatial positions;
+ *   RV_POS_SINUSOID  VideoMAE's fixed table: entry j of flat index
+ *                    n = g*G'*G' + y*G' + x (G' the recording's grid) is
+ *                    sin (j even) or cos (j odd) of n / 10000^(2 floor(j/2) / D),
+ *                    for any number of tubelets;
+ * apos:
+ *   RV_APOS_BAND     ringvit's learned band[b];
+ *   RV_APOS_GRID     AST's learned (bands x audio_grid_t) table audio_pos[b, p]
+ *                    when the recording has at most audio_grid_t time steps, else
+ *                    that table resampled along time to the recording's steps
+ *                    (linear, align_corners false).
+ *
+ * Families (rv_vit_family; the Hugging Face layouts are read by vit_hub.c):
+ *   ringvit   ringvit's own joint audio-video model: presets, `ringvit init`,
+ *             `finetune` outputs, torchvision-named image ViTs (GELU erf, eps
+ *             1e-6, biases everywhere, bilinear grid, time code, band
+ *             embeddings, final norm, pooled = CLS);
+ *   vit       transformers' ViTModel (eps 1e-12, bicubic grid, pooler when stored);
+ *   videomae  VideoMAEModel (Conv3d tubelets, q and v biases only, sinusoid
+ *             positions, mean pooling through fc_norm);
+ *   ast       ASTModel (audio only: CLS + distillation token, 16x16 patches
+ *             with stride 10 in both axes, learned frequency x time grid);
+ *   clip      CLIP's vision tower (pre_layrnorm, QuickGELU, no patch bias,
+ *             pooled = post_layernorm(CLS), visual_projection);
+ *   dinov2    Dinov2Model (layer scale, bicubic grid, pooled = final-norm CLS).
+ *
+ * Weights in ringvit's own safetensors files (rv_vit_save; the hub layouts are
+ * mapped onto the same tensors). Shared parts carry torchvision names:
  *   conv_proj.weight            (D, 3, P, P) F32     when T == 1 (torchvision's)
- *   conv_proj.bias              (D)
- *   class_token                 (1, 1, D)
- *   encoder.pos_embedding       (1, 1 + grid*grid, D)   CLS slot first
+ *   conv_proj.bias              (D)                  (when the patch has a bias)
+ *   class_token                 (1, special, D)
+ *   encoder.pos_embedding       (1, rows, D)  special slots first (rows: 1 + grid*grid
+ *                               for ringvit, special + grid*grid for grids, special else)
  *   encoder.layers.encoder_layer_{i}.ln_1.weight / .bias                    (D)
  *   encoder.layers.encoder_layer_{i}.self_attention.in_proj_weight          (3D, D)
  *   encoder.layers.encoder_layer_{i}.self_attention.in_proj_bias            (3D)
@@ -34,27 +74,36 @@
  *   encoder.layers.encoder_layer_{i}.ln_2.weight / .bias                    (D)
  *   encoder.layers.encoder_layer_{i}.mlp.0.weight / .bias                   (M, D), (M)
  *   encoder.layers.encoder_layer_{i}.mlp.3.weight / .bias                   (D, M), (D)
- *   encoder.ln.weight / .bias                                               (D)
+ *   encoder.layers.encoder_layer_{i}.layer_scale_1 / _2                     (D) (layer scale)
+ *   encoder.ln.weight / .bias                                               (D) (final norm)
  * and project-specific ones live under ringvit.*:
  *   ringvit.tubelet_proj.weight (D, 3, T, P, P)   when T > 1 (Conv3d layout)
  *   ringvit.audio_proj.weight   (D, 1, F, W)      Conv2d over (freq, time)
  *   ringvit.audio_proj.bias     (D)
- *   ringvit.audio_band          (bands, D)        one per frequency band, bands = 128 / F
- *   ringvit.time_proj.weight    (D, D)            applied to the sinusoid code
- *   ringvit.modality            (3, D)            video, audio, cls
- * The config (rv_vit_config as JSON) is the metadata entry "ringvit.config".
- * A file holding only torchvision names is that image ViT exactly: the absent
- * ringvit.* tensors are zero, sizes come from the tensor shapes (D from
- * conv_proj.weight, P from its width, layers from the names, M from mlp.0, grid
- * from the pos_embedding length - 1, which must be a square), heads default to
- * D / 64 (a D that is not a multiple of 64 needs the head count given:
- * rv_vit_load_opts.heads, else RV_ERR_INVALID saying so), and with a tubelet T > 1 asked for, the 2D patch weight is inflated:
- * each of the T frames gets conv_proj.weight / T, so a still clip embeds as the
- * image does. Reading is hostile-input safe (any malformed, missing, misshapen or
- * wrongly typed tensor is RV_ERR_FORMAT naming the tensor and the file).
+ *   ringvit.audio_band          (bands, D)        RV_APOS_BAND
+ *   ringvit.audio_pos           (bands * audio_grid_t, D)  RV_APOS_GRID, band-major
+ *   ringvit.time_proj.weight    (D, D)            time_code: applied to the sinusoid code
+ *   ringvit.modality            (3, D)            time_code: video, audio, special
+ *   ringvit.pre_ln.weight / .bias   (D)           pre_norm
+ *   ringvit.pool_ln.weight / .bias  (D)           pooling LayerNorm
+ *   ringvit.pooler.weight / .bias   (D, D), (D)   ViT's pooler
+ *   ringvit.projection.weight       (proj_dim, D) the pooled output's projection
+ * bands = (128 - F) / audio_fstride + 1. The config (rv_vit_config as JSON) is
+ * the metadata entry "ringvit.config".
+ * A file holding only torchvision names is that image ViT exactly (family
+ * ringvit, video only): the absent ringvit.* tensors are zero, sizes come from
+ * the tensor shapes (D from conv_proj.weight, P from its width, layers from the
+ * names, M from mlp.0, grid from the pos_embedding length - 1, which must be a
+ * square), heads default to D / 64 (a D that is not a multiple of 64 needs the
+ * head count given: rv_vit_load_opts.heads, else RV_ERR_INVALID saying so), and
+ * with a tubelet T > 1 asked for, the 2D patch weight is inflated: each of the
+ * T frames gets conv_proj.weight / T, so a still clip embeds as the image does
+ * (the same for the image families of the hub). Reading is hostile-input safe
+ * (any malformed, missing, misshapen or wrongly typed tensor is RV_ERR_FORMAT
+ * naming the tensor and the file).
  *
  * In memory every weight is f32 in ringvit's own layout (noted on the fields),
- * all in one arena. */
+ * all in one arena; a tensor the family does not have is NULL. */
 #ifndef RV_VIT_H
 #define RV_VIT_H
 
@@ -66,6 +115,7 @@
 #include "rv_cp_attention.h"
 #include "rv_shard.h"
 #include "rv_status.h"
+#include "rv_tokens.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -77,31 +127,127 @@ extern "C" {
 #define RV_VIT_TIME_PERIOD_MAX 10000.0 /* s: the longest */
 #define RV_VIT_META_CONFIG "ringvit.config" /* safetensors metadata key */
 
+/* Model families (the header comment above says what each is). */
+typedef enum rv_vit_family {
+    RV_FAMILY_RINGVIT = 0,
+    RV_FAMILY_VIT = 1,
+    RV_FAMILY_VIDEOMAE = 2,
+    RV_FAMILY_AST = 3,
+    RV_FAMILY_CLIP = 4,
+    RV_FAMILY_DINOV2 = 5,
+} rv_vit_family;
+
+/* Video positions. */
+typedef enum rv_vit_pos {
+    RV_POS_NONE = 0,
+    RV_POS_GRID_BILINEAR = 1, /* learned grid, bilinear resampling (torchvision, ringvit) */
+    RV_POS_GRID_BICUBIC = 2,  /* learned grid, bicubic resampling (transformers) */
+    RV_POS_SINUSOID = 3,      /* fixed sinusoid over the flat (t, y, x) index (VideoMAE) */
+} rv_vit_pos;
+
+/* Audio positions. */
+typedef enum rv_vit_audio_pos {
+    RV_APOS_NONE = 0,
+    RV_APOS_BAND = 1, /* a learned embedding per frequency band (ringvit) */
+    RV_APOS_GRID = 2, /* a learned band x time grid, resampled along time (AST) */
+} rv_vit_audio_pos;
+
+/* The family's pooled output (rv_vit_pool_head). */
+typedef enum rv_vit_pool_kind {
+    RV_POOL_CLS = 0,        /* the CLS token's output */
+    RV_POOL_CLS_DIST = 1,   /* mean of the CLS and distillation outputs (AST) */
+    RV_POOL_MEAN_NORM = 2,  /* pool_ln(mean of the non-special tokens) (VideoMAE fc_norm) */
+    RV_POOL_CLS_NORM = 3,   /* pool_ln(CLS) (CLIP post_layernorm) */
+    RV_POOL_CLS_TANH = 4,   /* tanh(pooler_w CLS + pooler_b) (ViT's pooler) */
+    RV_POOL_MEAN = 5,       /* mean of the non-special tokens */
+} rv_vit_pool_kind;
+
+/* qkv_bias bits */
+#define RV_VIT_BIAS_Q 1
+#define RV_VIT_BIAS_K 2
+#define RV_VIT_BIAS_V 4
+
 typedef struct rv_vit_config {
-    char preset[16];  /* "tiny", "small", "base", or "custom" */
+    char preset[16];  /* "tiny", "small", "base", or "custom"; for hub models the family */
     int dim;          /* D: token width */
     int layers;       /* L */
     int heads;        /* D % heads == 0 */
     int mlp;          /* M: MLP hidden width (4 D in the presets) */
-    float eps;        /* LayerNorm eps (1e-6) */
+    float eps;        /* LayerNorm eps of the blocks and the final norm (1e-6) */
     int tubelet;      /* T: frames per video token (tokenizer's tubelet) */
     int patch;        /* P: pixels per patch side */
     int grid;         /* stored spatial position grid side (224 / 16 = 14 in the presets) */
-    int audio_freq;   /* F: mel bins per audio patch; divides 128 */
+    int audio_freq;   /* F: mel bins per audio patch (<= 128) */
     int audio_time;   /* W: fbank frames per audio patch */
-    int cls;          /* 1: a class token leads the sequence */
+    int cls;          /* leading special tokens: 0, 1 (CLS) or 2 (CLS, distillation) */
+    /* ---- the family description (defaults: ringvit's own) ---- */
+    int family;       /* rv_vit_family */
+    int act;          /* rv_act: the MLP activation */
+    int qkv_bias;     /* RV_VIT_BIAS_* bits present (7: all; 0: none) */
+    int patch_bias;   /* 1: the video patch projection has a bias */
+    int layer_scale;  /* 1: per-channel gamma on both residual branches */
+    int pre_norm;     /* 1: a LayerNorm before the first block (CLIP's pre_layrnorm) */
+    int final_norm;   /* 1: a LayerNorm on every token after the last block */
+    int pool;         /* rv_vit_pool_kind */
+    float pool_eps;   /* eps of the pooling LayerNorm */
+    int pos;          /* rv_vit_pos: video positions */
+    int audio_pos;    /* rv_vit_audio_pos */
+    int time_code;    /* 1: the time projection and modality embeddings (ringvit) */
+    int audio_fstride; /* mel bins between audio bands (F: none overlap) */
+    int audio_tstride; /* fbank frames between audio time steps (W) */
+    int audio_grid_t; /* RV_APOS_GRID: time steps of the stored grid */
+    int video, audio; /* 1: the weights cover that modality */
+    int proj_dim;     /* > 0: a linear projection of the pooled output */
+    float mean[3], std[3];        /* video normalisation on [0, 1] values */
+    float audio_mean, audio_std;  /* fbank normalisation (x - mean) / (2 std) */
+    int image_size;   /* frame side the model's processor uses (default --size); 0:
+                         grid * patch */
 } rv_vit_config;
 
-/* Presets: tiny (D 192, L 12, H 3), small (384, 12, 6), base (768, 12, 12); all
- * M = 4 D, eps 1e-6, T 2, P 16, grid 14, F 16, W 16, cls 1. RV_ERR_INVALID
- * naming the text for another name. */
+/* Presets (family ringvit): tiny (D 192, L 12, H 3), small (384, 12, 6), base
+ * (768, 12, 12); all M = 4 D, eps 1e-6, T 2, P 16, grid 14, F 16, W 16, cls 1.
+ * RV_ERR_INVALID naming the text for another name. */
 rv_status rv_vit_preset(const char *name, rv_vit_config *out);
 
-/* Checks sizes and their relations (D % heads, 128 % F, ...), naming the numbers. */
+/* Sets the family description of c (every field after cls) to ringvit's own
+ * defaults: GELU (erf), all biases, no layer scale, final norm, pooled = CLS
+ * (mean without one), bilinear grid, band embeddings, time code, strides F and W,
+ * both modalities, ImageNet mean/std, AST's fbank mean/std. */
+void rv_vit_family_defaults(rv_vit_config *c);
+
+/* "ringvit", "vit", "videomae", "ast", "clip", "dinov2" ("?" outside the enum);
+ * parse: RV_ERR_INVALID naming the text. Likewise for the other enums (the
+ * names are the JSON values of the config). */
+const char *rv_vit_family_name(int family);
+rv_status rv_vit_family_parse(const char *text, int *out);
+const char *rv_vit_act_name(int act);          /* "gelu", "gelu_tanh", "quick_gelu" */
+const char *rv_vit_pool_name(int pool);        /* "cls", "cls_dist", "mean_norm", ... */
+const char *rv_vit_pos_name(int pos);          /* "none", "grid_bilinear", ... */
+const char *rv_vit_audio_pos_name(int apos);   /* "none", "band", "grid" */
+
+/* Checks sizes and their relations (D % heads, F <= 128, the family's fields and
+ * their combinations), naming the numbers. */
 rv_status rv_vit_config_check(const rv_vit_config *c);
 
+/* Derived sizes: audio frequency bands (128 - F) / audio_fstride + 1; rows of
+ * the pos table (see the header comment; 0 when none); special slots among them
+ * (where the grid starts). */
+int rv_vit_bands(const rv_vit_config *c);
+int64_t rv_vit_pos_rows(const rv_vit_config *c);
+int rv_vit_pos_special(const rv_vit_config *c);
+
+/* The tokenizer options the model wants (rv_tokens.h): tubelet, patch, the video
+ * and audio normalisation, the audio patch and its strides, the special tokens,
+ * and the modalities its weights cover (to->video / to->audio). The interleaving
+ * window keeps its default. */
+void rv_vit_tok_opts(const rv_vit_config *c, rv_tok_opts *to);
+/* The frame side the model's processor uses (image_size, else grid * patch). */
+int rv_vit_frame_size(const rv_vit_config *c);
+
 /* Config <-> the JSON text stored as metadata (jansson). to_json returns a
- * malloc'd string (NULL on allocation failure). */
+ * malloc'd string (NULL on allocation failure). The family keys are written only
+ * where they differ from ringvit's defaults, so ringvit's own configs read as
+ * before; a missing key is its default. */
 char *rv_vit_config_to_json(const rv_vit_config *c);
 rv_status rv_vit_config_from_json(const char *text, rv_vit_config *out);
 
@@ -113,24 +259,32 @@ typedef struct rv_vit_layer {
     float *ln2_w, *ln2_b;   /* (D) */
     float *fc1_w, *fc1_b;   /* (M, D), (M) mlp.0 */
     float *fc2_w, *fc2_b;   /* (D, M), (D) mlp.3 */
+    float *ls1, *ls2;       /* (D) layer scale of the attention / MLP branch (NULL
+                               without layer scale) */
 } rv_vit_layer;
 
 typedef struct rv_vit_model {
     rv_vit_config cfg;
     float *video_w;   /* (D, T*P*P*3): patch values in token order (t, y, x, c), c
                          fastest, as rv_tokens.h flattens them; the file's
-                         (D, 3, T, P, P) permuted */
-    float *video_b;   /* (D) */
-    float *audio_w;   /* (D, F*W): (f, w) order, w fastest, as the tokens */
+                         (D, 3, T, P, P) permuted (NULL without video) */
+    float *video_b;   /* (D) (NULL without a patch bias) */
+    float *audio_w;   /* (D, F*W): (f, w) order, w fastest, as the tokens (NULL
+                         without audio) */
     float *audio_b;   /* (D) */
-    float *cls;       /* (D) class token */
-    float *pos;       /* (1 + grid*grid, D) spatial positions, CLS slot first,
-                         then row by row */
-    float *band;      /* (bands, D) audio band embeddings, bands = 128 / F */
-    float *time_w;    /* (D, D) time projection */
-    float *modality;  /* (3, D) video, audio, cls */
+    float *cls;       /* (special, D) the special tokens: CLS, then distillation */
+    float *pos;       /* (rv_vit_pos_rows, D) special slots first, then the grid
+                         row by row (NULL when 0 rows) */
+    float *band;      /* (bands, D) audio band embeddings (RV_APOS_BAND) */
+    float *audio_pos; /* (bands * audio_grid_t, D) AST's grid, band-major (RV_APOS_GRID) */
+    float *time_w;    /* (D, D) time projection (time_code) */
+    float *modality;  /* (3, D) video, audio, special (time_code) */
+    float *pre_ln_w, *pre_ln_b; /* (D) pre_norm */
     rv_vit_layer *layer; /* (L) */
-    float *ln_w, *ln_b;  /* (D) final LayerNorm */
+    float *ln_w, *ln_b;  /* (D) final LayerNorm (final_norm) */
+    float *pool_ln_w, *pool_ln_b; /* (D) the pooling LayerNorm (RV_POOL_*_NORM) */
+    float *pooler_w, *pooler_b;   /* (D, D), (D) RV_POOL_CLS_TANH */
+    float *proj_w;       /* (proj_dim, D) */
     float *arena;        /* every tensor above lives here */
     size_t arena_floats; /* its length */
 } rv_vit_model;
@@ -148,13 +302,43 @@ rv_status rv_vit_new(const rv_vit_config *c, rv_vit_model **out);
 rv_status rv_vit_init_random(rv_vit_model *m, uint64_t seed);
 
 typedef struct rv_vit_load_opts {
-    int heads;    /* > 0: overrides the stored or default head count */
-    int tubelet;  /* > 0: the tubelet wanted; a 2D file is inflated to it, a file
-                     stored with another T > 1 is an error naming both */
+    int heads;    /* > 0: overrides the stored or default head count (ringvit and
+                     torchvision files) */
+    int tubelet;  /* > 0: the tubelet wanted; a 2D patch weight is inflated to it
+                     (image families too), a file stored with another T > 1 is an
+                     error naming both */
 } rv_vit_load_opts;
 
-/* Reads a model (opts may be NULL). */
+/* What a load found (rv_vit_load_ex), for `ringvit inspect` and warnings. */
+typedef struct rv_vit_load_info {
+    char format[16];       /* "ringvit" (ringvit.config metadata), "torchvision"
+                              (torchvision names only) or "hub" (a folder) */
+    char model_type[64];   /* hub: config.json's model_type */
+    char weights[4096];    /* the weights file read */
+    int file_tensors;      /* tensors in the file */
+    int used;              /* read into the model */
+    char **ignored;        /* (nignored) known tensors the encoder does not use
+                              (classifier heads, decoders, the text tower, buffers) */
+    int nignored;
+    char **unknown;        /* (nunknown) tensors of no known role (warned) */
+    int nunknown;
+    char **zeroed;         /* (nzeroed) model tensors the file lacks, left zero */
+    int nzeroed;
+    char **notes;          /* (nnotes) one line each: what the loader decided and why
+                              (e.g. "pooled = fc_norm(mean) (use_mean_pooling)") */
+    int nnotes;
+} rv_vit_load_info;
+
+void rv_vit_load_info_free(rv_vit_load_info *info);
+
+/* Reads a model (opts may be NULL): a ringvit or torchvision-named .safetensors
+ * file, or a folder in the Hugging Face layout (config.json, model.safetensors,
+ * preprocessor_config.json where the family has one; vit_hub.c). */
 rv_status rv_vit_load(const char *path, const rv_vit_load_opts *opts, rv_vit_model **out);
+/* The same, telling what it found in *info (zeroed first; free with
+ * rv_vit_load_info_free, also after a failure). */
+rv_status rv_vit_load_ex(const char *path, const rv_vit_load_opts *opts, rv_vit_model **out,
+                         rv_vit_load_info *info);
 
 /* Writes every tensor under the names above (conv_proj.weight when T == 1,
  * ringvit.tubelet_proj.weight otherwise) and the config metadata, to a temporary
@@ -193,6 +377,9 @@ typedef struct rv_vit_tokens {
     int grid;                 /* patches per side of this recording's frames
                                  (size / P); positions are resampled when it
                                  differs from cfg.grid */
+    int64_t audio_steps;      /* audio time steps of the whole sequence (the
+                                 layout's steps): RV_APOS_GRID resamples its
+                                 positions to it when it exceeds audio_grid_t */
 } rv_vit_tokens;
 
 typedef struct rv_vit_run {
@@ -255,12 +442,25 @@ typedef struct rv_vit_pooled {
     int64_t modality_tokens[2];
     int has_cls;              /* 1 when the sequence holds a CLS token */
     float *cls;               /* (D) its output (zeros when none) */
+    int has_dist;             /* 1 when it holds a distillation token (special 1) */
+    float *dist;              /* (D) its output (zeros when none) */
+    /* rv_vit_pool_head: */
+    float *pooled;            /* (D) the family's pooled output (NULL before) */
+    int proj_dim;             /* > 0 when the model projects it */
+    float *projected;         /* (proj_dim) proj_w @ pooled */
 } rv_vit_pooled;
 
 /* Pools y (in->len, dim) of every rank by all-reduce (sums in double); every
  * rank gets the same result. Every rank of comm calls it together. */
 rv_status rv_vit_pool(rv_comm *comm, const rv_vit_tokens *in, const float *y, int dim,
                       const rv_vit_pool_opts *opts, rv_vit_pooled *out);
+
+/* The family's pooled output from what rv_vit_pool gathered (host only, no
+ * communication): p->pooled (D) by m->cfg.pool (the header comment), then
+ * p->projected = proj_w @ pooled when the model has a projection. A pool kind
+ * whose token is missing from the sequence (CLS pooling without a CLS) is
+ * RV_ERR_INVALID naming it. */
+rv_status rv_vit_pool_head(const rv_vit_model *m, rv_vit_pooled *p);
 
 /* Frees the arrays and zeroes the struct. */
 void rv_vit_pooled_free(rv_vit_pooled *p);

@@ -323,8 +323,11 @@ rv_status rv_ckpt_load(const char *path, rv_vit_model *m, rv_train_head *h, rv_a
     if ((s = rv_st_get(st, OPTIM_M, RV_F32, 1, shape, &tm)) != RV_OK ||
         (s = rv_st_get(st, OPTIM_V, RV_F32, 1, shape, &tv)) != RV_OK)
         goto end;
-    video = malloc(found[0]->nbytes); /* entry 0 is the video weight (vit_tensors.h) */
-    if (!video) {
+    int vidx = -1; /* the video weight's entry (none in an audio-only family) */
+    for (int i = 0; i < count; i++)
+        if (list[i].layout == VIT_VIDEO)
+            vidx = i;
+    if (vidx >= 0 && !(video = malloc(found[vidx]->nbytes))) {
         s = rv_fail(RV_ERR_NOMEM, "loading checkpoint '%s': out of memory", lb);
         goto end;
     }

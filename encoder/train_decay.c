@@ -1,8 +1,10 @@
 /* train_decay.c: which parameters AdamW's weight decay applies to
  * (rv_train_decay_mask): the weight matrices (the patch, audio and time
- * projections, every layer's qkv, out_proj, mlp.0 and mlp.3 weights, and the
- * head's linear weights), never biases, LayerNorms, embeddings (class token,
- * positions, bands, modality) or the mask token, as ViT and MAE training do.
+ * projections, every layer's qkv, out_proj, mlp.0 and mlp.3 weights, the
+ * pooler and the output projection, and the head's linear weights), never
+ * biases, LayerNorms, layer scales, embeddings (class token, positions, bands,
+ * modality) or the mask token, as ViT and MAE training do. A tensor the family
+ * lacks is NULL and skipped.
  *
  * The mask is laid out over [model arena | head arena], and each tensor's place
  * is found from its pointer into its arena, so the mask follows the arenas
@@ -32,6 +34,8 @@ void rv_train_decay_mask(const rv_vit_model *m, const rv_train_head *h, uint8_t 
     mark(mask, 0, m->arena, m->video_w, D * video_in);
     mark(mask, 0, m->arena, m->audio_w, D * audio_in);
     mark(mask, 0, m->arena, m->time_w, D * D);
+    mark(mask, 0, m->arena, m->pooler_w, D * D);
+    mark(mask, 0, m->arena, m->proj_w, (int64_t)c->proj_dim * D);
     for (int i = 0; i < c->layers; i++) {
         const rv_vit_layer *ly = &m->layer[i];
         mark(mask, 0, m->arena, ly->qkv_w, 3 * D * D);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "vit_internal.h"
+#include "vit_tensors.h"
 
 /* The pointer at p's offset in the host arena, moved into the device arena. */
 static float *rebase(const rv_vit_model *m, float *dev_arena, const float *p)
@@ -34,23 +35,15 @@ rv_status rv_vit_to_backend(const rv_vit_model *m, rv_backend *be, rv_vit_model 
     }
     d->cfg = m->cfg;
     d->arena_floats = m->arena_floats;
-    float *a = d->arena;
-    d->video_w = rebase(m, a, m->video_w), d->video_b = rebase(m, a, m->video_b);
-    d->audio_w = rebase(m, a, m->audio_w), d->audio_b = rebase(m, a, m->audio_b);
-    d->cls = rebase(m, a, m->cls), d->pos = rebase(m, a, m->pos);
-    d->band = rebase(m, a, m->band), d->time_w = rebase(m, a, m->time_w);
-    d->modality = rebase(m, a, m->modality);
-    d->ln_w = rebase(m, a, m->ln_w), d->ln_b = rebase(m, a, m->ln_b);
-    for (int l = 0; l < m->cfg.layers; l++) {
-        const rv_vit_layer *s = &m->layer[l];
-        rv_vit_layer *t = &d->layer[l];
-        t->ln1_w = rebase(m, a, s->ln1_w), t->ln1_b = rebase(m, a, s->ln1_b);
-        t->qkv_w = rebase(m, a, s->qkv_w), t->qkv_b = rebase(m, a, s->qkv_b);
-        t->proj_w = rebase(m, a, s->proj_w), t->proj_b = rebase(m, a, s->proj_b);
-        t->ln2_w = rebase(m, a, s->ln2_w), t->ln2_b = rebase(m, a, s->ln2_b);
-        t->fc1_w = rebase(m, a, s->fc1_w), t->fc1_b = rebase(m, a, s->fc1_b);
-        t->fc2_w = rebase(m, a, s->fc2_w), t->fc2_b = rebase(m, a, s->fc2_b);
-    }
+    /* Every field, whatever the family: the per-model roles once, the per-layer
+     * ones for each layer (vit_slot gives NULL for a layer role without a layer). */
+    rv_vit_model *hm = (rv_vit_model *)m; /* vit_slot reads m's fields only */
+    for (int r = 0; r < VR_COUNT; r++)
+        for (int l = -1; l < m->cfg.layers; l++) {
+            float **src = vit_slot(hm, (vit_role)r, l), **dst = vit_slot(d, (vit_role)r, l);
+            if (src && dst && (l >= 0) == (r >= VR_LN1_W && r <= VR_LS2))
+                *dst = rebase(m, d->arena, *src);
+        }
     *out = d;
     d = NULL;
 end:

@@ -1,15 +1,19 @@
 /* vit_backward.c: the encoder backward of one rank's slice with context
  * parallelism (rv_vit_train.h), from the activations rv_vit_forward_train kept
  * (vit_internal.h), layer by layer in reverse:
- *   final LayerNorm:  dx = ln_bwd(dy)                        (ln_w, ln_b accumulated)
- *   MLP block:        fc2_b += colsum dx, fc2_w += dx^T gelu(pre), da = dx W2,
- *                     dpre = gelu'(pre) da, fc1_b += colsum dpre,
+ *   final LayerNorm:  dx = ln_bwd(dy)  (ln_w, ln_b accumulated; dx = dy without one)
+ *   MLP block:        dbr = dx, or with layer scale ls_2 * dx and ls_2 += colsum(dx *
+ *                     br) (br, the branch output, recomputed);
+ *                     fc2_b += colsum dbr, fc2_w += dbr^T act(pre), da = dbr W2,
+ *                     dpre = act'(pre) da, fc1_b += colsum dpre,
  *                     fc1_w += dpre^T ln_2(xm), dx += ln_2_bwd(dpre W1)
- *   attention block:  proj_b += colsum dx, proj_w += dx^T o, do = dx Wo,
+ *   attention block:  dbr and ls_1 as for the MLP;
+ *                     proj_b += colsum dbr, proj_w += dbr^T o, do = dbr Wo,
  *                     dq, dk, dv = CP attention backward (communicates: every
  *                     rank gets the gradient of its own keys and values back),
- *                     qkv_b += colsums, qkv_w += d{q,k,v}^T ln_1(x),
- *                     dx += ln_1_bwd(dq Wq + dk Wk + dv Wv)
+ *                     qkv_b += colsums (the biases the family has),
+ *                     qkv_w += d{q,k,v}^T ln_1(x), dx += ln_1_bwd(dq Wq + dk Wk + dv Wv)
+ *   pre-norm:         dx = pre_ln_bwd(dx) (families with one)
  *   embedding:        vit_embed_backward.c
  * LayerNorm outputs are recomputed from the saved block inputs. Every gradient
  * is ADDED into grad (this rank's share; the sum over ranks is the sequence's).
@@ -98,7 +102,7 @@ rv_status rv_vit_backward(const rv_vit_model *m, const rv_vit_run *run,
                        a->be ? a->be->name : "host", be->name);
     rv_vit_stats s = {0};
     rv_cp_attn cp;
-    float *dx = NULL, *t1 = NULL, *t2 = NULL, *dqkv = NULL, *big = NULL, *ms = NULL;
+    float *dx = NULL, *t1 = NULL, *t2 = NULL, *t3 = NULL, *dqkv = NULL, *big = NULL, *ms = NULL;
     double t0 = vit_now(), t1s;
     size_t bytes = a->bytes + sizeof(float) * (6 * nd + (size_t)cap * M + 2 * (size_t)cap);
 
@@ -108,6 +112,9 @@ rv_status rv_vit_backward(const rv_vit_model *m, const rv_vit_run *run,
         (st = be->alloc(be, sizeof(float) * 3 * nd, (void **)&dqkv)) != RV_OK ||
         (st = be->alloc(be, sizeof(float) * (size_t)cap * M, (void **)&big)) != RV_OK ||
         (st = be->alloc(be, sizeof(float) * 2 * (size_t)cap, (void **)&ms)) != RV_OK)
+        goto end;
+    /* A layer scale's branch output and gradient need a buffer of their own. */
+    if (c->layer_scale && (st = be->alloc(be, sizeof(float) * nd, (void **)&t3)) != RV_OK)
         goto end;
     if (!on_host) {
         if ((st = be->alloc(be, sizeof(float) * nd, (void **)&dy_dev)) != RV_OK ||
@@ -121,12 +128,17 @@ rv_status rv_vit_backward(const rv_vit_model *m, const rv_vit_run *run,
                               run->causal, 0.0f)) != RV_OK)
         goto end;
 
-    /* Final LayerNorm. */
-    if ((st = be->layernorm_bwd(be, dyd, a->x + (size_t)c->layers * nd, wm->ln_w, a->final_stats,
-                                a->final_stats + cap, len, D, dx, gd->ln_w, gd->ln_b)) != RV_OK)
+    /* Final LayerNorm (a family without one passes dy straight on). */
+    if ((st = c->final_norm
+                  ? be->layernorm_bwd(be, dyd, a->x + (size_t)c->layers * nd, wm->ln_w,
+                                      a->final_stats, a->final_stats + cap, len, D, dx, gd->ln_w,
+                                      gd->ln_b)
+                  : be->copy(be, dx, dyd, sizeof(float) * (size_t)len * D,
+                             RV_COPY_DEVICE_TO_DEVICE)) != RV_OK)
         goto end;
     t1s = vit_now();
     s.other_s += t1s - t0, t0 = t1s;
+    const rv_act act = (rv_act)c->act;
 
     for (int l = c->layers - 1; l >= 0; l--) {
         const rv_vit_layer *w = &wm->layer[l];
@@ -136,12 +148,27 @@ rv_status rv_vit_backward(const rv_vit_model *m, const rv_vit_run *run,
         const float *pre = a->pre + (size_t)l * cap * M, *lse = a->lse + (size_t)l * H * cap;
         const float *ls = a->ln_stats + (size_t)l * 4 * cap;
 
-        /* MLP block: dx is the gradient of its output xn = xm + fc2(gelu(fc1(ln_2(xm)))). */
-        if ((st = be->colsum_add(be, dx, len, D, g->fc2_b)) != RV_OK ||
-            (st = be->gelu_fwd(be, pre, big, (size_t)len * M)) != RV_OK ||
-            (st = be->gemm(be, 1, 0, D, M, len, 1.0f, dx, D, big, M, 1.0f, g->fc2_w, M)) != RV_OK ||
-            (st = be->gemm(be, 0, 0, len, M, D, 1.0f, dx, D, w->fc2_w, M, 0.0f, big, M)) != RV_OK ||
-            (st = be->gelu_bwd(be, pre, big, big, (size_t)len * M)) != RV_OK)
+        /* MLP block: dx is the gradient of its output xn = xm + ls_2 * br,
+         * br = fc2(act(fc1(ln_2(xm)))); dbr, the gradient of br, is dx (no layer
+         * scale) or ls_2 * dx, and dls_2 = colsum(dx * br) with br recomputed. */
+        const float *dbr = dx;
+        if ((st = be->act_fwd(be, act, pre, big, (size_t)len * M)) != RV_OK)
+            goto end;
+        if (c->layer_scale) {
+            if ((st = be->gemm(be, 0, 1, len, D, M, 1.0f, big, M, w->fc2_w, M, 0.0f, t3, D)) != RV_OK ||
+                (st = be->bias_add(be, t3, w->fc2_b, len, D)) != RV_OK ||
+                (st = be->colsum_mul_add(be, dx, t3, len, D, g->ls2)) != RV_OK ||
+                (st = be->copy(be, t3, dx, sizeof(float) * (size_t)len * D,
+                               RV_COPY_DEVICE_TO_DEVICE)) != RV_OK ||
+                (st = be->scale_cols(be, t3, w->ls2, len, D)) != RV_OK)
+                goto end;
+            dbr = t3;
+            s.flops += 2.0 * len * (double)D * M;
+        }
+        if ((st = be->colsum_add(be, dbr, len, D, g->fc2_b)) != RV_OK ||
+            (st = be->gemm(be, 1, 0, D, M, len, 1.0f, dbr, D, big, M, 1.0f, g->fc2_w, M)) != RV_OK ||
+            (st = be->gemm(be, 0, 0, len, M, D, 1.0f, dbr, D, w->fc2_w, M, 0.0f, big, M)) != RV_OK ||
+            (st = be->act_bwd(be, act, pre, big, big, (size_t)len * M)) != RV_OK)
             goto end;
         if ((st = be->colsum_add(be, big, len, M, g->fc1_b)) != RV_OK ||
             (st = be->layernorm_fwd(be, xm, w->ln2_w, w->ln2_b, len, D, c->eps, t2, ms,
@@ -156,19 +183,34 @@ rv_status rv_vit_backward(const rv_vit_model *m, const rv_vit_run *run,
         t1s = vit_now();
         s.mlp_s += t1s - t0, t0 = t1s;
 
-        /* Attention block: xm = x + proj(attention(qkv(ln_1(x)))). */
+        /* Attention block: xm = x + ls_1 * proj(attention(qkv(ln_1(x)))). */
         float *dq = dqkv, *dk = dqkv + nd, *dv = dqkv + 2 * nd;
-        if ((st = be->colsum_add(be, dx, len, D, g->proj_b)) != RV_OK ||
-            (st = be->gemm(be, 1, 0, D, D, len, 1.0f, dx, D, o, D, 1.0f, g->proj_w, D)) != RV_OK ||
-            (st = be->gemm(be, 0, 0, len, D, D, 1.0f, dx, D, w->proj_w, D, 0.0f, t1, D)) != RV_OK ||
+        dbr = dx;
+        if (c->layer_scale) {
+            if ((st = be->gemm(be, 0, 1, len, D, D, 1.0f, o, D, w->proj_w, D, 0.0f, t3, D)) != RV_OK ||
+                (st = be->bias_add(be, t3, w->proj_b, len, D)) != RV_OK ||
+                (st = be->colsum_mul_add(be, dx, t3, len, D, g->ls1)) != RV_OK ||
+                (st = be->copy(be, t3, dx, sizeof(float) * (size_t)len * D,
+                               RV_COPY_DEVICE_TO_DEVICE)) != RV_OK ||
+                (st = be->scale_cols(be, t3, w->ls1, len, D)) != RV_OK)
+                goto end;
+            dbr = t3;
+            s.flops += 2.0 * len * (double)D * D;
+        }
+        if ((st = be->colsum_add(be, dbr, len, D, g->proj_b)) != RV_OK ||
+            (st = be->gemm(be, 1, 0, D, D, len, 1.0f, dbr, D, o, D, 1.0f, g->proj_w, D)) != RV_OK ||
+            (st = be->gemm(be, 0, 0, len, D, D, 1.0f, dbr, D, w->proj_w, D, 0.0f, t1, D)) != RV_OK ||
             (st = rv_cp_attn_backward(&cp, q, q + nd, q + 2 * nd, o, lse, t1, dq, dk, dv)) != RV_OK ||
             (st = be->layernorm_fwd(be, x, w->ln1_w, w->ln1_b, len, D, c->eps, t2, ms,
                                     ms + cap)) != RV_OK)
             goto end;
         for (int j = 0; j < 3; j++) {
             const float *dj = dqkv + (size_t)j * nd, *wj = w->qkv_w + (size_t)j * D * D;
-            if ((st = be->colsum_add(be, dj, len, D, g->qkv_b + (size_t)j * D)) != RV_OK ||
-                (st = be->gemm(be, 1, 0, D, D, len, 1.0f, dj, D, t2, D, 1.0f,
+            /* only the biases the family has: an absent one stays zero */
+            if (g->qkv_b && (c->qkv_bias & (1 << j)) &&
+                (st = be->colsum_add(be, dj, len, D, g->qkv_b + (size_t)j * D)) != RV_OK)
+                goto end;
+            if ((st = be->gemm(be, 1, 0, D, D, len, 1.0f, dj, D, t2, D, 1.0f,
                                g->qkv_w + (size_t)j * D * D, D)) != RV_OK ||
                 (st = be->gemm(be, 0, 0, len, D, D, 1.0f, dj, D, wj, D, j ? 1.0f : 0.0f, t1,
                                D)) != RV_OK)
@@ -182,6 +224,14 @@ rv_status rv_vit_backward(const rv_vit_model *m, const rv_vit_run *run,
         t1s = vit_now();
         s.attn_s += t1s - t0, t0 = t1s;
     }
+    /* A pre-norm: dx is the gradient of x[0] = pre_ln(emb); the embedding's is
+     * its LayerNorm backward. */
+    if (c->pre_norm && ((st = be->layernorm_bwd(be, dx, a->emb, wm->pre_ln_w, a->pre_stats,
+                                                a->pre_stats + cap, len, D, t1, gd->pre_ln_w,
+                                                gd->pre_ln_b)) != RV_OK ||
+                        (st = be->copy(be, dx, t1, sizeof(float) * (size_t)len * D,
+                                       RV_COPY_DEVICE_TO_DEVICE)) != RV_OK))
+        goto end;
 
     /* Embedding: t1 holds the time codes, dqkv the per-modality rows. */
     if (on_host) {
@@ -218,6 +268,7 @@ end:
     be->free(be, dx);
     be->free(be, t1);
     be->free(be, t2);
+    be->free(be, t3);
     be->free(be, dqkv);
     be->free(be, big);
     be->free(be, ms);

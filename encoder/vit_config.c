@@ -1,13 +1,6 @@
-/* vit_config.c: the encoder's configuration (rv_vit.h): the named presets, the
- * check of sizes and their relations, and the JSON text stored as the
- * "ringvit.config" metadata of a weights file.
- *
- * The JSON is one flat object, keys in a fixed order, so the same config always
- * gives the same text (rv_vit_hash hashes it). eps is written as the shortest
- * decimal that reads back as the same float ("1e-06", not
- * "9.9999999747524271e-07"), so files stay readable and round trips exact. */
-#include <float.h>
-#include <jansson.h>
+/* vit_config.c: the encoder's configuration (rv_vit.h): the named presets and
+ * the check of sizes, of the family description and of their relations. The
+ * JSON form is vit_config_json.c. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +17,8 @@
 #define MAX_PATCH 1024
 #define MAX_GRID 1024
 #define MAX_AUDIO_TIME 4096
+#define MAX_AUDIO_GRID (1 << 20)
+#define MAX_IMAGE (MAX_GRID * MAX_PATCH)
 
 rv_status rv_vit_preset(const char *name, rv_vit_config *out)
 {
@@ -56,6 +51,7 @@ rv_status rv_vit_preset(const char *name, rv_vit_config *out)
         c.audio_freq = 16;
         c.audio_time = 16;
         c.cls = 1;
+        rv_vit_family_defaults(&c);
         *out = c;
         return RV_OK;
     }
@@ -67,6 +63,80 @@ static rv_status check_range(const char *what, int v, int lo, int hi)
     if (v < lo || v > hi)
         return rv_fail(RV_ERR_INVALID, "vit config: %s %d is outside [%d, %d]", what, v, lo,
                        hi);
+    return RV_OK;
+}
+
+static rv_status check_enum(const char *what, int v, int count)
+{
+    if (v < 0 || v >= count)
+        return rv_fail(RV_ERR_INVALID, "vit config: %s %d is not one of the %d known values",
+                       what, v, count);
+    return RV_OK;
+}
+
+static int finite_positive(float v) { return isfinite(v) && v > 0.0f; }
+
+/* The family's fields, on their own and together. */
+static rv_status check_family(const rv_vit_config *c)
+{
+    rv_status s;
+    if ((s = check_enum("family", c->family, RV_FAMILY_DINOV2 + 1)) != RV_OK ||
+        (s = check_enum("act", c->act, RV_ACT_QUICK_GELU + 1)) != RV_OK ||
+        (s = check_enum("pool", c->pool, RV_POOL_MEAN + 1)) != RV_OK ||
+        (s = check_enum("pos", c->pos, RV_POS_SINUSOID + 1)) != RV_OK ||
+        (s = check_enum("audio_pos", c->audio_pos, RV_APOS_GRID + 1)) != RV_OK ||
+        (s = check_range("qkv_bias", c->qkv_bias, 0, 7)) != RV_OK ||
+        (s = check_range("patch_bias", c->patch_bias, 0, 1)) != RV_OK ||
+        (s = check_range("layer_scale", c->layer_scale, 0, 1)) != RV_OK ||
+        (s = check_range("pre_norm", c->pre_norm, 0, 1)) != RV_OK ||
+        (s = check_range("final_norm", c->final_norm, 0, 1)) != RV_OK ||
+        (s = check_range("time_code", c->time_code, 0, 1)) != RV_OK ||
+        (s = check_range("audio_fstride", c->audio_fstride, 1, RV_VIT_MEL_BINS)) != RV_OK ||
+        (s = check_range("audio_tstride", c->audio_tstride, 1, MAX_AUDIO_TIME)) != RV_OK ||
+        (s = check_range("audio_grid_t", c->audio_grid_t, 0, MAX_AUDIO_GRID)) != RV_OK ||
+        (s = check_range("video", c->video, 0, 1)) != RV_OK ||
+        (s = check_range("audio", c->audio, 0, 1)) != RV_OK ||
+        (s = check_range("proj_dim", c->proj_dim, 0, MAX_DIM)) != RV_OK ||
+        (s = check_range("image_size", c->image_size, 0, MAX_IMAGE)) != RV_OK)
+        return s;
+    if (!c->video && !c->audio)
+        return rv_fail(RV_ERR_INVALID, "vit config: the model covers neither video nor audio");
+    if (c->family == RV_FAMILY_RINGVIT && c->cls > 1)
+        return rv_fail(RV_ERR_INVALID, "vit config: ringvit's own models have at most one "
+                       "special token (cls %d)", c->cls);
+    if ((c->pool == RV_POOL_CLS || c->pool == RV_POOL_CLS_NORM || c->pool == RV_POOL_CLS_TANH) &&
+        c->cls < 1)
+        return rv_fail(RV_ERR_INVALID, "vit config: pool %s needs a CLS token (cls %d)",
+                       rv_vit_pool_name(c->pool), c->cls);
+    if (c->pool == RV_POOL_CLS_DIST && c->cls != 2)
+        return rv_fail(RV_ERR_INVALID, "vit config: pool cls_dist needs the CLS and "
+                       "distillation tokens (cls 2, got %d)", c->cls);
+    if (c->video && c->pos == RV_POS_NONE && !c->time_code)
+        return rv_fail(RV_ERR_INVALID, "vit config: video tokens without positions (pos none "
+                       "and no time code)");
+    if (c->pos == RV_POS_SINUSOID && rv_vit_pos_special(c) > 0)
+        return rv_fail(RV_ERR_INVALID, "vit config: sinusoid positions have no slot for the "
+                       "%d special token%s", rv_vit_pos_special(c), c->cls == 1 ? "" : "s");
+    if (c->audio && c->audio_pos == RV_APOS_NONE && !c->time_code)
+        return rv_fail(RV_ERR_INVALID, "vit config: audio tokens without positions");
+    if (c->audio_pos == RV_APOS_GRID && c->audio_grid_t < 1)
+        return rv_fail(RV_ERR_INVALID, "vit config: audio_pos grid needs audio_grid_t >= 1");
+    if (c->audio_pos != RV_APOS_GRID && c->audio_grid_t != 0)
+        return rv_fail(RV_ERR_INVALID, "vit config: audio_grid_t %d without audio_pos grid",
+                       c->audio_grid_t);
+    if (!isfinite(c->pool_eps) || !(c->pool_eps > 0.0f) || c->pool_eps > 1.0f)
+        return rv_fail(RV_ERR_INVALID, "vit config: pooling LayerNorm eps %g is not in (0, 1]",
+                       (double)c->pool_eps);
+    for (int k = 0; k < 3; k++)
+        if (!isfinite(c->mean[k]) || !finite_positive(c->std[k]))
+            return rv_fail(RV_ERR_INVALID, "vit config: video mean %g / std %g of channel %d: "
+                           "need finite, std > 0", (double)c->mean[k], (double)c->std[k], k);
+    if (!isfinite(c->audio_mean) || !finite_positive(c->audio_std))
+        return rv_fail(RV_ERR_INVALID, "vit config: audio mean %g / std %g: need finite, std > 0",
+                       (double)c->audio_mean, (double)c->audio_std);
+    if (c->image_size > 0 && c->image_size % c->patch != 0)
+        return rv_fail(RV_ERR_INVALID, "vit config: image_size %d is not a multiple of the "
+                       "patch %d", c->image_size, c->patch);
     return RV_OK;
 }
 
@@ -86,149 +156,13 @@ rv_status rv_vit_config_check(const rv_vit_config *c)
         (s = check_range("grid", c->grid, 1, MAX_GRID)) != RV_OK ||
         (s = check_range("audio_freq", c->audio_freq, 1, RV_VIT_MEL_BINS)) != RV_OK ||
         (s = check_range("audio_time", c->audio_time, 1, MAX_AUDIO_TIME)) != RV_OK ||
-        (s = check_range("cls", c->cls, 0, 1)) != RV_OK)
+        (s = check_range("cls", c->cls, 0, 2)) != RV_OK)
         return s;
     if (c->dim % c->heads != 0)
         return rv_fail(RV_ERR_INVALID, "vit config: dim %d is not divisible by heads %d",
                        c->dim, c->heads);
-    if (RV_VIT_MEL_BINS % c->audio_freq != 0)
-        return rv_fail(RV_ERR_INVALID,
-                       "vit config: audio_freq %d does not divide the %d mel bins",
-                       c->audio_freq, RV_VIT_MEL_BINS);
     if (!isfinite(c->eps) || !(c->eps > 0.0f) || c->eps > 1.0f)
         return rv_fail(RV_ERR_INVALID, "vit config: LayerNorm eps %g is not in (0, 1]",
                        (double)c->eps);
-    return RV_OK;
-}
-
-/* The shortest decimal (up to FLT_DECIMAL_DIG digits) that reads back as v. */
-static double shortest_float(float v)
-{
-    char buf[48];
-    for (int p = 1; p <= FLT_DECIMAL_DIG; p++) {
-        snprintf(buf, sizeof buf, "%.*g", p, (double)v);
-        double d = strtod(buf, NULL);
-        if ((float)d == v)
-            return d;
-    }
-    return (double)v;
-}
-
-char *rv_vit_config_to_json(const rv_vit_config *c)
-{
-    char *text = NULL;
-    json_t *o = NULL;
-    if (!c)
-        goto end;
-    char preset[sizeof c->preset + 1];
-    memcpy(preset, c->preset, sizeof c->preset);
-    preset[sizeof c->preset] = '\0';
-    o = json_object();
-    if (!o)
-        goto end;
-    /* json_object_set_new steals the value even on failure; any NULL value makes
-     * the set fail, which the combined check below catches. */
-    int bad = 0;
-    bad |= json_object_set_new(o, "preset", json_string(preset));
-    bad |= json_object_set_new(o, "dim", json_integer(c->dim));
-    bad |= json_object_set_new(o, "layers", json_integer(c->layers));
-    bad |= json_object_set_new(o, "heads", json_integer(c->heads));
-    bad |= json_object_set_new(o, "mlp", json_integer(c->mlp));
-    bad |= json_object_set_new(o, "eps", json_real(shortest_float(c->eps)));
-    bad |= json_object_set_new(o, "tubelet", json_integer(c->tubelet));
-    bad |= json_object_set_new(o, "patch", json_integer(c->patch));
-    bad |= json_object_set_new(o, "grid", json_integer(c->grid));
-    bad |= json_object_set_new(o, "audio_freq", json_integer(c->audio_freq));
-    bad |= json_object_set_new(o, "audio_time", json_integer(c->audio_time));
-    bad |= json_object_set_new(o, "cls", json_integer(c->cls));
-    if (bad)
-        goto end;
-    text = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER |
-                             JSON_REAL_PRECISION(FLT_DECIMAL_DIG));
-end:
-    json_decref(o);
-    return text;
-}
-
-/* o[key] as an int; required. */
-static rv_status get_int(const json_t *o, const char *key, int *out)
-{
-    const json_t *v = json_object_get(o, key);
-    if (!v)
-        return rv_fail(RV_ERR_FORMAT, "vit config JSON: missing \"%s\"", key);
-    if (!json_is_integer(v))
-        return rv_fail(RV_ERR_FORMAT, "vit config JSON: \"%s\" is not an integer", key);
-    json_int_t x = json_integer_value(v);
-    if (x < -2147483647 || x > 2147483647)
-        return rv_fail(RV_ERR_FORMAT, "vit config JSON: \"%s\" %lld is out of range", key,
-                       (long long)x);
-    *out = (int)x;
-    return RV_OK;
-}
-
-rv_status rv_vit_config_from_json(const char *text, rv_vit_config *out)
-{
-    rv_status s = RV_OK;
-    json_t *o = NULL;
-    json_error_t err;
-    rv_vit_config c;
-    memset(&c, 0, sizeof c);
-    if (!text || !out) {
-        s = rv_fail(RV_ERR_INVALID, "rv_vit_config_from_json: NULL argument");
-        goto end;
-    }
-    o = json_loads(text, JSON_REJECT_DUPLICATES, &err);
-    if (!o) {
-        s = rv_fail(RV_ERR_FORMAT, "vit config JSON: %.200s (line %d, column %d)", err.text,
-                    err.line, err.column);
-        goto end;
-    }
-    if (!json_is_object(o)) {
-        s = rv_fail(RV_ERR_FORMAT, "vit config JSON: not an object");
-        goto end;
-    }
-    /* preset is optional (a hand-written config is "custom"). */
-    const json_t *p = json_object_get(o, "preset");
-    if (p && !json_is_string(p)) {
-        s = rv_fail(RV_ERR_FORMAT, "vit config JSON: \"preset\" is not a string");
-        goto end;
-    }
-    const char *pname = p ? json_string_value(p) : "custom";
-    if (strlen(pname) >= sizeof c.preset) {
-        s = rv_fail(RV_ERR_FORMAT, "vit config JSON: preset name '%.32s' is longer than %d",
-                    pname, (int)sizeof c.preset - 1);
-        goto end;
-    }
-    snprintf(c.preset, sizeof c.preset, "%s", pname);
-    if ((s = get_int(o, "dim", &c.dim)) != RV_OK ||
-        (s = get_int(o, "layers", &c.layers)) != RV_OK ||
-        (s = get_int(o, "heads", &c.heads)) != RV_OK ||
-        (s = get_int(o, "mlp", &c.mlp)) != RV_OK ||
-        (s = get_int(o, "tubelet", &c.tubelet)) != RV_OK ||
-        (s = get_int(o, "patch", &c.patch)) != RV_OK ||
-        (s = get_int(o, "grid", &c.grid)) != RV_OK ||
-        (s = get_int(o, "audio_freq", &c.audio_freq)) != RV_OK ||
-        (s = get_int(o, "audio_time", &c.audio_time)) != RV_OK ||
-        (s = get_int(o, "cls", &c.cls)) != RV_OK)
-        goto end;
-    /* eps is optional (default 1e-6, torchvision's). */
-    const json_t *e = json_object_get(o, "eps");
-    c.eps = 1e-6f;
-    if (e) {
-        if (!json_is_number(e)) {
-            s = rv_fail(RV_ERR_FORMAT, "vit config JSON: \"eps\" is not a number");
-            goto end;
-        }
-        c.eps = (float)json_number_value(e);
-    }
-    if ((s = rv_vit_config_check(&c)) != RV_OK) {
-        char msg[512]; /* the message is rewritten below: copy it out first */
-        snprintf(msg, sizeof msg, "%s", rv_last_error());
-        s = rv_fail(RV_ERR_FORMAT, "%s", msg);
-        goto end;
-    }
-    *out = c;
-end:
-    json_decref(o);
-    return s;
+    return check_family(c);
 }

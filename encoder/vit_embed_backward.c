@@ -5,9 +5,11 @@
  *               not hidden (dxv: their rows of dx, a hidden token's row zeroed)
  *   audio_w, audio_b the same over the audio tokens
  *   mask     += the rows of hidden tokens
- *   pos, band, cls, modality: scatter-adds of the rows into the table rows the
- *               tokens read; a resampled position grid passes its gradient to the
- *               stored grid through the resampling's transpose.
+ *   pos, band, audio_pos, cls, modality: scatter-adds of the rows into the
+ *               table rows the tokens read (those the family has); a resampled
+ *               position grid (bilinear or bicubic) and AST's time-resampled grid
+ *               pass their gradient to the stored table through the resampling's
+ *               transpose; fixed sinusoid positions have no gradient.
  * The scatter-adds (many tokens into one table row) are summed in double, so a
  * long slice adds no more rounding than one float addition per row. */
 #include <stdlib.h>
@@ -36,23 +38,30 @@ rv_status vit_embed_backward(const rv_vit_model *m, rv_backend *be, const rv_vit
     const int D = c->dim, len = (int)in->len, G = c->grid;
     const int vdim = c->tubelet * c->patch * c->patch * RV_VIT_CHANNELS;
     const int adim = c->audio_freq * c->audio_time;
-    const int bands = RV_VIT_MEL_BINS / c->audio_freq;
-    const int resample = in->nvideo > 0 && in->grid != G;
+    const int bands = rv_vit_bands(c), special = rv_vit_pos_special(c);
+    const int grid_pos = c->pos == RV_POS_GRID_BILINEAR || c->pos == RV_POS_GRID_BICUBIC;
+    const int resample = grid_pos && in->nvideo > 0 && in->grid != G;
     const int dg = resample ? in->grid : 0;
+    const int nspecial = c->cls > 1 ? c->cls : 1;
+    const int64_t prow = rv_vit_pos_rows(c);
+    const int64_t arow = c->audio_pos == RV_APOS_GRID ? (int64_t)bands * c->audio_grid_t : 0;
     rv_status st = RV_OK;
     if (len == 0)
         return RV_OK;
 
-    /* Double accumulators, D each: video_b, audio_b, cls, mask, modality (3), band
-     * (bands), the stored pos table (1 + G*G), the resampled grid (dg*dg). */
-    const size_t rows = 4 + 3 + (size_t)bands + 1 + (size_t)G * G + (size_t)dg * dg;
+    /* Double accumulators, D each: video_b, audio_b, mask, modality (3), the special
+     * tokens, band (bands), the stored pos table, AST's grid, the resampled grid
+     * (dg*dg). */
+    const size_t rows = 3 + 3 + (size_t)nspecial + (size_t)bands + (size_t)prow + (size_t)arow +
+                        (size_t)dg * dg;
     double *acc = calloc(rows * D, sizeof(double));
     if (!acc)
         return rv_fail(RV_ERR_NOMEM, "vit backward: embedding: cannot allocate %zu doubles",
                        rows * D);
-    double *a_vb = acc, *a_ab = acc + D, *a_cls = acc + 2 * D, *a_mask = acc + 3 * D;
-    double *a_mod = acc + 4 * D, *a_band = a_mod + 3 * D, *a_pos = a_band + (size_t)bands * D;
-    double *a_rpos = a_pos + (1 + (size_t)G * G) * D;
+    double *a_vb = acc, *a_ab = acc + D, *a_mask = acc + 2 * D, *a_mod = acc + 3 * D;
+    double *a_cls = a_mod + 3 * D, *a_band = a_cls + (size_t)nspecial * D;
+    double *a_pos = a_band + (size_t)bands * D, *a_apos = a_pos + (size_t)prow * D;
+    double *a_rpos = a_apos + (size_t)arow * D;
 
     for (int i = 0; i < len; i++) {
         const float *row = dx + (size_t)i * D;
@@ -61,24 +70,37 @@ rv_status vit_embed_backward(const rv_vit_model *m, rv_backend *be, const rv_vit
         switch (in->modality[i]) {
         case RV_MOD_VIDEO:
             acc_row(hide ? a_mask : a_vb, row, D);
-            acc_row(resample ? a_rpos + ((size_t)p[1] * dg + p[2]) * D
-                             : a_pos + (1 + (size_t)p[1] * G + p[2]) * D, row, D);
+            if (grid_pos)
+                acc_row(resample ? a_rpos + ((size_t)p[1] * dg + p[2]) * D
+                                 : a_pos + (special + (size_t)p[1] * G + p[2]) * D, row, D);
             acc_row(a_mod, row, D);
             break;
         case RV_MOD_AUDIO:
             acc_row(hide ? a_mask : a_ab, row, D);
-            acc_row(a_band + (size_t)p[1] * D, row, D);
+            if (c->audio_pos == RV_APOS_BAND) {
+                acc_row(a_band + (size_t)p[1] * D, row, D);
+            } else if (c->audio_pos == RV_APOS_GRID) {
+                int64_t idx[2];
+                double w[2];
+                int n = vit_time_taps(p[0], in->audio_steps, c->audio_grid_t, idx, w);
+                double *base = a_apos + (size_t)p[1] * c->audio_grid_t * D;
+                for (int k = 0; k < n; k++)
+                    for (int j = 0; j < D; j++)
+                        base[(size_t)idx[k] * D + j] += w[k] * row[j];
+            }
             acc_row(a_mod + D, row, D);
             break;
-        default: /* CLS */
-            acc_row(a_cls, row, D);
-            acc_row(a_pos, row, D);
+        default: /* a special token */
+            acc_row(a_cls + (size_t)p[0] * D, row, D);
+            if (p[0] < special && prow > 0)
+                acc_row(a_pos + (size_t)p[0] * D, row, D);
             acc_row(a_mod + 2 * (size_t)D, row, D);
             break;
         }
     }
     if (resample)
-        vit_pos_resample_bwd(a_rpos, G, dg, D, a_pos + D);
+        vit_grid_resample_bwd(a_rpos, G, dg, D, c->pos == RV_POS_GRID_BICUBIC,
+                              a_pos + (size_t)special * D);
 
     /* The projections' weights: each modality's rows of dx (hidden ones zero)
      * against its patches. */
@@ -104,17 +126,27 @@ rv_status vit_embed_backward(const rv_vit_model *m, rv_backend *be, const rv_vit
         *flops += 2.0 * n * (double)k * D;
     }
     /* The time projection. */
-    vit_time_codes(in, D, codes);
-    if ((st = be->gemm(be, 1, 0, D, D, len, 1.0f, dx, D, codes, D, 1.0f, grad->time_w, D)) != RV_OK)
-        goto end;
-    *flops += 2.0 * len * (double)D * D;
-
-    flush(grad->video_b, a_vb, (size_t)D);
-    flush(grad->audio_b, a_ab, (size_t)D);
-    flush(grad->cls, a_cls, (size_t)D);
-    flush(grad->modality, a_mod, 3 * (size_t)D);
-    flush(grad->band, a_band, (size_t)bands * D);
-    flush(grad->pos, a_pos, (1 + (size_t)G * G) * D);
+    if (c->time_code) {
+        vit_time_codes(in, D, codes);
+        if ((st = be->gemm(be, 1, 0, D, D, len, 1.0f, dx, D, codes, D, 1.0f, grad->time_w, D)) !=
+            RV_OK)
+            goto end;
+        *flops += 2.0 * len * (double)D * D;
+        flush(grad->modality, a_mod, 3 * (size_t)D);
+    }
+    /* Each accumulator into the gradient the family has (the others are NULL). */
+    if (grad->video_b)
+        flush(grad->video_b, a_vb, (size_t)D);
+    if (grad->audio_b)
+        flush(grad->audio_b, a_ab, (size_t)D);
+    if (grad->cls)
+        flush(grad->cls, a_cls, (size_t)(c->cls > 0 ? c->cls : 1) * D);
+    if (grad->band)
+        flush(grad->band, a_band, (size_t)bands * D);
+    if (grad->pos)
+        flush(grad->pos, a_pos, (size_t)prow * D);
+    if (grad->audio_pos)
+        flush(grad->audio_pos, a_apos, (size_t)arow * D);
     if (dmask)
         flush(dmask, a_mask, (size_t)D);
 end:

@@ -1,12 +1,13 @@
 /* vit_forward.c: the encoder forward of one rank's slice with context
- * parallelism (rv_vit.h): embedding, L pre-LayerNorm blocks whose attention goes
- * through rv_cp_attention.h (the only step that sees other ranks' tokens), and
- * the final LayerNorm, every op through the backend table.
+ * parallelism (rv_vit.h): embedding (and the family's LayerNorm before the
+ * first block), L blocks (vit_block.c, whose attention goes through
+ * rv_cp_attention.h, the only step that sees other ranks' tokens), and the
+ * final LayerNorm where the family has one, every op through the backend table.
  *
  * Activation buffers, all (len, .) of this rank's slice, so memory per rank
  * scales with its share of the sequence:
- *   y    (len, D)   the residual stream, in the caller's output; the final
- *                   LayerNorm runs in place
+ *   y    (len, D)   the residual stream, in the caller's output; the pre- and
+ *                   final LayerNorms run in place
  *   h    (len, D)   LayerNorm output, then the attention output
  *   qkv  (3, len, D) q, k, v, each (len, heads, dh) as the CP attention wants
  *                   them; also the embedding's scratch and the MLP's hidden rows
@@ -107,7 +108,8 @@ rv_status rv_vit_forward(const rv_vit_model *m, const rv_vit_run *run,
     int own_hidden = chunk < (cap < MLP_MIN_ROWS ? cap : MLP_MIN_ROWS);
     if (own_hidden)
         chunk = cap < MLP_OWN_ROWS ? cap : MLP_OWN_ROWS;
-    int resample = in->nvideo > 0 && in->grid != c->grid;
+    const int grid_pos = c->pos == RV_POS_GRID_BILINEAR || c->pos == RV_POS_GRID_BICUBIC;
+    int resample = grid_pos && in->nvideo > 0 && in->grid != c->grid;
     size_t pos_floats = resample ? (size_t)in->grid * in->grid * D : 0;
     size_t bytes = sizeof(float) * (nd /* y */ + nd + 3 * nd + (size_t)H * cap + 2 * (size_t)cap +
                                     (own_hidden ? (size_t)chunk * M : 0) + pos_floats);
@@ -130,7 +132,7 @@ rv_status rv_vit_forward(const rv_vit_model *m, const rv_vit_run *run,
         if (resample) {
             if ((st = be->alloc(be, sizeof(float) * pos_floats, (void **)&pos)) != RV_OK)
                 goto end;
-            vit_pos_resample(m->pos + D, c->grid, in->grid, D, pos);
+            vit_pos_resample(m, in->grid, pos);
         }
         vit_embed_scratch es = {q, k, v, pos};
         if ((st = vit_embed(m, be, in, NULL, NULL, &es, y, &s.flops)) != RV_OK)
@@ -146,7 +148,7 @@ rv_status rv_vit_forward(const rv_vit_model *m, const rv_vit_run *run,
         }
         float *hpos = resample ? hscratch + 3 * nd : NULL;
         if (resample)
-            vit_pos_resample(m->pos + D, c->grid, in->grid, D, hpos);
+            vit_pos_resample(m, in->grid, hpos);
         vit_embed_scratch es = {hscratch, hscratch + nd, hscratch + 2 * nd, hpos};
         if ((st = rv_backend_cpu_create(0, &hb)) != RV_OK ||
             (st = vit_embed(m, hb, in, NULL, NULL, &es, y, &s.flops)) != RV_OK ||
@@ -156,51 +158,29 @@ rv_status rv_vit_forward(const rv_vit_model *m, const rv_vit_run *run,
         free(hscratch);
         hscratch = NULL;
     }
+    if (c->pre_norm && (st = be->layernorm_fwd(be, yd, wm->pre_ln_w, wm->pre_ln_b, len, D, c->eps,
+                                               yd, mean, rstd)) != RV_OK)
+        goto end;
     t1 = vit_now();
     s.embed_s = t1 - t0, t0 = t1;
 
-    for (int l = 0; l < c->layers; l++) {
-        const rv_vit_layer *w = &wm->layer[l];
-        /* Attention: h = ln_1(y); q, k, v = h W^T + b; h = attention; y += h Wo^T + bo. */
-        if ((st = be->layernorm_fwd(be, yd, w->ln1_w, w->ln1_b, len, D, c->eps, h, mean,
-                                    rstd)) != RV_OK)
+    /* The residual stream yd is updated in place; the attention output goes to
+     * h, the MLP's rows to hid; a layer scale's scratch is q (free once the
+     * attention has run) and h. */
+    const vit_block_io io = {
+        .x = yd, .xmid = yd, .xout = yd, .h = h, .q = q, .k = k, .v = v, .o = h, .lse = lse,
+        .ln1_mean = mean, .ln1_rstd = rstd, .ln2_mean = mean, .ln2_rstd = rstd,
+        .pre = hid, .act = hid, .chunk = chunk, .pre_all_rows = 0,
+        .tmp_attn = c->layer_scale ? q : NULL, .tmp_mlp = c->layer_scale ? h : NULL,
+    };
+    for (int l = 0; l < c->layers; l++)
+        if ((st = vit_block_forward(be, &cp, c, &wm->layer[l], len, &io, &s)) != RV_OK)
             goto end;
-        for (int j = 0; j < 3; j++) {
-            float *dst = qkv + (size_t)j * nd;
-            if ((st = be->gemm(be, 0, 1, len, D, D, 1.0f, h, D, w->qkv_w + (size_t)j * D * D, D,
-                               0.0f, dst, D)) != RV_OK ||
-                (st = be->bias_add(be, dst, w->qkv_b + (size_t)j * D, len, D)) != RV_OK)
-                goto end;
-        }
-        if ((st = rv_cp_attn_forward(&cp, q, k, v, h, lse)) != RV_OK ||
-            (st = be->bias_add(be, yd, w->proj_b, len, D)) != RV_OK ||
-            (st = be->gemm(be, 0, 1, len, D, D, 1.0f, h, D, w->proj_w, D, 1.0f, yd, D)) != RV_OK)
-            goto end;
-        s.flops += 2.0 * len * (double)D * 4 * D;
-        t1 = vit_now();
-        s.attn_s += t1 - t0, t0 = t1;
-
-        /* MLP: h = ln_2(y); y += gelu(h W1^T + b1) W2^T + b2, over row chunks. */
-        if ((st = be->layernorm_fwd(be, yd, w->ln2_w, w->ln2_b, len, D, c->eps, h, mean,
-                                    rstd)) != RV_OK ||
-            (st = be->bias_add(be, yd, w->fc2_b, len, D)) != RV_OK)
-            goto end;
-        for (int r0 = 0; r0 < len; r0 += chunk) {
-            int n = len - r0 < chunk ? len - r0 : chunk;
-            if ((st = be->gemm(be, 0, 1, n, M, D, 1.0f, h + (size_t)r0 * D, D, w->fc1_w, D, 0.0f,
-                               hid, M)) != RV_OK ||
-                (st = be->bias_add(be, hid, w->fc1_b, n, M)) != RV_OK ||
-                (st = be->gelu_fwd(be, hid, hid, (size_t)n * M)) != RV_OK ||
-                (st = be->gemm(be, 0, 1, n, D, M, 1.0f, hid, M, w->fc2_w, M, 1.0f,
-                               yd + (size_t)r0 * D, D)) != RV_OK)
-                goto end;
-        }
-        s.flops += 4.0 * len * (double)D * M;
-        t1 = vit_now();
-        s.mlp_s += t1 - t0, t0 = t1;
-    }
-    if ((st = be->layernorm_fwd(be, yd, wm->ln_w, wm->ln_b, len, D, c->eps, yd, mean, rstd)) != RV_OK ||
-        (st = be->synchronize(be)) != RV_OK)
+    t0 = vit_now();
+    if (c->final_norm &&
+        (st = be->layernorm_fwd(be, yd, wm->ln_w, wm->ln_b, len, D, c->eps, yd, mean, rstd)) != RV_OK)
+        goto end;
+    if ((st = be->synchronize(be)) != RV_OK)
         goto end;
     if (!on_host &&
         (st = be->copy(be, y, yd, sizeof(float) * (size_t)len * D, RV_COPY_DEVICE_TO_HOST)) != RV_OK)

@@ -5,9 +5,11 @@
  * Tensors are filled in arena order, each from the same stream. */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "rv_vit.h"
 #include "vit_rng.h"
+#include "vit_tensors.h"
 
 static void fill_const(float *x, int64_t n, float v)
 {
@@ -30,47 +32,76 @@ static void fill_trunc_normal(vit_rng *r, float *x, int64_t n, double std, doubl
 
 rv_status rv_vit_init_random(rv_vit_model *m, uint64_t seed)
 {
+    rv_status st = RV_OK;
+    vit_tensor *list = NULL;
     if (!m)
         return rv_fail(RV_ERR_INVALID, "rv_vit_init_random: model is NULL");
     const rv_vit_config *c = &m->cfg;
     const int64_t D = c->dim, M = c->mlp;
     const int64_t vin = (int64_t)RV_VIT_CHANNELS * c->tubelet * c->patch * c->patch;
     const int64_t ain = (int64_t)c->audio_freq * c->audio_time;
-    const int64_t bands = RV_VIT_MEL_BINS / c->audio_freq;
-    const int64_t npos = 1 + (int64_t)c->grid * c->grid;
+    const int n = vit_tensor_count(c);
+    if (!(list = malloc((size_t)n * sizeof *list)))
+        return rv_fail(RV_ERR_NOMEM, "rv_vit_init_random: out of memory");
+    vit_tensor_list(m, list);
     vit_rng r;
     vit_rng_seed(&r, seed);
-
-    /* torchvision: conv_proj trunc_normal_(std = sqrt(1 / fan_in)), bias 0. */
-    fill_trunc_normal(&r, m->video_w, D * vin, sqrt(1.0 / (double)vin), -2.0, 2.0);
-    fill_const(m->video_b, D, 0.0f);
-    fill_trunc_normal(&r, m->audio_w, D * ain, sqrt(1.0 / (double)ain), -2.0, 2.0);
-    fill_const(m->audio_b, D, 0.0f);
-    fill_const(m->cls, D, 0.0f);
-    vit_fill_normal(&r, m->pos, npos * D, 0.02);
-    vit_fill_normal(&r, m->band, bands * D, 0.02);
-    fill_trunc_normal(&r, m->time_w, D * D, 0.02, -2.0, 2.0);
-    vit_fill_normal(&r, m->modality, 3 * D, 0.02);
-    for (int i = 0; i < c->layers; i++) {
-        rv_vit_layer *ly = &m->layer[i];
-        fill_const(ly->ln1_w, D, 1.0f);
-        fill_const(ly->ln1_b, D, 0.0f);
-        /* nn.MultiheadAttention: xavier_uniform_ over the whole (3D, D) in_proj,
-         * biases 0; out_proj keeps nn.Linear's kaiming_uniform_(a = sqrt 5),
-         * whose bound is sqrt(1 / fan_in). */
-        vit_fill_uniform(&r, ly->qkv_w, 3 * D * D, sqrt(6.0 / (double)(D + 3 * D)));
-        fill_const(ly->qkv_b, 3 * D, 0.0f);
-        vit_fill_uniform(&r, ly->proj_w, D * D, sqrt(1.0 / (double)D));
-        fill_const(ly->proj_b, D, 0.0f);
-        fill_const(ly->ln2_w, D, 1.0f);
-        fill_const(ly->ln2_b, D, 0.0f);
-        /* torchvision MLPBlock: xavier_uniform_ weights, normal_(std 1e-6) biases. */
-        vit_fill_uniform(&r, ly->fc1_w, M * D, sqrt(6.0 / (double)(D + M)));
-        vit_fill_normal(&r, ly->fc1_b, M, 1e-6);
-        vit_fill_uniform(&r, ly->fc2_w, D * M, sqrt(6.0 / (double)(D + M)));
-        vit_fill_normal(&r, ly->fc2_b, D, 1e-6);
+    /* In arena order, each tensor from the same stream: ringvit's own models get
+     * the draws they always had. */
+    for (int i = 0; i < n; i++) {
+        float *x = list[i].data;
+        const int64_t k = list[i].numel;
+        switch (list[i].role) {
+        case VR_VIDEO_W: /* torchvision: conv_proj trunc_normal_(std = sqrt(1 / fan_in)) */
+            fill_trunc_normal(&r, x, k, sqrt(1.0 / (double)vin), -2.0, 2.0);
+            break;
+        case VR_AUDIO_W:
+            fill_trunc_normal(&r, x, k, sqrt(1.0 / (double)ain), -2.0, 2.0);
+            break;
+        case VR_POS:
+        case VR_BAND:
+        case VR_MODALITY:
+        case VR_AUDIO_POS:
+            vit_fill_normal(&r, x, k, 0.02);
+            break;
+        case VR_TIME_W:
+            fill_trunc_normal(&r, x, k, 0.02, -2.0, 2.0);
+            break;
+        case VR_QKV_W:
+            /* nn.MultiheadAttention: xavier_uniform_ over the whole (3D, D) in_proj */
+            vit_fill_uniform(&r, x, k, sqrt(6.0 / (double)(D + 3 * D)));
+            break;
+        case VR_PROJ_W:
+        case VR_PROJ_OUT:
+            /* nn.Linear's kaiming_uniform_(a = sqrt 5): bound sqrt(1 / fan_in) */
+            vit_fill_uniform(&r, x, k, sqrt(1.0 / (double)D));
+            break;
+        case VR_FC1_W:
+        case VR_FC2_W:
+            /* torchvision MLPBlock: xavier_uniform_ weights, normal_(std 1e-6) biases */
+            vit_fill_uniform(&r, x, k, sqrt(6.0 / (double)(D + M)));
+            break;
+        case VR_FC1_B:
+        case VR_FC2_B:
+            vit_fill_normal(&r, x, k, 1e-6);
+            break;
+        case VR_POOLER_W:
+            vit_fill_uniform(&r, x, k, sqrt(6.0 / (double)(2 * D)));
+            break;
+        case VR_LN1_W:
+        case VR_LN2_W:
+        case VR_LN_W:
+        case VR_PRE_LN_W:
+        case VR_POOL_LN_W:
+        case VR_LS1:
+        case VR_LS2:
+            fill_const(x, k, 1.0f);
+            break;
+        default: /* biases, the class token: 0 */
+            fill_const(x, k, 0.0f);
+            break;
+        }
     }
-    fill_const(m->ln_w, D, 1.0f);
-    fill_const(m->ln_b, D, 0.0f);
-    return RV_OK;
+    free(list);
+    return st;
 }

@@ -10,19 +10,52 @@
 
 #include "rv_vit.h"
 
-/* The spatial position table resampled from the stored (sg x sg) grid to
- * (dg x dg), bilinear with align_corners = false (torch's
- * F.interpolate(mode="bilinear") on the (D, sg, sg) image): src (sg*sg, D) row by
- * row, dst (dg*dg, D). Weights computed in double. */
-void vit_pos_resample(const float *src, int sg, int dg, int dim, float *dst);
+/* Resampling taps of output index o of out from an axis of in entries, as
+ * torch.nn.functional.interpolate with align_corners = false: bilinear (2 taps,
+ * cubic 0) or bicubic (4 taps, A = -0.75); indices clamped into [0, in).
+ * Returns the tap count. */
+int vit_taps(int o, int in, int out, int cubic, int idx[4], double w[4]);
 
-/* The transpose of vit_pos_resample: dsrc (sg*sg, D) += R^T ddst, ddst (dg*dg, D),
- * summed in double: the gradient of the stored grid from that of the resampled one. */
-void vit_pos_resample_bwd(const double *ddst, int sg, int dg, int dim, double *dsrc);
+/* The spatial position grid resampled from the stored (sg x sg) to (dg x dg):
+ * src (sg*sg, D) row by row, dst (dg*dg, D); weights in double. */
+void vit_grid_resample(const float *src, int sg, int dg, int dim, int cubic, float *dst);
+
+/* Its transpose: dsrc (sg*sg, D) += R^T ddst, ddst (dg*dg, D), summed in double:
+ * the gradient of the stored grid from that of the resampled one. */
+void vit_grid_resample_bwd(const double *ddst, int sg, int dg, int dim, int cubic, double *dsrc);
+
+/* AST's time axis: the stored columns (and weights) of step p when the
+ * recording has steps time steps and the grid grid_t: the column itself while
+ * steps <= grid_t, else linear resampling (align_corners false). Returns the
+ * tap count (1 or 2). */
+int vit_time_taps(int64_t p, int64_t steps, int grid_t, int64_t idx[2], double w[2]);
+
+/* x (D) += apos(step, band): AST's grid position of an audio token (vit_time_taps). */
+void vit_apos_row(const rv_vit_model *m, int64_t step, int band, int64_t steps, float *x);
+
+/* VideoMAE's fixed sinusoid position of flat index n: den (D) from
+ * vit_sinusoid_denoms, then x (D) += the position (rounded to float first). */
+void vit_sinusoid_denoms(int dim, double *den);
+void vit_sinusoid_add(int64_t n, int dim, const double *den, float *x);
+
+/* The grid positions of a recording with patch grid dg: the stored table's grid
+ * part resampled (bilinear or bicubic as the family says) into dst (dg*dg, D).
+ * Only for grid positions with dg != cfg.grid. */
+void vit_pos_resample(const rv_vit_model *m, int dg, float *dst);
 
 /* codes (len, D): the time code of every token's start (rv_vit_time_code); a
  * start equal to the previous token's copies its row. */
 void vit_time_codes(const rv_vit_tokens *in, int dim, float *codes);
+
+/* A model folder in the Hugging Face layout (vit_hub.c): rv_vit_load_ex's
+ * work for a directory; info is non-NULL and zeroed. */
+rv_status vit_hub_load(const char *dir, const rv_vit_load_opts *opts, rv_vit_model **out,
+                       rv_vit_load_info *info);
+
+/* The caller's head count and tubelet applied to c, read from file label whose
+ * patch weight (named video_name) has tubelet file_T, then c checked (vit_load.c). */
+rv_status vit_apply_load_opts(const rv_vit_load_opts *opts, const char *label, int file_T,
+                              const char *video_name, rv_vit_config *c);
 
 /* Monotonic wall clock, s. */
 double vit_now(void);
@@ -33,6 +66,32 @@ double vit_now(void);
 rv_status vit_check_args(const rv_vit_model *m, const rv_vit_run *run, const rv_vit_tokens *in,
                          const float *y, int y_on_device_ok);
 
+/* What one block's forward reads and writes besides its weights (vit_block.c);
+ * every buffer (len, .) of this rank's slice, in the backend's memory. */
+typedef struct vit_block_io {
+    const float *x;      /* (len, D) the block input */
+    float *xmid;         /* (len, D) the residual after attention (== x: in place) */
+    float *xout;         /* (len, D) the block output (== xmid: in place) */
+    float *h;            /* (len, D) the LayerNorm outputs */
+    float *q, *k, *v;    /* (len, D) each, as the CP attention wants them */
+    float *o;            /* (len, D) the attention output (may be h) */
+    float *lse;          /* (heads, len) */
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd; /* (len) each */
+    float *pre;          /* fc1's output: (chunk, M), or (len, M) with pre_all_rows */
+    float *act;          /* act(pre): == pre (in place), or its own (len, M) */
+    int chunk;           /* MLP rows per pass (len with pre_all_rows) */
+    int pre_all_rows;    /* 1: pre holds every row (training keeps it) */
+    float *tmp_attn;     /* (len, D) layer-scale scratch, not o (NULL without layer scale) */
+    float *tmp_mlp;      /* (len, D) layer-scale scratch, may be h */
+} vit_block_io;
+
+/* One block (vit_block.c): xmid = x + attention branch, xout = xmid + MLP
+ * branch; adds FLOPs and the attention / MLP wall times to *s. Every rank of the
+ * CP group calls it together. */
+rv_status vit_block_forward(rv_backend *be, rv_cp_attn *cp, const rv_vit_config *c,
+                            const rv_vit_layer *w, int len, const vit_block_io *io,
+                            rv_vit_stats *s);
+
 /* Scratch the embedding borrows from the forward's buffers (each (len, D) floats
  * of this rank's slice; they are overwritten). */
 typedef struct vit_embed_scratch {
@@ -40,7 +99,7 @@ typedef struct vit_embed_scratch {
     float *video;  /* (nvideo, D) video projections before scattering */
     float *audio;  /* (naudio, D) audio projections */
     float *pos;    /* (in->grid^2, D) the resampled grid, or NULL when in->grid equals
-                      the stored grid (or there is no video) */
+                      the stored grid (or there is no video, or no grid) */
 } vit_embed_scratch;
 
 /* Checks the slice against the model (modalities, counts, positions in range),
@@ -70,6 +129,8 @@ struct rv_vit_acts {
     float *lse;        /* (L, heads, len) */
     float *ln_stats;   /* (L, 4, len) mean, rstd of ln_1, then of ln_2 */
     float *final_stats; /* (2, len) mean, rstd of the final LayerNorm */
+    float *emb;        /* (len, D) the embedding before a pre-norm (NULL without) */
+    float *pre_stats;  /* (2, len) its LayerNorm statistics (NULL without) */
     uint8_t *hidden;   /* (len) the hidden flags (0 when none were given) */
     int any_hidden;    /* 1 when a video or audio token is hidden */
     float *arena;      /* host memory, or be's when be is set */

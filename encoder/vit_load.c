@@ -18,129 +18,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "rv_safetensors.h"
 #include "rv_vit.h"
+#include "vit_internal.h"
+#include "vit_load_util.h"
 #include "vit_tensors.h"
 
-/* Names come from hostile files: cap how much of one goes into a message. */
-#define NAME_FMT "%.200s"
-/* Largest extent taken from a file before the config check bounds it. */
-#define MAX_EXTENT (1 << 24)
 #define MAX_LAYER_INDEX 1024
-
-static int dtype_ok(rv_dtype d)
-{
-    return d == RV_F32 || d == RV_F16 || d == RV_BF16;
-}
-
-static void format_shape(char *buf, size_t cap, int ndim, const int64_t *shape)
-{
-    size_t n = (size_t)snprintf(buf, cap, "[");
-    for (int i = 0; i < ndim && n < cap; i++)
-        n += (size_t)snprintf(buf + n, cap - n, "%s%" PRId64, i ? ", " : "", shape[i]);
-    if (n < cap)
-        snprintf(buf + n, cap - n, "]");
-}
 
 /* The tensor called name; missing is an error naming it. */
 static rv_status need(const rv_safetensors *st, const char *name, const rv_st_tensor **out)
 {
     *out = rv_st_find(st, name);
     if (!*out)
-        return rv_fail(RV_ERR_FORMAT, "weights file '%s': missing tensor '" NAME_FMT "'",
+        return rv_fail(RV_ERR_FORMAT, "weights file '%s': missing tensor '" VIT_NAME_FMT "'",
                        rv_st_label(st), name);
     return RV_OK;
-}
-
-static rv_status check_dtype(const rv_safetensors *st, const rv_st_tensor *t)
-{
-    if (!dtype_ok(t->dtype))
-        return rv_fail(RV_ERR_FORMAT,
-                       "weights file '%s': tensor '" NAME_FMT "' has dtype %s; expected F32 "
-                       "(or F16, BF16)",
-                       rv_st_label(st), t->name, rv_dtype_name(t->dtype));
-    return RV_OK;
-}
-
-/* dtype, then the exact shape; why says where the expected shape comes from. */
-static rv_status check_tensor(const rv_safetensors *st, const rv_st_tensor *t, int ndim,
-                              const int64_t *shape, const char *why)
-{
-    rv_status s = check_dtype(st, t);
-    if (s != RV_OK)
-        return s;
-    int ok = t->ndim == ndim;
-    for (int i = 0; ok && i < ndim; i++)
-        ok = t->shape[i] == shape[i];
-    if (!ok) {
-        char got[160], want[160];
-        format_shape(got, sizeof got, t->ndim, t->shape);
-        format_shape(want, sizeof want, ndim, shape);
-        return rv_fail(RV_ERR_FORMAT,
-                       "weights file '%s': tensor '" NAME_FMT "' has shape %s; expected %s%s",
-                       rv_st_label(st), t->name, got, want, why);
-    }
-    return RV_OK;
-}
-
-/* A size read from a tensor's shape, bounded so it fits an int. */
-static rv_status extent(const rv_safetensors *st, const rv_st_tensor *t, int dim, int *out)
-{
-    int64_t v = t->shape[dim];
-    if (v < 1 || v > MAX_EXTENT)
-        return rv_fail(RV_ERR_FORMAT,
-                       "weights file '%s': tensor '" NAME_FMT "' has extent %" PRId64
-                       " in dimension %d (expected 1 .. %d)",
-                       rv_st_label(st), t->name, v, dim, MAX_EXTENT);
-    *out = (int)v;
-    return RV_OK;
-}
-
-static float half_to_float(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h >> 15) << 31;
-    uint32_t e = (h >> 10) & 0x1f, m = h & 0x3ff, u;
-    if (e == 0x1f) {
-        u = sign | 0x7f800000u | (m << 13); /* inf, nan */
-    } else if (e != 0) {
-        u = sign | ((e + 112) << 23) | (m << 13);
-    } else if (m == 0) {
-        u = sign;
-    } else { /* subnormal: normalise */
-        int sh = 0;
-        while (!(m & 0x400)) {
-            m <<= 1;
-            sh++;
-        }
-        u = sign | ((uint32_t)(113 - sh) << 23) | ((m & 0x3ff) << 13);
-    }
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-/* The tensor's values as f32 (data may be unaligned; bytes little-endian). */
-static void to_f32(const rv_st_tensor *t, float *out)
-{
-    const unsigned char *p = t->data;
-    if (t->dtype == RV_F32) {
-        for (int64_t i = 0; i < t->numel; i++, p += 4) {
-            uint32_t u = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-                         (uint32_t)p[3] << 24;
-            memcpy(&out[i], &u, 4);
-        }
-    } else {
-        for (int64_t i = 0; i < t->numel; i++, p += 2) {
-            uint16_t h = (uint16_t)(p[0] | p[1] << 8);
-            if (t->dtype == RV_BF16) {
-                uint32_t u = (uint32_t)h << 16;
-                memcpy(&out[i], &u, 4);
-            } else {
-                out[i] = half_to_float(h);
-            }
-        }
-    }
 }
 
 /* Index of a layer tensor's name ("encoder.layers.encoder_layer_12.ln_1.weight"
@@ -177,7 +72,7 @@ static rv_status scan_layers(const rv_safetensors *st, int *count)
             continue;
         if (k >= MAX_LAYER_INDEX) {
             s = rv_fail(RV_ERR_FORMAT,
-                        "weights file '%s': tensor '" NAME_FMT "' names layer %ld; at most %d "
+                        "weights file '%s': tensor '" VIT_NAME_FMT "' names layer %ld; at most %d "
                         "layers are supported",
                         rv_st_label(st), name, k, MAX_LAYER_INDEX);
             goto end;
@@ -212,10 +107,10 @@ static rv_status config_from_shapes(const rv_safetensors *st, const rv_st_tensor
     c->eps = 1e-6f;
     c->cls = 1;
     c->tubelet = 1;
-    if ((s = extent(st, video, 0, &c->dim)) != RV_OK ||
-        (s = extent(st, video, video->ndim - 1, &c->patch)) != RV_OK)
+    if ((s = vit_extent(st, video, 0, &c->dim)) != RV_OK ||
+        (s = vit_extent(st, video, video->ndim - 1, &c->patch)) != RV_OK)
         return s;
-    if (video->ndim == 5 && (s = extent(st, video, 2, &c->tubelet)) != RV_OK)
+    if (video->ndim == 5 && (s = vit_extent(st, video, 2, &c->tubelet)) != RV_OK)
         return s;
     if (layers < 1)
         return rv_fail(RV_ERR_FORMAT, "weights file '%s': missing tensor '" VIT_LAYER_PREFIX
@@ -223,18 +118,18 @@ static rv_status config_from_shapes(const rv_safetensors *st, const rv_st_tensor
                        lb);
     c->layers = layers;
     if ((s = need(st, VIT_LAYER_PREFIX "0.mlp.0.weight", &t)) != RV_OK ||
-        (s = check_dtype(st, t)) != RV_OK)
+        (s = vit_check_dtype(st, t)) != RV_OK)
         return s;
     if (t->ndim != 2)
         return rv_fail(RV_ERR_FORMAT,
                        "weights file '%s': tensor '%s' has %d dimensions; expected 2 (M, D)",
                        lb, t->name, t->ndim);
-    if ((s = extent(st, t, 0, &c->mlp)) != RV_OK)
+    if ((s = vit_extent(st, t, 0, &c->mlp)) != RV_OK)
         return s;
     if ((s = need(st, "encoder.pos_embedding", &t)) != RV_OK ||
-        (s = check_dtype(st, t)) != RV_OK)
+        (s = vit_check_dtype(st, t)) != RV_OK)
         return s;
-    if (t->ndim != 3 || t->shape[1] < 2 || t->shape[1] > MAX_EXTENT)
+    if (t->ndim != 3 || t->shape[1] < 2 || t->shape[1] > VIT_MAX_EXTENT)
         return rv_fail(RV_ERR_FORMAT,
                        "weights file '%s': tensor 'encoder.pos_embedding' must be (1, 1 + "
                        "grid*grid, D), with at least one patch position",
@@ -252,15 +147,15 @@ static rv_status config_from_shapes(const rv_safetensors *st, const rv_st_tensor
     c->audio_time = 16;
     t = rv_st_find(st, "ringvit.audio_proj.weight");
     if (t) {
-        if ((s = check_dtype(st, t)) != RV_OK)
+        if ((s = vit_check_dtype(st, t)) != RV_OK)
             return s;
         if (t->ndim != 4 || t->shape[1] != 1)
             return rv_fail(RV_ERR_FORMAT,
                            "weights file '%s': tensor 'ringvit.audio_proj.weight' must be "
                            "(D, 1, F, W)",
                            lb);
-        if ((s = extent(st, t, 2, &c->audio_freq)) != RV_OK ||
-            (s = extent(st, t, 3, &c->audio_time)) != RV_OK)
+        if ((s = vit_extent(st, t, 2, &c->audio_freq)) != RV_OK ||
+            (s = vit_extent(st, t, 3, &c->audio_time)) != RV_OK)
             return s;
     }
     if (heads > 0) {
@@ -274,6 +169,10 @@ static rv_status config_from_shapes(const rv_safetensors *st, const rv_st_tensor
                            lb, c->dim);
         c->heads = c->dim / 64;
     }
+    rv_vit_family_defaults(c);
+    /* Modalities follow the weights: a torchvision file is an image model, so
+     * its recordings are embedded without audio (whose tensors would be zero). */
+    c->audio = rv_st_find(st, "ringvit.audio_proj.weight") != NULL;
     /* Name a preset only when every size is the preset's. */
     static const char *const presets[] = {"tiny", "small", "base"};
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
@@ -305,39 +204,124 @@ static rv_status read_tensor(const rv_st_tensor *t, const vit_tensor *e,
                              const rv_vit_config *c, int file_T, const char *lb)
 {
     if (e->layout == VIT_PLAIN) {
-        to_f32(t, e->data);
+        vit_to_f32(t, e->data);
         return RV_OK;
     }
-    float *file = malloc((size_t)t->numel * sizeof *file);
-    if (!file)
-        return rv_fail(RV_ERR_NOMEM, "loading '%s': out of memory for '%s'", lb, t->name);
-    to_f32(t, file);
-    if (file_T == c->tubelet) {
-        vit_video_from_file(file, c->dim, c->tubelet, c->patch, e->data);
-    } else {
-        /* Inflation: the 2D (D, 3, P, P) weight, / T, in each of the T frames. */
-        const int T = c->tubelet, P = c->patch, C = RV_VIT_CHANNELS;
-        const int64_t per_file = (int64_t)C * P * P, per_mem = (int64_t)T * P * P * C;
-        for (int64_t d = 0; d < c->dim; d++)
-            for (int ch = 0; ch < C; ch++)
-                for (int y = 0; y < P; y++)
-                    for (int x = 0; x < P; x++) {
-                        float v = file[d * per_file + ((int64_t)ch * P + y) * P + x] / (float)T;
-                        for (int tt = 0; tt < T; tt++)
-                            e->data[d * per_mem + (((int64_t)tt * P + y) * P + x) * C + ch] = v;
-                    }
-    }
-    free(file);
-    return RV_OK;
+    return vit_read_video(t, c, file_T, e->data, lb);
 }
 
 rv_status rv_vit_load(const char *path, const rv_vit_load_opts *opts, rv_vit_model **out)
+{
+    return rv_vit_load_ex(path, opts, out, NULL);
+}
+
+/* The patch weight of a ringvit or torchvision file: 2D (torchvision's) or the
+ * tubelet one, not both; *video NULL when there is none. */
+static rv_status find_video(const rv_safetensors *st, const rv_st_tensor **video, int *file_T)
+{
+    const char *lb = rv_st_label(st);
+    const rv_st_tensor *v2 = rv_st_find(st, VIT_VIDEO_2D), *v3 = rv_st_find(st, VIT_VIDEO_3D);
+    *video = v2 ? v2 : v3;
+    *file_T = 1;
+    if (v2 && v3)
+        return rv_fail(RV_ERR_FORMAT,
+                       "weights file '%s' holds both '" VIT_VIDEO_2D "' and '" VIT_VIDEO_3D
+                       "'; which patch weight to use is ambiguous",
+                       lb);
+    if (!*video)
+        return RV_OK;
+    rv_status s = vit_check_dtype(st, *video);
+    if (s != RV_OK)
+        return s;
+    if (v2 ? (v2->ndim != 4 || v2->shape[1] != RV_VIT_CHANNELS || v2->shape[2] != v2->shape[3])
+           : (v3->ndim != 5 || v3->shape[1] != RV_VIT_CHANNELS || v3->shape[3] != v3->shape[4])) {
+        char got[160];
+        vit_format_shape(got, sizeof got, (*video)->ndim, (*video)->shape);
+        return rv_fail(RV_ERR_FORMAT, "weights file '%s': tensor '%s' has shape %s; expected %s",
+                       lb, (*video)->name, got, v2 ? "(D, 3, P, P)" : "(D, 3, T, P, P)");
+    }
+    return v3 ? vit_extent(st, v3, 2, file_T) : RV_OK;
+}
+
+/* The config of a file from its ringvit.config metadata, checked against the
+ * patch weight and the layers the file names. */
+static rv_status config_from_meta(const rv_safetensors *st, const char *meta,
+                                  const rv_st_tensor *video, int file_T, int layers,
+                                  rv_vit_config *c)
+{
+    const char *lb = rv_st_label(st);
+    rv_status s = rv_vit_config_from_json(meta, c);
+    if (s != RV_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", rv_last_error());
+        return rv_fail(RV_ERR_FORMAT, "weights file '%s': metadata '%s': %s", lb,
+                       RV_VIT_META_CONFIG, msg);
+    }
+    if (c->video && !video)
+        return rv_fail(RV_ERR_FORMAT,
+                       "weights file '%s': missing tensor '" VIT_VIDEO_2D "' (or '" VIT_VIDEO_3D
+                       "')", lb);
+    if (video && c->tubelet != file_T)
+        return rv_fail(RV_ERR_FORMAT,
+                       "weights file '%s': tensor '%s' holds tubelet %d, but the %s metadata "
+                       "says tubelet %d",
+                       lb, video->name, file_T, RV_VIT_META_CONFIG, c->tubelet);
+    if (layers > c->layers)
+        return rv_fail(RV_ERR_FORMAT,
+                       "weights file '%s': tensor '" VIT_LAYER_PREFIX "%d.*' is beyond the %d "
+                       "layer%s the %s metadata says",
+                       lb, layers - 1, c->layers, c->layers == 1 ? "" : "s", RV_VIT_META_CONFIG);
+    return RV_OK;
+}
+
+/* Applies the caller's head count and tubelet to c (read from file lb whose
+ * patch weight has tubelet file_T). */
+rv_status vit_apply_load_opts(const rv_vit_load_opts *opts, const char *lb, int file_T,
+                              const char *video_name, rv_vit_config *c)
+{
+    const int want_heads = opts && opts->heads > 0 ? opts->heads : 0;
+    const int want_T = opts && opts->tubelet > 0 ? opts->tubelet : 0;
+    if (want_heads)
+        c->heads = want_heads;
+    if (want_heads && c->dim % want_heads != 0)
+        return rv_fail(RV_ERR_INVALID, "head count %d does not divide the width D %d of '%s'",
+                       want_heads, c->dim, lb);
+    if (want_T && want_T != c->tubelet) {
+        if (!c->video)
+            return rv_fail(RV_ERR_INVALID, "'%s' has no video weights; a tubelet (%d) means "
+                           "nothing for it", lb, want_T);
+        if (file_T != 1)
+            return rv_fail(RV_ERR_INVALID,
+                           "weights file '%s' holds tubelet %d weights ('" VIT_NAME_FMT "'); "
+                           "tubelet %d was asked for (only a 2D patch weight can be inflated)",
+                           lb, file_T, video_name ? video_name : "?", want_T);
+        c->tubelet = want_T; /* inflated when read */
+    }
+    rv_status s = rv_vit_config_check(c);
+    if (s != RV_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", rv_last_error());
+        return rv_fail(want_T ? s : RV_ERR_FORMAT, /* sizes read from the file */
+                       "model '%s': %s", lb, msg);
+    }
+    return RV_OK;
+}
+
+rv_status rv_vit_load_ex(const char *path, const rv_vit_load_opts *opts, rv_vit_model **out,
+                         rv_vit_load_info *info)
 {
     rv_status s = RV_OK;
     rv_safetensors *st = NULL;
     rv_vit_model *m = NULL;
     vit_tensor *list = NULL;
     unsigned char *used = NULL; /* (file tensors) 1: read into the model */
+    rv_vit_load_info scratch;
+    if (!info) {
+        memset(&scratch, 0, sizeof scratch);
+        info = &scratch;
+    } else {
+        memset(info, 0, sizeof *info);
+    }
     if (!out) {
         s = rv_fail(RV_ERR_INVALID, "rv_vit_load: out is NULL");
         goto end;
@@ -347,102 +331,44 @@ rv_status rv_vit_load(const char *path, const rv_vit_load_opts *opts, rv_vit_mod
         s = rv_fail(RV_ERR_INVALID, "rv_vit_load: path is NULL");
         goto end;
     }
-    const int want_heads = opts && opts->heads > 0 ? opts->heads : 0;
-    const int want_T = opts && opts->tubelet > 0 ? opts->tubelet : 0;
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        s = vit_hub_load(path, opts, out, info);
+        goto end;
+    }
     if ((s = rv_st_open(path, &st)) != RV_OK)
         goto end;
     const char *lb = rv_st_label(st);
+    snprintf(info->weights, sizeof info->weights, "%s", path);
+    info->file_tensors = rv_st_count(st);
 
-    /* The patch weight: 2D (torchvision's) or the tubelet one, not both. */
-    const rv_st_tensor *v2 = rv_st_find(st, VIT_VIDEO_2D), *v3 = rv_st_find(st, VIT_VIDEO_3D);
-    const rv_st_tensor *video = v2 ? v2 : v3;
-    if (v2 && v3) {
-        s = rv_fail(RV_ERR_FORMAT,
-                    "weights file '%s' holds both '" VIT_VIDEO_2D "' and '" VIT_VIDEO_3D
-                    "'; which patch weight to use is ambiguous",
-                    lb);
+    const rv_st_tensor *video = NULL;
+    int file_T = 1, layers = 0;
+    if ((s = find_video(st, &video, &file_T)) != RV_OK || (s = scan_layers(st, &layers)) != RV_OK)
         goto end;
-    }
-    if (!video) {
-        s = rv_fail(RV_ERR_FORMAT,
-                    "weights file '%s': missing tensor '" VIT_VIDEO_2D "' (or '" VIT_VIDEO_3D
-                    "')",
-                    lb);
-        goto end;
-    }
-    if ((s = check_dtype(st, video)) != RV_OK)
-        goto end;
-    if (v2 ? (v2->ndim != 4 || v2->shape[1] != RV_VIT_CHANNELS || v2->shape[2] != v2->shape[3])
-           : (v3->ndim != 5 || v3->shape[1] != RV_VIT_CHANNELS || v3->shape[3] != v3->shape[4])) {
-        char got[160];
-        format_shape(got, sizeof got, video->ndim, video->shape);
-        s = rv_fail(RV_ERR_FORMAT, "weights file '%s': tensor '%s' has shape %s; expected %s", lb,
-                    video->name, got, v2 ? "(D, 3, P, P)" : "(D, 3, T, P, P)");
-        goto end;
-    }
-    int file_T = 1;
-    if (v3 && (s = extent(st, v3, 2, &file_T)) != RV_OK)
-        goto end;
-
-    int layers = 0;
-    if ((s = scan_layers(st, &layers)) != RV_OK)
-        goto end;
-
     rv_vit_config c;
     const char *meta = rv_st_meta(st, RV_VIT_META_CONFIG);
-    const char *why = "";
+    const char *why = meta ? " (as the ringvit.config metadata says)" : "";
+    snprintf(info->format, sizeof info->format, "%s", meta ? "ringvit" : "torchvision");
     if (meta) {
-        why = " (as the ringvit.config metadata says)";
-        if ((s = rv_vit_config_from_json(meta, &c)) != RV_OK) {
-            char msg[512];
-            snprintf(msg, sizeof msg, "%s", rv_last_error());
-            s = rv_fail(RV_ERR_FORMAT, "weights file '%s': metadata '%s': %s", lb,
-                        RV_VIT_META_CONFIG, msg);
+        if ((s = config_from_meta(st, meta, video, file_T, layers, &c)) != RV_OK)
             goto end;
-        }
-        if (c.tubelet != file_T) {
-            s = rv_fail(RV_ERR_FORMAT,
-                        "weights file '%s': tensor '%s' holds tubelet %d, but the %s metadata "
-                        "says tubelet %d",
-                        lb, video->name, file_T, RV_VIT_META_CONFIG, c.tubelet);
-            goto end;
-        }
-        if (layers > c.layers) {
-            s = rv_fail(RV_ERR_FORMAT,
-                        "weights file '%s': tensor '" VIT_LAYER_PREFIX "%d.*' is beyond the %d "
-                        "layer%s the %s metadata says",
-                        lb, layers - 1, c.layers, c.layers == 1 ? "" : "s", RV_VIT_META_CONFIG);
-            goto end;
-        }
-        if (want_heads)
-            c.heads = want_heads;
     } else {
-        if ((s = config_from_shapes(st, video, layers, want_heads, &c)) != RV_OK)
-            goto end;
-    }
-    if (want_heads && c.dim % want_heads != 0) {
-        s = rv_fail(RV_ERR_INVALID, "head count %d does not divide the width D %d of '%s'",
-                    want_heads, c.dim, lb);
-        goto end;
-    }
-    if (want_T && want_T != c.tubelet) {
-        if (c.tubelet != 1) {
-            s = rv_fail(RV_ERR_INVALID,
-                        "weights file '%s' holds tubelet %d weights ('%s'); tubelet %d was "
-                        "asked for (only a 2D patch weight can be inflated)",
-                        lb, c.tubelet, video->name, want_T);
+        if (!video) {
+            s = rv_fail(RV_ERR_FORMAT,
+                        "weights file '%s': missing tensor '" VIT_VIDEO_2D "' (or '" VIT_VIDEO_3D
+                        "'); not a torchvision ViT or a ringvit model",
+                        lb);
             goto end;
         }
-        c.tubelet = want_T; /* inflated below */
+        if ((s = config_from_shapes(st, video, layers, opts ? opts->heads : 0, &c)) != RV_OK)
+            goto end;
+        if (!c.audio)
+            vit_info_add(&info->notes, &info->nnotes, "video only: a torchvision image ViT "
+                         "(no ringvit.audio_proj.weight)");
     }
-    if ((s = rv_vit_config_check(&c)) != RV_OK) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", rv_last_error());
-        s = rv_fail(want_T ? s : RV_ERR_FORMAT, /* sizes read from the file */
-                    "weights file '%s': %s", lb, msg);
-        goto end;
-    }
-    if ((s = rv_vit_new(&c, &m)) != RV_OK)
+    if ((s = vit_apply_load_opts(opts, lb, file_T, video ? video->name : NULL, &c)) != RV_OK ||
+        (s = rv_vit_new(&c, &m)) != RV_OK)
         goto end;
     int n = vit_tensor_count(&c);
     list = malloc((size_t)n * sizeof *list);
@@ -452,6 +378,9 @@ rv_status rv_vit_load(const char *path, const rv_vit_load_opts *opts, rv_vit_mod
         goto end;
     }
     vit_tensor_list(m, list);
+    /* A model saved by ringvit for another family has every tensor it needs;
+     * ringvit's own may lack its ringvit.* tensors (zero: a torchvision file). */
+    const int all_required = c.family != RV_FAMILY_RINGVIT;
     for (int i = 0; i < n; i++) {
         vit_tensor *e = &list[i];
         const char *name = e->name;
@@ -461,37 +390,42 @@ rv_status rv_vit_load(const char *path, const rv_vit_load_opts *opts, rv_vit_mod
         if (e->layout == VIT_VIDEO) {
             /* The file's own name and tubelet (before any inflation). */
             name = video->name;
-            ndim = file_T == 1 && v2 ? 4 : 5;
+            ndim = file_T == 1 && strcmp(video->name, VIT_VIDEO_2D) == 0 ? 4 : 5;
             int64_t s4[4] = {c.dim, RV_VIT_CHANNELS, c.patch, c.patch};
             int64_t s5[5] = {c.dim, RV_VIT_CHANNELS, file_T, c.patch, c.patch};
             memcpy(shape, ndim == 4 ? s4 : s5, (size_t)ndim * sizeof *shape);
         }
         const rv_st_tensor *t = rv_st_find(st, name);
         if (!t) {
-            if (e->torchvision) {
+            if (e->torchvision || all_required) {
                 s = rv_fail(RV_ERR_FORMAT, "weights file '%s': missing tensor '%s'", lb, name);
                 goto end;
             }
-            continue; /* ringvit.*: zero */
+            vit_info_add(&info->zeroed, &info->nzeroed, "%s", name); /* ringvit.*: zero */
+            continue;
         }
-        if ((s = check_tensor(st, t, ndim, shape, why)) != RV_OK ||
+        if ((s = vit_check_tensor(st, t, ndim, shape, why)) != RV_OK ||
             (s = read_tensor(t, e, &c, file_T, lb)) != RV_OK)
             goto end;
         for (int k = 0; k < rv_st_count(st); k++)
             if (rv_st_at(st, k) == t)
                 used[k] = 1;
+        info->used++;
     }
-    int unknown = 0;
-    const char *first = NULL;
-    for (int k = 0; k < rv_st_count(st); k++)
-        if (!used[k] && !training_state(rv_st_at(st, k)->name, meta != NULL)) {
-            if (!first)
-                first = rv_st_at(st, k)->name;
-            unknown++;
-        }
-    if (unknown)
-        rv_log(RV_LOG_WARN, "weights file '%s': ignoring %d unknown tensor%s (first: '" NAME_FMT
-               "')", lb, unknown, unknown == 1 ? "" : "s", first);
+    for (int k = 0; k < rv_st_count(st); k++) {
+        const char *name = rv_st_at(st, k)->name;
+        if (used[k])
+            continue;
+        if (training_state(name, meta != NULL))
+            vit_info_add(&info->ignored, &info->nignored, "%s", name);
+        else
+            vit_info_add(&info->unknown, &info->nunknown, "%s", name);
+    }
+    if (info->nunknown)
+        rv_log(RV_LOG_WARN, "weights file '%s': ignoring %d unknown tensor%s: '" VIT_NAME_FMT
+               "'%s%s%s", lb, info->nunknown, info->nunknown == 1 ? "" : "s", info->unknown[0],
+               info->nunknown > 1 ? ", '" : "", info->nunknown > 1 ? info->unknown[1] : "",
+               info->nunknown > 2 ? "', ..." : info->nunknown > 1 ? "'" : "");
     *out = m;
     m = NULL;
 end:
@@ -499,5 +433,7 @@ end:
     free(list);
     rv_vit_free(&m);
     rv_st_free(&st);
+    if (info == &scratch)
+        rv_vit_load_info_free(&scratch);
     return s;
 }

@@ -1,10 +1,15 @@
 /* vit_model.c: an encoder's weights in memory (rv_vit.h): one arena holding
- * every tensor, the pointers into it, the tensor list shared by load and save
- * (vit_tensors.h), the parameter count and the model hash.
+ * every tensor the config's family has, the pointers into it, the tensor list
+ * shared by load and save (vit_tensors.h), the parameter count and the model
+ * hash.
  *
- * Arena order (no padding, so the parameter count is the arena length):
- * video_w, video_b, audio_w, audio_b, cls, pos, band, time_w, modality, then per
- * layer ln1 w/b, qkv w/b, proj w/b, ln2 w/b, fc1 w/b, fc2 w/b, then ln w/b. */
+ * Arena order (no padding, so the parameter count is the arena length), each
+ * tensor only where the family has it: video_w, video_b, audio_w, audio_b, cls,
+ * pos, band, time_w, modality, audio_pos, pre_ln w/b, then per layer ln1 w/b,
+ * qkv w/b, proj w/b, ln2 w/b, fc1 w/b, fc2 w/b, ls1, ls2, then ln w/b, pool_ln
+ * w/b, pooler w/b, proj. ringvit's own models have the first nine, the layers
+ * without layer scale and the final norm: the order their checkpoints (and the
+ * optimizer moments laid out over the arena) have always had. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,16 +19,11 @@
 
 #define ARENA_ALIGN 64
 
-int vit_tensor_count(const rv_vit_config *c)
-{
-    return 9 + 12 * c->layers + 2;
-}
-
 /* Records one tensor in t[*n] (or only counts it when t is NULL) and returns
  * its length; the shape is given as up to 5 extents (ndim of them used). */
 static int64_t add(vit_tensor *t, int *n, float *at, const char *name, vit_layout layout,
-                   int torchvision, int ndim, int64_t s0, int64_t s1, int64_t s2, int64_t s3,
-                   int64_t s4)
+                   int torchvision, vit_role role, int layer, int ndim, int64_t s0, int64_t s1,
+                   int64_t s2, int64_t s3, int64_t s4)
 {
     const int64_t s[5] = {s0, s1, s2, s3, s4};
     int64_t numel = 1;
@@ -40,70 +40,173 @@ static int64_t add(vit_tensor *t, int *n, float *at, const char *name, vit_layou
         e->numel = numel;
         e->layout = layout;
         e->torchvision = torchvision;
+        e->role = role;
+        e->layer = layer;
     }
     (*n)++;
     return numel;
 }
 
 /* Walks the arena layout of config c starting at base (may be NULL): fills t
- * (vit_tensor_count entries) when given, and returns the floats used. */
-static int64_t walk(const rv_vit_config *c, float *base, vit_tensor *t)
+ * when given, counts the entries in *count, and returns the floats used. */
+static int64_t walk(const rv_vit_config *c, float *base, vit_tensor *t, int *count)
 {
     const int64_t D = c->dim, M = c->mlp, T = c->tubelet, P = c->patch;
-    const int64_t F = c->audio_freq, W = c->audio_time, G = c->grid;
-    const int64_t bands = RV_VIT_MEL_BINS / c->audio_freq;
+    const int64_t F = c->audio_freq, W = c->audio_time;
+    const int64_t bands = rv_vit_bands(c), rows = rv_vit_pos_rows(c);
+    const int ringvit = c->family == RV_FAMILY_RINGVIT;
     int n = 0;
     int64_t off = 0;
     char name[VIT_NAME_MAX];
 #define AT (base ? base + off : NULL)
-    if (T == 1)
-        off += add(t, &n, AT, VIT_VIDEO_2D, VIT_VIDEO, 1, 4, D, 3, P, P, 0);
-    else
-        off += add(t, &n, AT, VIT_VIDEO_3D, VIT_VIDEO, 0, 5, D, 3, T, P, P);
-    off += add(t, &n, AT, "conv_proj.bias", VIT_PLAIN, 1, 1, D, 0, 0, 0, 0);
-    off += add(t, &n, AT, "ringvit.audio_proj.weight", VIT_PLAIN, 0, 4, D, 1, F, W, 0);
-    off += add(t, &n, AT, "ringvit.audio_proj.bias", VIT_PLAIN, 0, 1, D, 0, 0, 0, 0);
-    off += add(t, &n, AT, "class_token", VIT_PLAIN, 1, 3, 1, 1, D, 0, 0);
-    off += add(t, &n, AT, "encoder.pos_embedding", VIT_PLAIN, 1, 3, 1, 1 + G * G, D, 0, 0);
-    off += add(t, &n, AT, "ringvit.audio_band", VIT_PLAIN, 0, 2, bands, D, 0, 0, 0);
-    off += add(t, &n, AT, "ringvit.time_proj.weight", VIT_PLAIN, 0, 2, D, D, 0, 0, 0);
-    off += add(t, &n, AT, "ringvit.modality", VIT_PLAIN, 0, 2, 3, D, 0, 0, 0);
+#define ADD(nm, lay, tv, role, layer, nd, a, b, cc, d, e) \
+    (off += add(t, &n, AT, nm, lay, tv, role, layer, nd, a, b, cc, d, e))
+    if (c->video) {
+        if (T == 1)
+            ADD(VIT_VIDEO_2D, VIT_VIDEO, 1, VR_VIDEO_W, -1, 4, D, 3, P, P, 0);
+        else
+            ADD(VIT_VIDEO_3D, VIT_VIDEO, 0, VR_VIDEO_W, -1, 5, D, 3, T, P, P);
+        if (c->patch_bias)
+            ADD("conv_proj.bias", VIT_PLAIN, 1, VR_VIDEO_B, -1, 1, D, 0, 0, 0, 0);
+    }
+    /* ringvit's own models always carry the audio tensors (zero in a torchvision
+     * file), so a finetune can learn them. */
+    if (c->audio || ringvit) {
+        ADD("ringvit.audio_proj.weight", VIT_PLAIN, 0, VR_AUDIO_W, -1, 4, D, 1, F, W, 0);
+        ADD("ringvit.audio_proj.bias", VIT_PLAIN, 0, VR_AUDIO_B, -1, 1, D, 0, 0, 0, 0);
+    }
+    /* ringvit's own table has torchvision's class token even without a CLS in
+     * the sequence (files written before special tokens were counted have it). */
+    if (c->cls || ringvit)
+        ADD("class_token", VIT_PLAIN, 1, VR_CLS, -1, 3, 1, c->cls > 1 ? c->cls : 1, D, 0, 0);
+    if (rows > 0)
+        ADD("encoder.pos_embedding", VIT_PLAIN, 1, VR_POS, -1, 3, 1, rows, D, 0, 0);
+    if (c->audio_pos == RV_APOS_BAND)
+        ADD("ringvit.audio_band", VIT_PLAIN, 0, VR_BAND, -1, 2, bands, D, 0, 0, 0);
+    if (c->time_code) {
+        ADD("ringvit.time_proj.weight", VIT_PLAIN, 0, VR_TIME_W, -1, 2, D, D, 0, 0, 0);
+        ADD("ringvit.modality", VIT_PLAIN, 0, VR_MODALITY, -1, 2, 3, D, 0, 0, 0);
+    }
+    if (c->audio_pos == RV_APOS_GRID)
+        ADD("ringvit.audio_pos", VIT_PLAIN, 0, VR_AUDIO_POS, -1, 2, bands * c->audio_grid_t, D,
+            0, 0, 0);
+    if (c->pre_norm) {
+        ADD("ringvit.pre_ln.weight", VIT_PLAIN, 0, VR_PRE_LN_W, -1, 1, D, 0, 0, 0, 0);
+        ADD("ringvit.pre_ln.bias", VIT_PLAIN, 0, VR_PRE_LN_B, -1, 1, D, 0, 0, 0, 0);
+    }
     static const struct {
         const char *suffix;
         char rows, cols; /* 'D', 'M', '3' (3D), 0 (1D) */
-    } lt[12] = {
-        {"ln_1.weight", 'D', 0},
-        {"ln_1.bias", 'D', 0},
-        {"self_attention.in_proj_weight", '3', 'D'},
-        {"self_attention.in_proj_bias", '3', 0},
-        {"self_attention.out_proj.weight", 'D', 'D'},
-        {"self_attention.out_proj.bias", 'D', 0},
-        {"ln_2.weight", 'D', 0},
-        {"ln_2.bias", 'D', 0},
-        {"mlp.0.weight", 'M', 'D'},
-        {"mlp.0.bias", 'M', 0},
-        {"mlp.3.weight", 'D', 'M'},
-        {"mlp.3.bias", 'D', 0},
+        vit_role role;
+    } lt[14] = {
+        {"ln_1.weight", 'D', 0, VR_LN1_W},
+        {"ln_1.bias", 'D', 0, VR_LN1_B},
+        {"self_attention.in_proj_weight", '3', 'D', VR_QKV_W},
+        {"self_attention.in_proj_bias", '3', 0, VR_QKV_B},
+        {"self_attention.out_proj.weight", 'D', 'D', VR_PROJ_W},
+        {"self_attention.out_proj.bias", 'D', 0, VR_PROJ_B},
+        {"ln_2.weight", 'D', 0, VR_LN2_W},
+        {"ln_2.bias", 'D', 0, VR_LN2_B},
+        {"mlp.0.weight", 'M', 'D', VR_FC1_W},
+        {"mlp.0.bias", 'M', 0, VR_FC1_B},
+        {"mlp.3.weight", 'D', 'M', VR_FC2_W},
+        {"mlp.3.bias", 'D', 0, VR_FC2_B},
+        {"layer_scale_1", 'D', 0, VR_LS1},
+        {"layer_scale_2", 'D', 0, VR_LS2},
     };
     for (int i = 0; i < c->layers; i++)
-        for (int k = 0; k < 12; k++) {
+        for (int k = 0; k < 14; k++) {
+            if (lt[k].role == VR_QKV_B && !c->qkv_bias)
+                continue;
+            if ((lt[k].role == VR_LS1 || lt[k].role == VR_LS2) && !c->layer_scale)
+                continue;
             int64_t r = lt[k].rows == 'D' ? D : lt[k].rows == 'M' ? M : 3 * D;
             int64_t cl = lt[k].cols == 'D' ? D : M;
+            int tv = lt[k].role != VR_LS1 && lt[k].role != VR_LS2;
             snprintf(name, sizeof name, VIT_LAYER_PREFIX "%d.%s", i, lt[k].suffix);
             if (lt[k].cols)
-                off += add(t, &n, AT, name, VIT_PLAIN, 1, 2, r, cl, 0, 0, 0);
+                ADD(name, VIT_PLAIN, tv, lt[k].role, i, 2, r, cl, 0, 0, 0);
             else
-                off += add(t, &n, AT, name, VIT_PLAIN, 1, 1, r, 0, 0, 0, 0);
+                ADD(name, VIT_PLAIN, tv, lt[k].role, i, 1, r, 0, 0, 0, 0);
         }
-    off += add(t, &n, AT, "encoder.ln.weight", VIT_PLAIN, 1, 1, D, 0, 0, 0, 0);
-    off += add(t, &n, AT, "encoder.ln.bias", VIT_PLAIN, 1, 1, D, 0, 0, 0, 0);
+    if (c->final_norm) {
+        ADD("encoder.ln.weight", VIT_PLAIN, 1, VR_LN_W, -1, 1, D, 0, 0, 0, 0);
+        ADD("encoder.ln.bias", VIT_PLAIN, 1, VR_LN_B, -1, 1, D, 0, 0, 0, 0);
+    }
+    if (c->pool == RV_POOL_MEAN_NORM || c->pool == RV_POOL_CLS_NORM) {
+        ADD("ringvit.pool_ln.weight", VIT_PLAIN, 0, VR_POOL_LN_W, -1, 1, D, 0, 0, 0, 0);
+        ADD("ringvit.pool_ln.bias", VIT_PLAIN, 0, VR_POOL_LN_B, -1, 1, D, 0, 0, 0, 0);
+    }
+    if (c->pool == RV_POOL_CLS_TANH) {
+        ADD("ringvit.pooler.weight", VIT_PLAIN, 0, VR_POOLER_W, -1, 2, D, D, 0, 0, 0);
+        ADD("ringvit.pooler.bias", VIT_PLAIN, 0, VR_POOLER_B, -1, 1, D, 0, 0, 0, 0);
+    }
+    if (c->proj_dim > 0)
+        ADD("ringvit.projection.weight", VIT_PLAIN, 0, VR_PROJ_OUT, -1, 2, c->proj_dim, D, 0, 0,
+            0);
+#undef ADD
 #undef AT
+    if (count)
+        *count = n;
     return off;
+}
+
+int vit_tensor_count(const rv_vit_config *c)
+{
+    int n = 0;
+    walk(c, NULL, NULL, &n);
+    return n;
 }
 
 void vit_tensor_list(const rv_vit_model *m, vit_tensor *t)
 {
-    walk(&m->cfg, m->arena, t);
+    walk(&m->cfg, m->arena, t, NULL);
+}
+
+float **vit_slot(rv_vit_model *m, vit_role role, int layer)
+{
+    rv_vit_layer *ly = layer >= 0 && layer < m->cfg.layers ? &m->layer[layer] : NULL;
+    switch (role) {
+    case VR_VIDEO_W: return &m->video_w;
+    case VR_VIDEO_B: return &m->video_b;
+    case VR_AUDIO_W: return &m->audio_w;
+    case VR_AUDIO_B: return &m->audio_b;
+    case VR_CLS: return &m->cls;
+    case VR_POS: return &m->pos;
+    case VR_BAND: return &m->band;
+    case VR_TIME_W: return &m->time_w;
+    case VR_MODALITY: return &m->modality;
+    case VR_AUDIO_POS: return &m->audio_pos;
+    case VR_PRE_LN_W: return &m->pre_ln_w;
+    case VR_PRE_LN_B: return &m->pre_ln_b;
+    case VR_LN_W: return &m->ln_w;
+    case VR_LN_B: return &m->ln_b;
+    case VR_POOL_LN_W: return &m->pool_ln_w;
+    case VR_POOL_LN_B: return &m->pool_ln_b;
+    case VR_POOLER_W: return &m->pooler_w;
+    case VR_POOLER_B: return &m->pooler_b;
+    case VR_PROJ_OUT: return &m->proj_w;
+    default: break;
+    }
+    if (!ly)
+        return NULL;
+    switch (role) {
+    case VR_LN1_W: return &ly->ln1_w;
+    case VR_LN1_B: return &ly->ln1_b;
+    case VR_QKV_W: return &ly->qkv_w;
+    case VR_QKV_B: return &ly->qkv_b;
+    case VR_PROJ_W: return &ly->proj_w;
+    case VR_PROJ_B: return &ly->proj_b;
+    case VR_LN2_W: return &ly->ln2_w;
+    case VR_LN2_B: return &ly->ln2_b;
+    case VR_FC1_W: return &ly->fc1_w;
+    case VR_FC1_B: return &ly->fc1_b;
+    case VR_FC2_W: return &ly->fc2_w;
+    case VR_FC2_B: return &ly->fc2_b;
+    case VR_LS1: return &ly->ls1;
+    case VR_LS2: return &ly->ls2;
+    default: return NULL;
+    }
 }
 
 void vit_video_to_file(const float *mem, int dim, int T, int P, float *file)
@@ -130,6 +233,13 @@ void vit_video_from_file(const float *file, int dim, int T, int P, float *mem)
                             file[d * per + (((int64_t)c * T + t) * P + y) * P + x];
 }
 
+/* 1 for a LayerNorm weight or layer scale: ones in a fresh model. */
+static int starts_at_one(vit_role r)
+{
+    return r == VR_LN1_W || r == VR_LN2_W || r == VR_LN_W || r == VR_PRE_LN_W ||
+           r == VR_POOL_LN_W || r == VR_LS1 || r == VR_LS2;
+}
+
 rv_status rv_vit_new(const rv_vit_config *c, rv_vit_model **out)
 {
     rv_status s = RV_OK;
@@ -140,7 +250,8 @@ rv_status rv_vit_new(const rv_vit_config *c, rv_vit_model **out)
     *out = NULL;
     if ((s = rv_vit_config_check(c)) != RV_OK)
         return s;
-    int64_t floats = walk(c, NULL, NULL);
+    int count = 0;
+    int64_t floats = walk(c, NULL, NULL, &count);
     if ((uint64_t)floats > (SIZE_MAX - ARENA_ALIGN) / sizeof(float)) {
         s = rv_fail(RV_ERR_NOMEM, "vit model of %lld parameters does not fit in memory",
                     (long long)floats);
@@ -155,50 +266,22 @@ rv_status rv_vit_new(const rv_vit_config *c, rv_vit_model **out)
     m->arena_floats = (size_t)floats;
     size_t bytes = (m->arena_floats * sizeof(float) + ARENA_ALIGN - 1) / ARENA_ALIGN *
                    ARENA_ALIGN;
-    m->arena = aligned_alloc(ARENA_ALIGN, bytes);
+    m->arena = aligned_alloc(ARENA_ALIGN, bytes > 0 ? bytes : ARENA_ALIGN);
     m->layer = calloc((size_t)c->layers, sizeof *m->layer);
-    list = malloc((size_t)vit_tensor_count(c) * sizeof *list);
+    list = malloc((size_t)count * sizeof *list);
     if (!m->arena || !m->layer || !list) {
         s = rv_fail(RV_ERR_NOMEM, "vit model: out of memory for %lld parameters (%.1f MiB)",
                     (long long)floats, (double)bytes / (1 << 20));
         goto end;
     }
     memset(m->arena, 0, bytes);
-    walk(c, m->arena, list);
-    /* The list is in arena order (see the top of this file). */
-    m->video_w = list[0].data;
-    m->video_b = list[1].data;
-    m->audio_w = list[2].data;
-    m->audio_b = list[3].data;
-    m->cls = list[4].data;
-    m->pos = list[5].data;
-    m->band = list[6].data;
-    m->time_w = list[7].data;
-    m->modality = list[8].data;
-    for (int i = 0; i < c->layers; i++) {
-        const vit_tensor *e = &list[9 + 12 * i];
-        rv_vit_layer *ly = &m->layer[i];
-        ly->ln1_w = e[0].data;
-        ly->ln1_b = e[1].data;
-        ly->qkv_w = e[2].data;
-        ly->qkv_b = e[3].data;
-        ly->proj_w = e[4].data;
-        ly->proj_b = e[5].data;
-        ly->ln2_w = e[6].data;
-        ly->ln2_b = e[7].data;
-        ly->fc1_w = e[8].data;
-        ly->fc1_b = e[9].data;
-        ly->fc2_w = e[10].data;
-        ly->fc2_b = e[11].data;
+    walk(c, m->arena, list, NULL);
+    for (int i = 0; i < count; i++) {
+        *vit_slot(m, list[i].role, list[i].layer) = list[i].data;
+        if (starts_at_one(list[i].role))
+            for (int64_t j = 0; j < list[i].numel; j++)
+                list[i].data[j] = 1.0f;
     }
-    m->ln_w = list[9 + 12 * c->layers].data;
-    m->ln_b = list[10 + 12 * c->layers].data;
-    const size_t D = (size_t)c->dim;
-    for (int i = 0; i < c->layers; i++)
-        for (size_t j = 0; j < D; j++)
-            m->layer[i].ln1_w[j] = m->layer[i].ln2_w[j] = 1.0f;
-    for (size_t j = 0; j < D; j++)
-        m->ln_w[j] = 1.0f;
     *out = m;
     m = NULL;
 end:

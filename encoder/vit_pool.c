@@ -3,8 +3,11 @@
  * per time segment, per modality, CLS, and the counts beside them), one F64
  * all-reduce adds the ranks' buffers, and every rank divides. The CLS token lives
  * on the rank holding global position 0; its row reaches the others through the
- * same all-reduce. Options: segment_s <= 0 (or opts NULL) selects 10 s; end_s <= 0
- * selects the latest token end of any rank (one more all-gather). */
+ * same all-reduce (AST's distillation token likewise). Options: segment_s <= 0 (or
+ * opts NULL) selects 10 s; end_s <= 0 selects the latest token end of any rank
+ * (one more all-gather). rv_vit_pool_head then makes the family's pooled output
+ * from those sums on every rank, in double (a LayerNorm, a tanh pooler, a
+ * projection of one D-vector: no device, no communication). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +28,9 @@ void rv_vit_pooled_free(rv_vit_pooled *p)
     free(p->segment_tokens);
     free(p->modality_mean);
     free(p->cls);
+    free(p->dist);
+    free(p->pooled);
+    free(p->projected);
     memset(p, 0, sizeof *p);
 }
 
@@ -70,8 +76,8 @@ rv_status rv_vit_pool(rv_comm *comm, const rv_vit_tokens *in, const float *y, in
     const int64_t G = gd < 1 ? 1 : (int64_t)gd;
     const size_t D = (size_t)dim;
 
-    /* acc: rows global, segments (G), video, audio, cls; then their counts. */
-    const size_t rows = 1 + (size_t)G + 3, nacc = rows * D + rows;
+    /* acc: rows global, segments (G), video, audio, cls, dist; then their counts. */
+    const size_t rows = 1 + (size_t)G + 4, nacc = rows * D + rows;
     acc = calloc(nacc, sizeof(double));
     out->global = calloc(D, sizeof(float));
     out->segment = calloc((size_t)G * D, sizeof(float));
@@ -80,8 +86,9 @@ rv_status rv_vit_pool(rv_comm *comm, const rv_vit_tokens *in, const float *y, in
     out->segment_tokens = calloc((size_t)G, sizeof(int64_t));
     out->modality_mean = calloc(2 * D, sizeof(float));
     out->cls = calloc(D, sizeof(float));
+    out->dist = calloc(D, sizeof(float));
     if (!acc || !out->global || !out->segment || !out->segment_start || !out->segment_end ||
-        !out->segment_tokens || !out->modality_mean || !out->cls) {
+        !out->segment_tokens || !out->modality_mean || !out->cls || !out->dist) {
         st = rv_fail(RV_ERR_NOMEM, "vit pool: out of memory for %lld segments of dim %d",
                      (long long)G, dim);
         goto end;
@@ -92,7 +99,8 @@ rv_status rv_vit_pool(rv_comm *comm, const rv_vit_tokens *in, const float *y, in
         int mod = in->modality[i];
         size_t targets[3], nt = 0;
         if (mod == RV_MOD_CLS) {
-            targets[nt++] = rows - 1;
+            /* special token 0 is the CLS, 1 AST's distillation token */
+            targets[nt++] = in->pos && in->pos[3 * i] == 1 ? rows - 1 : rows - 2;
         } else {
             double t = in->time[2 * i];
             int64_t g = t > 0 ? (int64_t)floor(t / seg_s) : 0;
@@ -116,8 +124,9 @@ rv_status rv_vit_pool(rv_comm *comm, const rv_vit_tokens *in, const float *y, in
     for (size_t r = 0; r < rows; r++) {
         float *dst = r == 0                 ? out->global
                      : r <= (size_t)G       ? out->segment + (r - 1) * D
-                     : r < rows - 1         ? out->modality_mean + (r - 1 - G) * D
-                                            : out->cls;
+                     : r < rows - 2         ? out->modality_mean + (r - 1 - G) * D
+                     : r == rows - 2        ? out->cls
+                                            : out->dist;
         if (cnt[r] > 0)
             for (size_t c = 0; c < D; c++)
                 dst[c] = (float)(acc[r * D + c] / cnt[r]);
@@ -131,10 +140,91 @@ rv_status rv_vit_pool(rv_comm *comm, const rv_vit_tokens *in, const float *y, in
     }
     out->modality_tokens[0] = (int64_t)cnt[1 + G];
     out->modality_tokens[1] = (int64_t)cnt[2 + G];
-    out->has_cls = cnt[rows - 1] > 0;
+    out->has_cls = cnt[rows - 2] > 0;
+    out->has_dist = cnt[rows - 1] > 0;
 end:
     free(acc);
     if (st != RV_OK)
         rv_vit_pooled_free(out);
     return st;
+}
+
+/* y (D) = LayerNorm(x) with weight w, bias b, in double. */
+static void layernorm_row(const float *x, const float *w, const float *b, int D, double eps,
+                          float *y)
+{
+    double mean = 0, var = 0;
+    for (int j = 0; j < D; j++)
+        mean += x[j];
+    mean /= D;
+    for (int j = 0; j < D; j++)
+        var += (x[j] - mean) * (x[j] - mean);
+    double rstd = 1.0 / sqrt(var / D + eps);
+    for (int j = 0; j < D; j++)
+        y[j] = (float)((x[j] - mean) * rstd * w[j] + b[j]);
+}
+
+rv_status rv_vit_pool_head(const rv_vit_model *m, rv_vit_pooled *p)
+{
+    if (!m || !p || !p->global)
+        return rv_fail(RV_ERR_INVALID, "vit pool head: model and pooled outputs are required");
+    const rv_vit_config *c = &m->cfg;
+    const int D = c->dim;
+    if (p->dim != D)
+        return rv_fail(RV_ERR_INVALID, "vit pool head: pooled width %d, model width %d", p->dim, D);
+    const int need_cls = c->pool == RV_POOL_CLS || c->pool == RV_POOL_CLS_DIST ||
+                         c->pool == RV_POOL_CLS_NORM || c->pool == RV_POOL_CLS_TANH;
+    if (need_cls && !p->has_cls)
+        return rv_fail(RV_ERR_INVALID, "vit pool head: pooling '%s' needs the CLS token, which "
+                       "the sequence lacks", rv_vit_pool_name(c->pool));
+    if (c->pool == RV_POOL_CLS_DIST && !p->has_dist)
+        return rv_fail(RV_ERR_INVALID, "vit pool head: pooling 'cls_dist' needs the "
+                       "distillation token, which the sequence lacks");
+    free(p->pooled);
+    free(p->projected);
+    p->projected = NULL;
+    p->proj_dim = 0;
+    if (!(p->pooled = calloc((size_t)D, sizeof(float))))
+        return rv_fail(RV_ERR_NOMEM, "vit pool head: out of memory");
+    float *o = p->pooled;
+    switch (c->pool) {
+    case RV_POOL_CLS:
+        memcpy(o, p->cls, sizeof(float) * (size_t)D);
+        break;
+    case RV_POOL_CLS_DIST:
+        for (int j = 0; j < D; j++)
+            o[j] = (float)(((double)p->cls[j] + p->dist[j]) / 2);
+        break;
+    case RV_POOL_MEAN_NORM:
+        layernorm_row(p->global, m->pool_ln_w, m->pool_ln_b, D, c->pool_eps, o);
+        break;
+    case RV_POOL_CLS_NORM:
+        layernorm_row(p->cls, m->pool_ln_w, m->pool_ln_b, D, c->pool_eps, o);
+        break;
+    case RV_POOL_CLS_TANH:
+        for (int i = 0; i < D; i++) {
+            double acc = m->pooler_b[i];
+            const float *w = m->pooler_w + (size_t)i * D;
+            for (int j = 0; j < D; j++)
+                acc += (double)w[j] * p->cls[j];
+            o[i] = (float)tanh(acc);
+        }
+        break;
+    default: /* RV_POOL_MEAN */
+        memcpy(o, p->global, sizeof(float) * (size_t)D);
+        break;
+    }
+    if (c->proj_dim > 0) {
+        if (!(p->projected = calloc((size_t)c->proj_dim, sizeof(float))))
+            return rv_fail(RV_ERR_NOMEM, "vit pool head: out of memory");
+        for (int i = 0; i < c->proj_dim; i++) {
+            double acc = 0;
+            const float *w = m->proj_w + (size_t)i * D;
+            for (int j = 0; j < D; j++)
+                acc += (double)w[j] * o[j];
+            p->projected[i] = (float)acc;
+        }
+        p->proj_dim = c->proj_dim;
+    }
+    return RV_OK;
 }

@@ -1,10 +1,11 @@
 /* vit_train_forward.c: the encoder forward of one rank's slice for training
- * (rv_vit_train.h): the same ops in the same order as rv_vit_forward
- * (vit_forward.c), so the outputs are the same, but every block keeps what its
- * backward needs in an rv_vit_acts (vit_internal.h), all (len, .) of this rank's
- * slice: the block input, the residual after attention, q, k, v, the attention
- * output and its LSE, the MLP's pre-activation, and the LayerNorm statistics
- * (the LayerNorm outputs are recomputed by the backward). Hidden tokens get the
+ * (rv_vit_train.h): the same block function as rv_vit_forward (vit_block.c), so
+ * the outputs are the same, but every block keeps what its backward needs in an
+ * rv_vit_acts (vit_internal.h), all (len, .) of this rank's slice: the block
+ * input, the residual after attention, q, k, v, the attention output and its
+ * LSE, the MLP's pre-activation, and the LayerNorm statistics (the LayerNorm
+ * outputs are recomputed by the backward); before a pre-norm, the embedding and
+ * its statistics. Hidden tokens get the
  * mask token in place of their patch projection. On a device backend (run->weights
  * set) the activations live in its memory: the embedding runs on the host and is
  * uploaded as the block input x[0], and y is copied back. */
@@ -44,8 +45,9 @@ static rv_status acts_new(const rv_vit_config *c, int64_t len, rv_backend *dev,
     const size_t fqkv = ROUND16(L * 3 * n * D), fo = ROUND16(L * n * D);
     const size_t fpre = ROUND16(L * n * M), flse = ROUND16(L * H * n);
     const size_t fst = ROUND16(L * 4 * n), ffin = ROUND16(2 * n);
+    const size_t femb = c->pre_norm ? ROUND16(n * D) : 0, fpst = c->pre_norm ? ROUND16(2 * n) : 0;
 #undef ROUND16
-    const size_t floats = fx + fm + fqkv + fo + fpre + flse + fst + ffin;
+    const size_t floats = fx + fm + fqkv + fo + fpre + flse + fst + ffin + femb + fpst;
     rv_vit_acts *a = calloc(1, sizeof *a);
     rv_status st = RV_OK;
     if (!a)
@@ -73,7 +75,9 @@ static rv_status acts_new(const rv_vit_config *c, int64_t len, rv_backend *dev,
     a->pre = p, p += fpre;
     a->lse = p, p += flse;
     a->ln_stats = p, p += fst;
-    a->final_stats = p;
+    a->final_stats = p, p += ffin;
+    a->emb = c->pre_norm ? p : NULL, p += femb;
+    a->pre_stats = c->pre_norm ? p : NULL;
     *out = a;
     a = NULL;
 end:
@@ -121,7 +125,8 @@ rv_status rv_vit_forward_train(const rv_vit_model *m, const rv_vit_run *run,
         memcpy(a->hidden, hidden, (size_t)len);
     a->any_hidden = any_hidden;
 
-    int resample = in->nvideo > 0 && in->grid != c->grid;
+    const int grid_pos = c->pos == RV_POS_GRID_BILINEAR || c->pos == RV_POS_GRID_BICUBIC;
+    int resample = grid_pos && in->nvideo > 0 && in->grid != c->grid;
     size_t pos_floats = resample ? (size_t)in->grid * in->grid * D : 0;
     size_t bytes = a->bytes + sizeof(float) * (nd + (size_t)cap * M + pos_floats);
     if ((st = be->alloc(be, sizeof(float) * nd, (void **)&h)) != RV_OK ||
@@ -131,18 +136,21 @@ rv_status rv_vit_forward_train(const rv_vit_model *m, const rv_vit_run *run,
                               run->causal, 0.0f)) != RV_OK)
         goto end;
 
+    /* The embedding goes to x[0], or, before a pre-norm, to emb (kept for the
+     * backward) and x[0] = pre_ln(emb). */
+    float *e = c->pre_norm ? a->emb : a->x;
     if (on_host) {
         if (resample) {
             if ((st = be->alloc(be, sizeof(float) * pos_floats, (void **)&pos)) != RV_OK)
                 goto end;
-            vit_pos_resample(m->pos + D, c->grid, in->grid, D, pos);
+            vit_pos_resample(m, in->grid, pos);
         }
         /* Layer 0's q, k, v are the embedding's scratch. */
         vit_embed_scratch es = {a->qkv, a->qkv + nd, a->qkv + 2 * nd, pos};
-        if ((st = vit_embed(m, be, in, hidden, mask_token, &es, a->x, &s.flops)) != RV_OK)
+        if ((st = vit_embed(m, be, in, hidden, mask_token, &es, e, &s.flops)) != RV_OK)
             goto end;
     } else {
-        /* Host scratch: x[0], then the embedding's codes, video, audio, grid. */
+        /* Host scratch: the embedding, then its codes, video, audio, grid. */
         hscratch = malloc(sizeof(float) * (4 * nd + (pos_floats ? pos_floats : 1)));
         if (!hscratch) {
             st = rv_fail(RV_ERR_NOMEM, "vit forward_train: no host memory for the embedding "
@@ -151,67 +159,48 @@ rv_status rv_vit_forward_train(const rv_vit_model *m, const rv_vit_run *run,
         }
         float *hpos = resample ? hscratch + 4 * nd : NULL;
         if (resample)
-            vit_pos_resample(m->pos + D, c->grid, in->grid, D, hpos);
+            vit_pos_resample(m, in->grid, hpos);
         vit_embed_scratch es = {hscratch + nd, hscratch + 2 * nd, hscratch + 3 * nd, hpos};
         if ((st = rv_backend_cpu_create(0, &hb)) != RV_OK ||
             (st = vit_embed(m, hb, in, hidden, mask_token, &es, hscratch, &s.flops)) != RV_OK ||
-            (st = be->copy(be, a->x, hscratch, sizeof(float) * (size_t)len * D,
+            (st = be->copy(be, e, hscratch, sizeof(float) * (size_t)len * D,
                            RV_COPY_HOST_TO_DEVICE)) != RV_OK ||
             (st = be->alloc(be, sizeof(float) * nd, (void **)&ydev)) != RV_OK)
             goto end;
         free(hscratch);
         hscratch = NULL;
     }
+    if (c->pre_norm && (st = be->layernorm_fwd(be, a->emb, wm->pre_ln_w, wm->pre_ln_b, len, D,
+                                               c->eps, a->x, a->pre_stats,
+                                               a->pre_stats + cap)) != RV_OK)
+        goto end;
     t1 = vit_now();
     s.embed_s = t1 - t0, t0 = t1;
 
     for (int l = 0; l < c->layers; l++) {
-        const rv_vit_layer *w = &wm->layer[l];
-        const float *x = a->x + (size_t)l * nd;
-        float *xm = a->xmid + (size_t)l * nd, *xn = a->x + (size_t)(l + 1) * nd;
-        float *q = a->qkv + (size_t)l * 3 * nd, *o = a->o + (size_t)l * nd;
-        float *pre = a->pre + (size_t)l * cap * M, *lse = a->lse + (size_t)l * H * cap;
-        float *ls = a->ln_stats + (size_t)l * 4 * cap;
-        /* Attention: h = ln_1(x); q, k, v = h W^T + b; o = attention; xm = x + o Wo^T + bo. */
-        if ((st = be->layernorm_fwd(be, x, w->ln1_w, w->ln1_b, len, D, c->eps, h, ls,
-                                    ls + cap)) != RV_OK)
+        float *q = a->qkv + (size_t)l * 3 * nd, *ls = a->ln_stats + (size_t)l * 4 * cap;
+        /* Everything the backward needs is kept: x, xmid, q, k, v, o, lse, pre and
+         * the LayerNorm statistics; h and act are scratch (recomputed there). */
+        const vit_block_io io = {
+            .x = a->x + (size_t)l * nd, .xmid = a->xmid + (size_t)l * nd,
+            .xout = a->x + (size_t)(l + 1) * nd, .h = h, .q = q, .k = q + nd, .v = q + 2 * nd,
+            .o = a->o + (size_t)l * nd, .lse = a->lse + (size_t)l * H * cap,
+            .ln1_mean = ls, .ln1_rstd = ls + cap, .ln2_mean = ls + 2 * cap, .ln2_rstd = ls + 3 * cap,
+            .pre = a->pre + (size_t)l * cap * M, .act = act, .chunk = cap, .pre_all_rows = 1,
+            .tmp_attn = c->layer_scale ? h : NULL, .tmp_mlp = c->layer_scale ? h : NULL,
+        };
+        if ((st = vit_block_forward(be, &cp, c, &wm->layer[l], len, &io, &s)) != RV_OK)
             goto end;
-        for (int j = 0; j < 3; j++) {
-            float *dst = q + (size_t)j * nd;
-            if ((st = be->gemm(be, 0, 1, len, D, D, 1.0f, h, D, w->qkv_w + (size_t)j * D * D, D,
-                               0.0f, dst, D)) != RV_OK ||
-                (st = be->bias_add(be, dst, w->qkv_b + (size_t)j * D, len, D)) != RV_OK)
-                goto end;
-        }
-        if ((st = be->copy(be, xm, x, sizeof(float) * (size_t)len * D,
-                           RV_COPY_DEVICE_TO_DEVICE)) != RV_OK ||
-            (st = rv_cp_attn_forward(&cp, q, q + nd, q + 2 * nd, o, lse)) != RV_OK ||
-            (st = be->bias_add(be, xm, w->proj_b, len, D)) != RV_OK ||
-            (st = be->gemm(be, 0, 1, len, D, D, 1.0f, o, D, w->proj_w, D, 1.0f, xm, D)) != RV_OK)
-            goto end;
-        s.flops += 2.0 * len * (double)D * 4 * D;
-        t1 = vit_now();
-        s.attn_s += t1 - t0, t0 = t1;
-
-        /* MLP: h = ln_2(xm); pre = h W1^T + b1; xn = xm + gelu(pre) W2^T + b2. */
-        if ((st = be->copy(be, xn, xm, sizeof(float) * (size_t)len * D,
-                           RV_COPY_DEVICE_TO_DEVICE)) != RV_OK ||
-            (st = be->layernorm_fwd(be, xm, w->ln2_w, w->ln2_b, len, D, c->eps, h, ls + 2 * cap,
-                                    ls + 3 * cap)) != RV_OK ||
-            (st = be->bias_add(be, xn, w->fc2_b, len, D)) != RV_OK ||
-            (st = be->gemm(be, 0, 1, len, M, D, 1.0f, h, D, w->fc1_w, D, 0.0f, pre, M)) != RV_OK ||
-            (st = be->bias_add(be, pre, w->fc1_b, len, M)) != RV_OK ||
-            (st = be->gelu_fwd(be, pre, act, (size_t)len * M)) != RV_OK ||
-            (st = be->gemm(be, 0, 1, len, D, M, 1.0f, act, M, w->fc2_w, M, 1.0f, xn, D)) != RV_OK)
-            goto end;
-        s.flops += 4.0 * len * (double)D * M;
-        t1 = vit_now();
-        s.mlp_s += t1 - t0, t0 = t1;
     }
-    if ((st = be->layernorm_fwd(be, a->x + (size_t)c->layers * nd, wm->ln_w, wm->ln_b, len, D,
-                                c->eps, on_host ? y : ydev, a->final_stats,
-                                a->final_stats + cap)) != RV_OK ||
-        (st = be->synchronize(be)) != RV_OK)
+    t0 = vit_now();
+    float *yout = on_host ? y : ydev;
+    const float *xl = a->x + (size_t)c->layers * nd;
+    if (c->final_norm ? (st = be->layernorm_fwd(be, xl, wm->ln_w, wm->ln_b, len, D, c->eps, yout,
+                                                a->final_stats, a->final_stats + cap)) != RV_OK
+                      : (st = be->copy(be, yout, xl, sizeof(float) * (size_t)len * D,
+                                       RV_COPY_DEVICE_TO_DEVICE)) != RV_OK)
+        goto end;
+    if ((st = be->synchronize(be)) != RV_OK)
         goto end;
     if (!on_host &&
         (st = be->copy(be, y, ydev, sizeof(float) * (size_t)len * D, RV_COPY_DEVICE_TO_HOST)) != RV_OK)

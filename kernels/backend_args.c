@@ -93,18 +93,77 @@ rv_status rv_args_layernorm_bwd(const float *dy, const float *x, const float *w,
     return RV_OK;
 }
 
-rv_status rv_args_gelu_fwd(const float *x, const float *y, size_t n)
+const char *rv_act_name(rv_act act)
 {
-    if (n > 0 && (!x || !y))
-        return rv_fail(RV_ERR_INVALID, "gelu_fwd: %s is NULL with n=%zu", !x ? "x" : "y", n);
+    switch (act) {
+    case RV_ACT_GELU:
+        return "gelu";
+    case RV_ACT_GELU_TANH:
+        return "gelu_tanh";
+    case RV_ACT_QUICK_GELU:
+        return "quick_gelu";
+    }
+    return NULL; /* a value outside the enum, e.g. from a cast or a corrupt config */
+}
+
+static rv_status act_known(const char *op, rv_act act)
+{
+    if (!rv_act_name(act))
+        return rv_fail(RV_ERR_INVALID,
+                       "%s: unknown activation %d (known: %d gelu, %d gelu_tanh, %d quick_gelu)",
+                       op, (int)act, (int)RV_ACT_GELU, (int)RV_ACT_GELU_TANH,
+                       (int)RV_ACT_QUICK_GELU);
     return RV_OK;
 }
 
-rv_status rv_args_gelu_bwd(const float *x, const float *dy, const float *dx, size_t n)
+rv_status rv_args_act_fwd(rv_act act, const float *x, const float *y, size_t n)
 {
+    rv_status st = act_known("act_fwd", act);
+    if (st != RV_OK)
+        return st;
+    if (n > 0 && (!x || !y))
+        return rv_fail(RV_ERR_INVALID, "act_fwd (%s): %s is NULL with n=%zu", rv_act_name(act),
+                       !x ? "x" : "y", n);
+    return RV_OK;
+}
+
+rv_status rv_args_act_bwd(rv_act act, const float *x, const float *dy, const float *dx,
+                          size_t n)
+{
+    rv_status st = act_known("act_bwd", act);
+    if (st != RV_OK)
+        return st;
     if (n > 0 && (!x || !dy || !dx))
-        return rv_fail(RV_ERR_INVALID, "gelu_bwd: %s is NULL with n=%zu",
+        return rv_fail(RV_ERR_INVALID, "act_bwd (%s): %s is NULL with n=%zu", rv_act_name(act),
                        !x ? "x" : !dy ? "dy" : "dx", n);
+    return RV_OK;
+}
+
+rv_status rv_args_scale_add(const float *y, const float *x, const float *gamma, int rows,
+                            int cols, int *none)
+{
+    rv_status st = rv_args_rows("scale_add", rows, cols, y, "y", x, "x", none);
+    if (st != RV_OK || *none)
+        return st;
+    if (!gamma)
+        return rv_fail(RV_ERR_INVALID, "scale_add: gamma is NULL");
+    return RV_OK;
+}
+
+rv_status rv_args_scale_cols(const float *x, const float *gamma, int rows, int cols,
+                             int *none)
+{
+    return rv_args_rows("scale_cols", rows, cols, x, "x", gamma, "gamma", none);
+}
+
+rv_status rv_args_colsum_mul_add(const float *a, const float *b, int rows, int cols,
+                                 const float *dst, int *none)
+{
+    rv_status st = rv_args_rows("colsum_mul_add", rows, cols, a, "a", b, "b", none);
+    if (st != RV_OK || *none)
+        return st;
+    if (!dst)
+        return rv_fail(RV_ERR_INVALID, "colsum_mul_add: dst is NULL");
     return RV_OK;
 }
 

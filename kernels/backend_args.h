@@ -28,8 +28,20 @@ rv_status rv_args_layernorm_fwd(const float *x, const float *w, const float *b, 
 rv_status rv_args_layernorm_bwd(const float *dy, const float *x, const float *w,
                                 const float *mean, const float *rstd, int rows, int cols,
                                 const float *dx, const float *dw, const float *db, int *none);
-rv_status rv_args_gelu_fwd(const float *x, const float *y, size_t n);
-rv_status rv_args_gelu_bwd(const float *x, const float *dy, const float *dx, size_t n);
+/* Activations: act must be one of rv_act (checked even when n == 0, so a bad value
+ * shows at once); the arrays must exist when n > 0. */
+rv_status rv_args_act_fwd(rv_act act, const float *x, const float *y, size_t n);
+rv_status rv_args_act_bwd(rv_act act, const float *x, const float *dy, const float *dx,
+                          size_t n);
+/* The activation's name ("gelu", "gelu_tanh", "quick_gelu"), NULL for an unknown value. */
+const char *rv_act_name(rv_act act);
+/* Layer scale ops on (rows, cols) tensors with gamma (cols). */
+rv_status rv_args_scale_add(const float *y, const float *x, const float *gamma, int rows,
+                            int cols, int *none);
+rv_status rv_args_scale_cols(const float *x, const float *gamma, int rows, int cols,
+                             int *none);
+rv_status rv_args_colsum_mul_add(const float *a, const float *b, int rows, int cols,
+                                 const float *dst, int *none);
 /* Attention shapes: sq, sk >= 0, heads, dim > 0, heads * dim at most 2^20. */
 rv_status rv_attn_check_dims(int sq, int sk, int heads, int dim, const char *op);
 rv_status rv_args_attn_fwd(const rv_attn_fwd_args *a, int *none);

@@ -26,6 +26,14 @@ typedef enum rv_copy_kind {
     RV_COPY_DEVICE_TO_DEVICE = 2,
 } rv_copy_kind;
 
+/* The MLP activations of the model families (rv_vit.h). */
+typedef enum rv_act {
+    RV_ACT_GELU = 0,       /* erf form: y = x/2 * (1 + erf(x / sqrt 2)) (torch's GELU) */
+    RV_ACT_GELU_TANH = 1,  /* y = x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))
+                              (transformers' gelu_new, gelu_pytorch_tanh) */
+    RV_ACT_QUICK_GELU = 2, /* y = x * sigmoid(1.702 x) (CLIP's quick_gelu) */
+} rv_act;
+
 typedef enum rv_mask_kind {
     RV_MASK_NONE = 0,
     RV_MASK_CAUSAL = 1, /* key at global position kp is seen by query qp iff kp <= qp */
@@ -94,10 +102,16 @@ struct rv_backend {
     rv_status (*layernorm_bwd)(rv_backend *be, const float *dy, const float *x,
                                const float *w, const float *mean, const float *rstd,
                                int rows, int cols, float *dx, float *dw, float *db);
-    /* GELU, erf form: y = x/2 * (1 + erf(x / sqrt 2)). */
-    rv_status (*gelu_fwd)(rv_backend *be, const float *x, float *y, size_t n);
-    rv_status (*gelu_bwd)(rv_backend *be, const float *x, const float *dy, float *dx,
-                          size_t n);
+    /* The MLP activation act (rv_act) elementwise: y = act(x); y may be x. */
+    rv_status (*act_fwd)(rv_backend *be, rv_act act, const float *x, float *y, size_t n);
+    /* dx = act'(x) * dy; dx may be dy. */
+    rv_status (*act_bwd)(rv_backend *be, rv_act act, const float *x, const float *dy,
+                         float *dx, size_t n);
+    /* Layer scale: y (rows, cols) += x * gamma, gamma (cols) per column; x != y. */
+    rv_status (*scale_add)(rv_backend *be, float *y, const float *x, const float *gamma,
+                           int rows, int cols);
+    /* x (rows, cols) *= gamma (cols) per column, in place. */
+    rv_status (*scale_cols)(rv_backend *be, float *x, const float *gamma, int rows, int cols);
     /* Row-wise softmax of x (rows, cols); -inf entries get 0, an all -inf row 0. */
     rv_status (*softmax_fwd)(rv_backend *be, const float *x, float *y, int rows, int cols);
 
@@ -120,6 +134,10 @@ struct rv_backend {
     /* dst (cols) += the column sums of x (rows, cols), each summed in double (a
      * bias gradient). */
     rv_status (*colsum_add)(rv_backend *be, const float *x, int rows, int cols, float *dst);
+    /* dst (cols) += the column sums of a * b (both (rows, cols)), each summed in
+     * double (a layer scale's gradient). */
+    rv_status (*colsum_mul_add)(rv_backend *be, const float *a, const float *b, int rows,
+                                int cols, float *dst);
 
     /* Waits until every op issued to this backend has finished: after it, its
      * outputs may be read by the host or sent by a communicator. A no-op on CPU. */

@@ -6,9 +6,10 @@
  * Each value is lut[c][pixel] = (pixel / 255 - mean[c]) / std[c]; the table
  * makes the map exact and identical everywhere, and unpatchify inverts it
  * exactly (the nearest table entry).
- * Audio: W consecutive fbank rows (128 bins each) -> 128/F patches of F*W
- * floats, band b holding mel bins b*F .. b*F+F-1, inside a patch (f, w) with w
- * fastest, each value (fbank - mean) / (2 std) as AST normalises. */
+ * Audio: W consecutive fbank rows (128 bins each) -> (128 - F) / fstride + 1
+ * patches of F*W floats, band b holding mel bins b*fstride .. b*fstride+F-1
+ * (a Conv2d of kernel F and stride fstride over the bins), inside a patch
+ * (f, w) with w fastest, each value (fbank - mean) / (2 std) as AST normalises. */
 #ifndef RV_PATCH_H
 #define RV_PATCH_H
 
@@ -31,10 +32,11 @@ void rv_tubelet_patchify(const uint8_t *const *frames, int T, int S, int P,
 void rv_tubelet_unpatchify(const float *patches, int T, int S, int P,
                            const float lut[3][256], uint8_t *const *frames);
 
-/* rows: W fbank rows, row w at rows + w * row_stride (128 bins). out: (128/F,
- * F*W). */
-void rv_audio_patchify(const float *rows, int64_t row_stride, int F, int W, float mean,
-                       float std, float *out);
+/* rows: W fbank rows, row w at rows + w * row_stride (128 bins). F in
+ * [1, 128]; fstride mel bins between band starts (0: F, bands side by side).
+ * out: ((128 - F) / fstride + 1, F*W). */
+void rv_audio_patchify(const float *rows, int64_t row_stride, int F, int fstride, int W,
+                       float mean, float std, float *out);
 
 #ifdef __cplusplus
 }

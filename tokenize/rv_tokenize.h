@@ -60,7 +60,8 @@ typedef struct rv_tok_stats {
     rv_ingest_stats ingest;   /* the ingest pass (zero for rv_tokenizer_*) */
     rv_tok_layout layout;     /* the sequence: the plan, or (open) the recording's */
     int64_t first, tokens;    /* tokens handed out: [first, first + tokens) */
-    int64_t video_tokens, audio_tokens, cls_tokens;
+    int64_t video_tokens, audio_tokens;
+    int64_t cls_tokens;       /* special tokens (class and distillation) handed out */
     int64_t fbank_frames;     /* fbank frames computed */
     int64_t padded_frames, padded_samples;   /* made up: the recording ended early */
     int64_t dropped_frames, dropped_samples; /* ignored: after the plan's end */

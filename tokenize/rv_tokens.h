@@ -18,10 +18,20 @@
  *                     value (fbank - mean) / (2 std) as AST normalises (mean
  *                     -4.2677393, std 4.5689974 by default). Position (t, f, 0) =
  *                     (time step p, frequency band b): fbank frames p*stride ..
- *                     p*stride + W-1, mel bins b*F .. b*F + F-1. Only whole patches
- *                     are made: the fbank frames after the last one are dropped.
- *   RV_MOD_CLS   (2)  the optional leading class token: position (0, 0, 0), no
- *                     patch, time [start, start].
+ *                     p*stride + W-1, mel bins b*fstride .. b*fstride + F-1. Like
+ *                     a strided Conv2d there are (128 - F) / fstride + 1 bands
+ *                     (integer division; fstride = F by default: 128 / F bands
+ *                     side by side when F divides 128); patches overlap in time
+ *                     when stride < W and in frequency when fstride < F (AST:
+ *                     F = W = 16, stride = fstride = 10, 12 bands over bins
+ *                     0..125). Only whole patches are made: the fbank frames
+ *                     after the last time step, and the mel bins above the last
+ *                     band, are read by no token.
+ *   RV_MOD_CLS   (2)  the optional leading special tokens, cls of them (0, 1 or
+ *                     2): token i (i < cls) is the class token (i = 0) or the
+ *                     distillation token (i = 1, as DeiT and AST have), with
+ *                     position (i, 0, 0), item -1, part 0, no patch, time
+ *                     [start, start] (start = the first grid frame's time).
  *
  * Times (seconds since t0, the time origin of rv_ingest.h): a tubelet spans
  * [t_gT, t_{gT+T}) with t_k = rv_ingest_frame_time(k), so its start is exactly
@@ -33,10 +43,11 @@
  * of window_s seconds; window w holds every tubelet whose first frame and every
  * audio patch whose first sample falls in [w * window_s, (w + 1) * window_s),
  * decided in exact integer arithmetic (window_s is rounded to the microsecond).
- * The sequence is: [CLS], then for w = 0, 1, ...: the video tokens of w (tubelet
- * by tubelet, each row by row, column by column), then the audio tokens of w
- * (time step by time step, each band from low to high frequency). Token times
- * are therefore non-decreasing within each modality.
+ * The sequence is: the cls special tokens (class, then distillation), then
+ * for w = 0, 1, ...: the video tokens of w (tubelet by tubelet, each row by
+ * row, column by column), then the audio tokens of w (time step by time step,
+ * each band from low to high frequency). Token times are therefore
+ * non-decreasing within each modality; window 0 starts at token cls.
  *
  * The layout (rv_tok_layout) is that order as arithmetic: from the options and
  * two numbers, the sampled frames and audio samples the sequence covers, every
@@ -81,28 +92,37 @@ typedef struct rv_tok_opts {
     int patch;            /* P pixels per side (default 16); must divide the size */
     float mean[3], std[3]; /* video normalisation per RGB channel, on [0, 1] values
                              (ImageNet: 0.485 0.456 0.406 / 0.229 0.224 0.225) */
-    int audio_freq;       /* F mel bins per audio patch (default 16); divides 128 */
+    int audio_freq;       /* F mel bins per audio patch, 1..128 (default 16) */
     int audio_time;       /* W fbank frames per audio patch (default 16) */
     int audio_stride;     /* fbank frames between patch starts (default 16 = W) */
+    int audio_fstride;    /* mel bins between the first bins of neighbouring bands,
+                             0..128; 0 (default) means F: bands side by side */
     float audio_mean, audio_std; /* AST: -4.2677393, 4.5689974 */
     double window_s;      /* interleaving window, s (default 2) */
-    int cls;              /* 1: a leading CLS token (default 0) */
+    int cls;              /* leading special tokens (default 0): 1 a class token,
+                             2 a class then a distillation token */
     int video, audio;     /* 0 leaves that modality out (default 1, 1) */
 } rv_tok_opts;
 
 void rv_tok_opts_default(rv_tok_opts *o);
 
-/* Checks the options on their own (ranges, std > 0, F divides 128); the
- * layout checks what depends on the frame size. */
+/* Checks the options on their own (ranges, std > 0, cls 0..2); the layout
+ * checks what depends on the frame size. */
 rv_status rv_tok_opts_check(const rv_tok_opts *o);
+
+/* The mel bins between neighbouring bands (audio_fstride, or F when it is 0)
+ * and the bands per audio time step, (128 - F) / that + 1; for checked options. */
+int rv_tok_audio_fstride(const rv_tok_opts *o);
+int rv_tok_audio_bands(const rv_tok_opts *o);
 
 /* One token's description. */
 typedef struct rv_token {
     int modality;      /* rv_modality */
-    int64_t pos[3];    /* video (g, y, x); audio (p, band, 0); cls (0, 0, 0) */
+    int64_t pos[3];    /* video (g, y, x); audio (p, band, 0); special token i:
+                          (i, 0, 0), 0 the class token, 1 the distillation token */
     double time[2];    /* start, end, s since t0 */
-    int64_t item;      /* tubelet g or audio time step p (-1 for cls) */
-    int part;          /* patch y * grid + x, or band (0 for cls) */
+    int64_t item;      /* tubelet g or audio time step p (-1 for special tokens) */
+    int part;          /* patch y * grid + x, or band (0 for special tokens) */
 } rv_token;
 
 /* The layout of one sequence. Plain data: copy it, send it to other ranks. */
@@ -114,7 +134,7 @@ typedef struct rv_tok_layout {
     /* derived */
     int grid;               /* size / patch: patches per side */
     int per_tubelet;        /* grid * grid video tokens per tubelet */
-    int bands;              /* 128 / F audio tokens per time step */
+    int bands;              /* (128 - F) / fstride + 1 audio tokens per time step */
     int64_t video_dim;      /* T * P * P * 3 floats per video patch */
     int64_t audio_dim;      /* F * W floats per audio patch */
     int64_t tubelets;       /* ceil(nframes / T) */
@@ -123,7 +143,7 @@ typedef struct rv_tok_layout {
     int64_t window_us;      /* window_s in microseconds */
     int64_t windows;        /* windows holding at least one token */
     int64_t nvideo, naudio; /* tokens per modality */
-    int64_t seq;            /* all tokens, CLS included */
+    int64_t seq;            /* all tokens, the cls special tokens included */
 } rv_tok_layout;
 
 /* The layout of a sequence covering nframes sampled frames and nsamples audio
@@ -146,7 +166,7 @@ rv_status rv_tok_layout_from_probe(const rv_probe *p, const rv_tok_opts *to,
 
 /* Window w's first global token index (w in [0, windows]; windows gives seq). */
 int64_t rv_tok_window_start(const rv_tok_layout *L, int64_t w);
-/* The window holding global token i (0 <= i < seq; the CLS token is in 0). */
+/* The window holding global token i (0 <= i < seq; special tokens are in 0). */
 int64_t rv_tok_window_of(const rv_tok_layout *L, int64_t i);
 /* Windows of tubelet g and of audio step p. */
 int64_t rv_tok_window_of_tubelet(const rv_tok_layout *L, int64_t g);
@@ -155,7 +175,8 @@ int64_t rv_tok_window_of_step(const rv_tok_layout *L, int64_t p);
 void rv_tok_window_items(const rv_tok_layout *L, int64_t w, int64_t *g0, int64_t *g1,
                          int64_t *p0, int64_t *p1);
 
-/* Describes global token i (0 <= i < seq); RV_ERR_INVALID out of range. */
+/* Describes global token i (0 <= i < seq); RV_ERR_INVALID out of range.
+ * Tokens 0 .. cls-1 are the special tokens. */
 rv_status rv_tok_info(const rv_tok_layout *L, int64_t i, rv_token *out);
 /* Global index of video token (g, part) / audio token (p, band). */
 int64_t rv_tok_index_video(const rv_tok_layout *L, int64_t g, int part);
@@ -171,7 +192,8 @@ void rv_tok_step_time(const rv_tok_layout *L, int64_t p, double t[2]);
 /* What a run of global tokens [first, first + count) needs. */
 typedef struct rv_tok_span {
     int64_t first, count;     /* the tokens */
-    int cls;                  /* 1 when the CLS token is among them */
+    int cls;                  /* special tokens among them: those of [0, opts.cls)
+                                 inside [first, first + count) */
     int64_t tubelet0, tubelet1; /* tubelets with a token in the run, [0, 0) none */
     int64_t step0, step1;     /* audio steps with a token in the run */
     int64_t frame0, frame1;   /* sampled frames those tubelets read (< nframes) */

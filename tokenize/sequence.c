@@ -28,7 +28,8 @@ struct rv_tokenizer {
     int64_t kA, kB;            /* frames they read */
     int64_t jA, jB;            /* samples they read */
     int64_t w_next, w_end;     /* windows still to hand out */
-    int cls_pending;
+    int64_t cls_first;         /* the special tokens still to hand out: */
+    int cls_pending;           /* [cls_first, cls_first + cls_pending) */
     rv_tok_batch_fn fn;
     void *user;
     float lut[3][256];
@@ -137,6 +138,7 @@ rv_status rv_tokenizer_new(const rv_tok_layout *plan, int64_t first, int64_t cou
             t->fA = sp.fbank0;
             t->fB = sp.fbank1;
         }
+        t->cls_first = first;
         t->cls_pending = sp.cls;
         t->w_next = count > 0 ? rv_tok_window_of(plan, first) : 0;
         t->w_end = count > 0 ? rv_tok_window_of(plan, first + count - 1) + 1 : 0;
@@ -288,7 +290,8 @@ static rv_status run_audio(rv_tokenizer *t)
                        sizeof(float))) != RV_OK)
             return st;
         rv_audio_patchify(t->fr + (t->p_next * S - t->fr_f0) * RV_FBANK_BINS, RV_FBANK_BINS,
-                          L->opts.audio_freq, W, L->opts.audio_mean, L->opts.audio_std,
+                          L->opts.audio_freq, rv_tok_audio_fstride(&L->opts), W,
+                          L->opts.audio_mean, L->opts.audio_std,
                           t->ap + (t->p_next - t->ap_p0) * per);
         t->p_next++;
     }
@@ -398,15 +401,19 @@ static rv_status emit(rv_tokenizer *t, int64_t w, int last)
     rv_tok_batch bt = {.first = w >= 0 ? a : t->tok_b, .modality = t->mod, .pos = t->pos,
                        .time = t->time};
     int64_t n = 0;
+    /* The special tokens come first: they go out with the first window (a
+     * range starting at 1 of cls = 2 has only the distillation token). */
     if (t->cls_pending) {
         double t0 = rv_ingest_frame_time(&L->ingest, 0);
-        t->mod[0] = RV_MOD_CLS;
-        t->pos[0] = t->pos[1] = t->pos[2] = 0;
-        t->time[0] = t->time[1] = t0;
-        bt.first = 0;
-        n = 1;
+        for (; n < t->cls_pending; n++) {
+            t->mod[n] = RV_MOD_CLS;
+            t->pos[3 * n] = t->cls_first + n;
+            t->pos[3 * n + 1] = t->pos[3 * n + 2] = 0;
+            t->time[2 * n] = t->time[2 * n + 1] = t0;
+        }
+        bt.first = t->cls_first;
+        t->st.cls_tokens += t->cls_pending;
         t->cls_pending = 0;
-        t->st.cls_tokens++;
     }
     /* video tokens [a, min(b, ws + nv)) */
     int64_t ve = tok_min(b, ws + nv);

@@ -1,5 +1,6 @@
-/* tok_opts.c: the tokenizer options: defaults (AST audio, ImageNet video) and
- * the checks that need nothing but the options themselves. */
+/* tok_opts.c: the tokenizer options: defaults (AST audio, ImageNet video),
+ * the checks that need nothing but the options themselves, and the audio band
+ * count they imply. */
 #include <math.h>
 
 #include "rv_tokens.h"
@@ -24,6 +25,7 @@ void rv_tok_opts_default(rv_tok_opts *o)
         .audio_freq = 16,
         .audio_time = 16,
         .audio_stride = 16,
+        .audio_fstride = 0,
         .audio_mean = -4.2677393f,
         .audio_std = 4.5689974f,
         .window_s = 2.0,
@@ -47,9 +49,13 @@ rv_status rv_tok_opts_check(const rv_tok_opts *o)
                            "tokenize: video mean %g / std %g of channel %d: need finite, std > 0",
                            o->mean[c], o->std[c], c);
     }
-    if (o->audio_freq < 1 || o->audio_freq > RV_FBANK_BINS || RV_FBANK_BINS % o->audio_freq)
-        return rv_fail(RV_ERR_INVALID, "tokenize: audio patch of %d mel bins must divide %d",
+    if (o->audio_freq < 1 || o->audio_freq > RV_FBANK_BINS)
+        return rv_fail(RV_ERR_INVALID, "tokenize: audio patch of %d mel bins must be in [1, %d]",
                        o->audio_freq, RV_FBANK_BINS);
+    if (o->audio_fstride < 0 || o->audio_fstride > RV_FBANK_BINS)
+        return rv_fail(RV_ERR_INVALID, "tokenize: audio frequency stride %d must be in [0, %d] "
+                       "mel bins (0: the patch's %d)", o->audio_fstride, RV_FBANK_BINS,
+                       o->audio_freq);
     if (o->audio_time < 1 || o->audio_time > 4096)
         return rv_fail(RV_ERR_INVALID, "tokenize: audio patch of %d frames must be in [1, 4096]",
                        o->audio_time);
@@ -62,9 +68,22 @@ rv_status rv_tok_opts_check(const rv_tok_opts *o)
     if (!(o->window_s >= 0.01 && o->window_s <= 86400.0))
         return rv_fail(RV_ERR_INVALID, "tokenize: window %g s must be in [0.01, 86400]",
                        o->window_s);
-    if (o->cls != 0 && o->cls != 1)
-        return rv_fail(RV_ERR_INVALID, "tokenize: cls must be 0 or 1");
+    if (o->cls < 0 || o->cls > 2)
+        return rv_fail(RV_ERR_INVALID, "tokenize: %d leading special tokens: cls must be 0, 1 "
+                       "(a class token) or 2 (class and distillation tokens)", o->cls);
     if (!o->video && !o->audio)
         return rv_fail(RV_ERR_INVALID, "tokenize: neither video nor audio: no tokens to make");
     return RV_OK;
+}
+
+int rv_tok_audio_fstride(const rv_tok_opts *o)
+{
+    return o->audio_fstride > 0 ? o->audio_fstride : o->audio_freq;
+}
+
+/* As a strided Conv2d over the 128 mel bins counts its outputs: the bins above
+ * the last whole band are read by no band. */
+int rv_tok_audio_bands(const rv_tok_opts *o)
+{
+    return (RV_FBANK_BINS - o->audio_freq) / rv_tok_audio_fstride(o) + 1;
 }

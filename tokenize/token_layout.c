@@ -64,7 +64,7 @@ void tok_layout_fill(rv_tok_layout *L, const rv_tok_opts *to, const rv_ingest_op
     L->nsamples = to->audio ? (nsamples > 0 ? nsamples : 0) : 0;
     L->grid = io->size / to->patch;
     L->per_tubelet = L->grid * L->grid;
-    L->bands = RV_FBANK_BINS / to->audio_freq;
+    L->bands = rv_tok_audio_bands(to);
     L->video_dim = (int64_t)to->tubelet * to->patch * to->patch * 3;
     L->audio_dim = (int64_t)to->audio_freq * to->audio_time;
     L->window_us = llround(to->window_s * US);
@@ -226,9 +226,9 @@ rv_status rv_tok_info(const rv_tok_layout *L, int64_t i, rv_token *out)
     if (i < 0 || i >= L->seq)
         return rv_fail(RV_ERR_INVALID, "tokenize: token %lld outside the sequence of %lld",
                        (long long)i, (long long)L->seq);
-    if (L->opts.cls && i == 0) {
+    if (i < L->opts.cls) { /* the class (0) or distillation (1) token */
         double t0 = rv_ingest_frame_time(&L->ingest, 0);
-        *out = (rv_token){.modality = RV_MOD_CLS, .time = {t0, t0}, .item = -1};
+        *out = (rv_token){.modality = RV_MOD_CLS, .pos = {i, 0, 0}, .time = {t0, t0}, .item = -1};
         return RV_OK;
     }
     int64_t w, off, g0, nv, p0;

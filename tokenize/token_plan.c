@@ -118,7 +118,7 @@ rv_status rv_tok_span_of(const rv_tok_layout *L, int64_t first, int64_t count,
     rv_tok_span s = {.first = first, .count = count};
     const int64_t end = first + count;
     const rv_tok_opts *o = &L->opts;
-    s.cls = o->cls && first == 0 && count > 0;
+    s.cls = (int)tok_max(0, tok_min(end, o->cls) - first); /* special tokens [0, cls) */
     int64_t v0 = rv_tok_video_before(L, first), v1 = rv_tok_video_before(L, end);
     int64_t a0 = rv_tok_audio_before(L, first), a1 = rv_tok_audio_before(L, end);
     int have = 0;

@@ -1,6 +1,7 @@
-/* cuda_elementwise.cu: the elementwise ops of the "cuda" backend: bias add, GELU
- * forward and backward, fill, add, and the strided 2-D copy. Same contracts as
- * the CPU ops (kernels/cpu/cpu_gemm.c, cpu_gelu.c, cpu_backend.c).
+/* cuda_elementwise.cu: the elementwise ops of the "cuda" backend: bias add, the
+ * MLP activations (rv_act) forward and backward, the layer-scale ops scale_add and
+ * scale_cols, fill, add, and the strided 2-D copy. Same contracts as the CPU ops
+ * (kernels/cpu/cpu_gemm.c, cpu_act.c, cpu_scale.c, cpu_memops.c).
  *
  * Flat ops run grid-stride loops with size_t indices, so n may exceed 2^31 while
  * the grid stays capped (cuda_blocks). In-place use (y == x, dx == dy) is allowed:
@@ -10,7 +11,10 @@
  *   y     = x * Phi(x),            Phi(x) = erfc(-x / sqrt 2) / 2
  *   dy/dx = Phi(x) + x * phi(x),   phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
  * Phi through the scaled complementary error function (erfcxf) rather than
- * (1 + erff(x / sqrt 2)) / 2, which cancels to noise for negative x; see gelu_cdf. */
+ * (1 + erff(x / sqrt 2)) / 2, which cancels to noise for negative x; see gelu_cdf.
+ * The tanh form and quick GELU are the CPU backend's own formulas (act_math.h),
+ * compiled here as device functions. */
+#include "../act_math.h"
 #include "cuda_internal.h"
 
 #define THREADS 256
@@ -22,7 +26,7 @@
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);             \
          i += (size_t)gridDim.x * blockDim.x)
 
-/* ---- bias add ------------------------------------------------------------------ */
+/* ---- bias add ------------------------------------------------------------------- */
 
 /* x (rows, cols) += bias (cols): rows stride over grid.y, columns over grid.x, so
  * no index needs a division. */
@@ -36,34 +40,92 @@ __global__ static void bias_add_kernel(float *x, const float *bias, int rows, in
     }
 }
 
+/* The grid of the row ops: columns over grid.x (capped: wide rows loop; 64 blocks
+ * x 256 covers 16k columns per pass), rows over grid.y. */
+static dim3 row_grid(int rows, int cols)
+{
+    unsigned gx = (unsigned)((cols + THREADS - 1) / THREADS);
+    if (gx > 64)
+        gx = 64;
+    return dim3(gx, (unsigned)(rows < 65535 ? rows : 65535));
+}
+
 rv_status cuda_bias_add(rv_backend *be, float *x, const float *bias, int rows, int cols)
 {
     int none = 0;
     rv_status st = rv_args_rows("bias_add", rows, cols, x, "x", bias, "bias", &none);
     if (st != RV_OK || none)
         return st;
-    unsigned gx = (unsigned)((cols + THREADS - 1) / THREADS);
-    if (gx > 64)
-        gx = 64; /* wide rows loop; 64 blocks x 256 covers 16k columns per pass */
-    dim3 grid(gx, (unsigned)(rows < 65535 ? rows : 65535));
-    bias_add_kernel<<<grid, THREADS, 0, cuda_ctx_of(be)->stream>>>(x, bias, rows, cols);
+    bias_add_kernel<<<row_grid(rows, cols), THREADS, 0, cuda_ctx_of(be)->stream>>>(x, bias,
+                                                                                  rows, cols);
     return cuda_check_launch("bias_add");
 }
 
-/* ---- GELU ---------------------------------------------------------------------- */
+/* ---- layer scale ---------------------------------------------------------------- */
 
-/* Phi(x), and phi(x) through *pdf, in the CPU backend's form (cpu_gelu.c): with
- * a = min(|x|, 14) and z = a / sqrt 2,
+/* y (rows, cols) += x * gamma (cols), laid out as bias_add. */
+__global__ static void scale_add_kernel(float *y, const float *x, const float *gamma,
+                                        int rows, int cols)
+{
+    for (int i = blockIdx.y; i < rows; i += gridDim.y) {
+        float *yr = y + (size_t)i * (size_t)cols;
+        const float *xr = x + (size_t)i * (size_t)cols;
+        for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < cols;
+             j += gridDim.x * blockDim.x)
+            yr[j] += xr[j] * gamma[j];
+    }
+}
+
+/* x (rows, cols) *= gamma (cols). */
+__global__ static void scale_cols_kernel(float *x, const float *gamma, int rows, int cols)
+{
+    for (int i = blockIdx.y; i < rows; i += gridDim.y) {
+        float *xr = x + (size_t)i * (size_t)cols;
+        for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < cols;
+             j += gridDim.x * blockDim.x)
+            xr[j] *= gamma[j];
+    }
+}
+
+rv_status cuda_scale_add(rv_backend *be, float *y, const float *x, const float *gamma,
+                         int rows, int cols)
+{
+    int none = 0;
+    rv_status st = rv_args_scale_add(y, x, gamma, rows, cols, &none);
+    if (st != RV_OK || none)
+        return st;
+    scale_add_kernel<<<row_grid(rows, cols), THREADS, 0, cuda_ctx_of(be)->stream>>>(
+        y, x, gamma, rows, cols);
+    return cuda_check_launch("scale_add");
+}
+
+rv_status cuda_scale_cols(rv_backend *be, float *x, const float *gamma, int rows, int cols)
+{
+    int none = 0;
+    rv_status st = rv_args_scale_cols(x, gamma, rows, cols, &none);
+    if (st != RV_OK || none)
+        return st;
+    scale_cols_kernel<<<row_grid(rows, cols), THREADS, 0, cuda_ctx_of(be)->stream>>>(
+        x, gamma, rows, cols);
+    return cuda_check_launch("scale_cols");
+}
+
+/* ---- activations ---------------------------------------------------------------- */
+
+/* Phi(x), and phi(x) through *pdf, in the CPU backend's form (cpu_act.c): with
+ * a = min(|x|, 15) and z = a / sqrt 2,
  *   erfc(z) = erfcx(z) * exp(-z^2),   Phi(x) = erfc(z)/2 (x < 0), 1 - erfc(z)/2 else.
  * z^2 = a^2 / 2 is split exactly into hi + lo (fma) and exp(-(hi + lo)) taken as
  * exp(-hi) * (1 - lo), so rounding a^2 or z costs no relative accuracy deep in the
  * tail (erfcx varies slowly); tiny outputs for negative x stay accurate. The clamp
- * at 14 (Phi(-14) < 1e-44) keeps a^2 finite; NaN becomes 14 here and stays NaN in
- * x * Phi(x). */
+ * at 15 keeps a^2 finite, and there exp(-a^2/2) = e^-112.5 is exactly 0 in float,
+ * so Phi and phi are exactly 1 (or 0) and 0 beyond it: a clamp where e is still
+ * subnormal (14: e^-98) would make x * phi(x) of a huge x (3e38) come out as
+ * 3e-5, not 0. NaN becomes 15 here and stays NaN in x * Phi(x). */
 __device__ static inline float gelu_cdf(float x, float *pdf)
 {
     float a = fabsf(x);
-    a = a < 14.0f ? a : 14.0f;
+    a = a < 15.0f ? a : 15.0f;
     float aa = a * a;
     float hi = 0.5f * aa;
     float lo = 0.5f * fmaf(a, a, -aa);
@@ -73,43 +135,81 @@ __device__ static inline float gelu_cdf(float x, float *pdf)
     return x < 0.0f ? half_erfc : 1.0f - half_erfc;
 }
 
-__global__ static void gelu_fwd_kernel(const float *x, float *y, size_t n)
+/* One kernel per activation (the template argument), so the loop body has no
+ * branch on it. */
+template <rv_act ACT> __device__ static inline float act_fwd_one(float v)
 {
-    GRID_STRIDE_LOOP(i, n)
-    {
-        float v = x[i], pdf;
-        y[i] = v * gelu_cdf(v, &pdf);
-    }
+    if (ACT == RV_ACT_GELU_TANH)
+        return act_gelu_tanh_fwd(v);
+    if (ACT == RV_ACT_QUICK_GELU)
+        return act_quick_gelu_fwd(v);
+    float pdf;
+    return v * gelu_cdf(v, &pdf);
 }
 
-__global__ static void gelu_bwd_kernel(const float *x, const float *dy, float *dx, size_t n)
+template <rv_act ACT> __device__ static inline float act_bwd_one(float v, float g)
 {
-    GRID_STRIDE_LOOP(i, n)
-    {
-        float v = x[i], pdf;
-        float cdf = gelu_cdf(v, &pdf);
-        dx[i] = dy[i] * (cdf + v * pdf);
-    }
+    if (ACT == RV_ACT_GELU_TANH)
+        return act_gelu_tanh_bwd(v, g);
+    if (ACT == RV_ACT_QUICK_GELU)
+        return act_quick_gelu_bwd(v, g);
+    float pdf;
+    float cdf = gelu_cdf(v, &pdf);
+    return g * (cdf + v * pdf);
 }
 
-rv_status cuda_gelu_fwd(rv_backend *be, const float *x, float *y, size_t n)
+template <rv_act ACT> __global__ static void act_fwd_kernel(const float *x, float *y, size_t n)
 {
-    rv_status st = rv_args_gelu_fwd(x, y, n);
+    GRID_STRIDE_LOOP(i, n) { y[i] = act_fwd_one<ACT>(x[i]); }
+}
+
+template <rv_act ACT>
+__global__ static void act_bwd_kernel(const float *x, const float *dy, float *dx, size_t n)
+{
+    GRID_STRIDE_LOOP(i, n) { dx[i] = act_bwd_one<ACT>(x[i], dy[i]); }
+}
+
+rv_status cuda_act_fwd(rv_backend *be, rv_act act, const float *x, float *y, size_t n)
+{
+    rv_status st = rv_args_act_fwd(act, x, y, n);
     if (st != RV_OK || n == 0)
         return st;
-    gelu_fwd_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_ctx_of(be)->stream>>>(x, y, n);
-    return cuda_check_launch("gelu_fwd");
+    unsigned blocks = cuda_blocks(n, THREADS);
+    cudaStream_t stream = cuda_ctx_of(be)->stream;
+    switch (act) {
+    case RV_ACT_GELU:
+        act_fwd_kernel<RV_ACT_GELU><<<blocks, THREADS, 0, stream>>>(x, y, n);
+        break;
+    case RV_ACT_GELU_TANH:
+        act_fwd_kernel<RV_ACT_GELU_TANH><<<blocks, THREADS, 0, stream>>>(x, y, n);
+        break;
+    case RV_ACT_QUICK_GELU:
+        act_fwd_kernel<RV_ACT_QUICK_GELU><<<blocks, THREADS, 0, stream>>>(x, y, n);
+        break;
+    }
+    return cuda_check_launch("act_fwd");
 }
 
-rv_status cuda_gelu_bwd(rv_backend *be, const float *x, const float *dy, float *dx,
-                        size_t n)
+rv_status cuda_act_bwd(rv_backend *be, rv_act act, const float *x, const float *dy, float *dx,
+                       size_t n)
 {
-    rv_status st = rv_args_gelu_bwd(x, dy, dx, n);
+    rv_status st = rv_args_act_bwd(act, x, dy, dx, n);
     if (st != RV_OK || n == 0)
         return st;
-    gelu_bwd_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_ctx_of(be)->stream>>>(x, dy,
-                                                                                      dx, n);
-    return cuda_check_launch("gelu_bwd");
+    unsigned blocks = cuda_blocks(n, THREADS);
+    cudaStream_t stream = cuda_ctx_of(be)->stream;
+    switch (act) {
+    case RV_ACT_GELU:
+        act_bwd_kernel<RV_ACT_GELU><<<blocks, THREADS, 0, stream>>>(x, dy, dx, n);
+        break;
+    case RV_ACT_GELU_TANH:
+        act_bwd_kernel<RV_ACT_GELU_TANH><<<blocks, THREADS, 0, stream>>>(x, dy, dx, n);
+        break;
+    case RV_ACT_QUICK_GELU:
+        act_bwd_kernel<RV_ACT_QUICK_GELU><<<blocks, THREADS, 0, stream>>>(x, dy, dx, n);
+        break;
+    }
+    return cuda_check_launch("act_bwd");
 }
 
 /* ---- fill, add ------------------------------------------------------------------ */
@@ -144,7 +244,7 @@ rv_status cuda_add(rv_backend *be, float *y, const float *x, size_t n)
     return cuda_check_launch("add");
 }
 
-/* ---- copy2d -------------------------------------------------------------------- */
+/* ---- copy2d --------------------------------------------------------------------- */
 
 /* rows rows of width bytes, row i from src + i * spitch to dst + i * dpitch, ordered
  * on the stream. cudaMemcpyDefault rather than DeviceToDevice: with unified

@@ -55,9 +55,12 @@ rv_status cuda_layernorm_fwd(rv_backend *be, const float *x, const float *w,
 rv_status cuda_layernorm_bwd(rv_backend *be, const float *dy, const float *x,
                              const float *w, const float *mean, const float *rstd,
                              int rows, int cols, float *dx, float *dw, float *db);
-rv_status cuda_gelu_fwd(rv_backend *be, const float *x, float *y, size_t n);
-rv_status cuda_gelu_bwd(rv_backend *be, const float *x, const float *dy, float *dx,
-                        size_t n);
+rv_status cuda_act_fwd(rv_backend *be, rv_act act, const float *x, float *y, size_t n);
+rv_status cuda_act_bwd(rv_backend *be, rv_act act, const float *x, const float *dy, float *dx,
+                       size_t n);
+rv_status cuda_scale_add(rv_backend *be, float *y, const float *x, const float *gamma,
+                         int rows, int cols);
+rv_status cuda_scale_cols(rv_backend *be, float *x, const float *gamma, int rows, int cols);
 rv_status cuda_softmax_fwd(rv_backend *be, const float *x, float *y, int rows, int cols);
 rv_status cuda_attn_fwd(rv_backend *be, const rv_attn_fwd_args *a);
 rv_status cuda_attn_bwd(rv_backend *be, const rv_attn_bwd_args *a);
@@ -68,6 +71,7 @@ rv_status cuda_copy2d(rv_backend *be, void *dst, size_t dpitch, const void *src,
                       size_t spitch, size_t width, size_t rows);
 rv_status cuda_add(rv_backend *be, float *y, const float *x, size_t n);
 rv_status cuda_colsum_add(rv_backend *be, const float *x, int rows, int cols, float *dst);
-
+rv_status cuda_colsum_mul_add(rv_backend *be, const float *a, const float *b, int rows,
+                              int cols, float *dst);
 
 #endif

@@ -4,8 +4,9 @@
  * device result comes back after be->synchronize, and the two are compared by
  * normalised error, max|gpu - cpu| / max(max|cpu|, tiny) (ggml style).
  *
- * Tolerances: ops that stay in f32 (bias_add, gelu, fill, add, copy2d, softmax,
- * layernorm, attn_merge, gemm with RINGVIT_CUDA_GEMM=f32) 1e-5 or exact; the
+ * Tolerances: ops that stay in f32 (bias_add, the activations, scale_add,
+ * scale_cols, colsum_mul_add, fill, add, copy2d, softmax, layernorm, attn_merge,
+ * gemm with RINGVIT_CUDA_GEMM=f32) 1e-5 or tighter, or exact; the
  * tensor-core paths with bf16 inputs and f32 accumulation 1e-2 (gemm) and 2e-2
  * (attention output, gradients, and the log-sum-exp as an absolute error). The
  * attention tests run twice: as built, and with RINGVIT_CUDA_ATTN=simple (the
@@ -16,6 +17,7 @@
  * reads them shows; rows that see no key must come back as o = 0, lse = -inf.
  * Exits 77 (skipped) when the build has no CUDA backend or the machine no GPU. */
 #include <criterion/criterion.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -322,36 +324,168 @@ Test(cuda_ops, bias_add, .timeout = 120)
     rv_backend_free(&cpu);
 }
 
-Test(cuda_ops, gelu, .timeout = 120)
+static const rv_act all_acts[] = {RV_ACT_GELU, RV_ACT_GELU_TANH, RV_ACT_QUICK_GELU};
+static const char *const act_names[] = {"gelu", "gelu_tanh", "quick_gelu"};
+
+/* Every activation, forward and backward, out of place (outputs start as NaN)
+ * and in place (y = x, dx = dy), on random inputs with far tails and tiny values
+ * planted where a careless formula overflows or loses 0. */
+Test(cuda_ops, act, .timeout = 120)
 {
     rv_backend *cpu = make_cpu(), *gpu = make_gpu();
     ref_rng rng = ref_rng_make(31);
-    const size_t sizes[] = {100003, 1, 4096};
-    for (int s = 0; s < 3; s++) {
-        size_t n = sizes[s];
-        float *x = ref_alloc_f(n), *dy = ref_alloc_f(n);
-        ref_fill_normal(&rng, x, n, 0.0f, 3.0f);
-        ref_fill_uniform(&rng, dy, n, -1.0f, 1.0f);
-        /* Far tails and tiny values, where a careless formula overflows or loses 0. */
-        const float special[] = {-30.0f, -10.0f, -5.0f, 0.0f, 5.0f, 10.0f, 30.0f, 1e-20f};
-        for (size_t i = 0; i < 8 && i < n; i++)
-            x[i] = special[i];
-        float *yc = filled(n, NAN), *dxc = filled(n, NAN);
-        float *yg = ref_alloc_f(n), *dxg = ref_alloc_f(n);
-        float *d_x = up(gpu, x, n), *d_dy = up(gpu, dy, n), *d_y = up(gpu, yc, n),
-              *d_dx = up(gpu, dxc, n);
-        OK_OR_FAIL(cpu->gelu_fwd(cpu, x, yc, n), "cpu gelu_fwd");
-        OK_OR_FAIL(cpu->gelu_bwd(cpu, x, dy, dxc, n), "cpu gelu_bwd");
-        OK_OR_FAIL(gpu->gelu_fwd(gpu, d_x, d_y, n), "cuda gelu_fwd");
-        OK_OR_FAIL(gpu->gelu_bwd(gpu, d_x, d_dy, d_dx, n), "cuda gelu_bwd");
-        down(gpu, yg, d_y, n);
-        down(gpu, dxg, d_dx, n);
-        check(nerr(yg, yc, n), 1e-5, "gelu_fwd n=%zu", n);
-        check(nerr(dxg, dxc, n), 1e-5, "gelu_bwd n=%zu", n);
-        dfree(gpu, d_x), dfree(gpu, d_dy), dfree(gpu, d_y), dfree(gpu, d_dx);
-        free(x), free(dy), free(yc), free(dxc), free(yg), free(dxg);
+    const size_t sizes[] = {100003, 1, 4096, 0};
+    for (int a = 0; a < 3; a++)
+        for (int s = 0; s < 4; s++) {
+            rv_act act = all_acts[a];
+            const char *name = act_names[a];
+            size_t n = sizes[s];
+            float *x = ref_alloc_f(n), *dy = ref_alloc_f(n);
+            ref_fill_normal(&rng, x, n, 0.0f, 3.0f);
+            ref_fill_uniform(&rng, dy, n, -1.0f, 1.0f);
+            const float special[] = {-30.0f, -10.0f, -5.0f, 0.0f, 5.0f, 10.0f, 30.0f, 1e-20f,
+                                     -80.0f, 3e38f, -3e38f};
+            for (size_t i = 0; i < 11 && i < n; i++)
+                x[i] = special[i];
+            float *yc = filled(n, NAN), *dxc = filled(n, NAN);
+            float *yg = ref_alloc_f(n), *dxg = ref_alloc_f(n);
+            float *d_x = up(gpu, x, n), *d_dy = up(gpu, dy, n), *d_y = up(gpu, yc, n),
+                  *d_dx = up(gpu, dxc, n);
+            OK_OR_FAIL(cpu->act_fwd(cpu, act, x, yc, n), "cpu act_fwd");
+            OK_OR_FAIL(cpu->act_bwd(cpu, act, x, dy, dxc, n), "cpu act_bwd");
+            OK_OR_FAIL(gpu->act_fwd(gpu, act, d_x, d_y, n), "cuda act_fwd");
+            OK_OR_FAIL(gpu->act_bwd(gpu, act, d_x, d_dy, d_dx, n), "cuda act_bwd");
+            down(gpu, yg, d_y, n);
+            down(gpu, dxg, d_dx, n);
+            check(nerr(yg, yc, n), 1e-5, "act_fwd %s n=%zu", name, n);
+            check(nerr(dxg, dxc, n), 1e-5, "act_bwd %s n=%zu", name, n);
+
+            /* In place: the device's in-place results equal its out-of-place ones. */
+            OK_OR_FAIL(gpu->act_bwd(gpu, act, d_x, d_dy, d_dy, n), "cuda act_bwd in place");
+            OK_OR_FAIL(gpu->act_fwd(gpu, act, d_x, d_x, n), "cuda act_fwd in place");
+            float *yi = ref_alloc_f(n), *dxi = ref_alloc_f(n);
+            down(gpu, yi, d_x, n);
+            down(gpu, dxi, d_dy, n);
+            check((double)count_diff(yi, yg, n * sizeof(float)), 0,
+                  "act_fwd %s n=%zu in place (bytes differing)", name, n);
+            check((double)count_diff(dxi, dxg, n * sizeof(float)), 0,
+                  "act_bwd %s n=%zu in place (bytes differing)", name, n);
+            dfree(gpu, d_x), dfree(gpu, d_dy), dfree(gpu, d_y), dfree(gpu, d_dx);
+            free(x), free(dy), free(yc), free(dxc), free(yg), free(dxg), free(yi), free(dxi);
+        }
+    summary("act");
+    rv_backend_free(&gpu);
+    rv_backend_free(&cpu);
+}
+
+/* |got - want| / max(|want|, FLT_MIN), worst over the array (NaN: +inf). */
+static double elem_err_max(const float *got, const float *want, size_t n)
+{
+    double worst = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        if (got[i] == want[i])
+            continue;
+        double den = fabs(want[i]) > FLT_MIN ? fabs(want[i]) : FLT_MIN;
+        double e = fabs((double)got[i] - want[i]) / den;
+        if (!(e <= worst))
+            worst = isnan(e) ? INFINITY : e;
     }
-    summary("gelu");
+    return worst;
+}
+
+/* Every element of the forward over the tails (down to subnormal outputs for the
+ * sigmoid forms), against the CPU, relatively: the tiny outputs of the negative
+ * side must be as accurate on the device. */
+Test(cuda_ops, act_tails, .timeout = 120)
+{
+    rv_backend *cpu = make_cpu(), *gpu = make_gpu();
+    enum { N = 4801 };
+    for (int a = 0; a < 3; a++) {
+        rv_act act = all_acts[a];
+        float lo = act == RV_ACT_QUICK_GELU ? -64.0f : -12.0f, step = -2.0f * lo / (N - 1);
+        float *x = ref_alloc_f(N), *yc = ref_alloc_f(N), *yg = ref_alloc_f(N);
+        for (int i = 0; i < N; i++)
+            x[i] = lo + step * (float)i;
+        float *d_x = up(gpu, x, N), *d_y = up(gpu, yc, N);
+        OK_OR_FAIL(cpu->act_fwd(cpu, act, x, yc, N), "cpu act_fwd");
+        OK_OR_FAIL(gpu->act_fwd(gpu, act, d_x, d_y, N), "cuda act_fwd");
+        down(gpu, yg, d_y, N);
+        check(elem_err_max(yg, yc, N), 1e-5, "act_fwd %s elementwise x in [%g, %g]",
+              act_names[a], (double)lo, (double)-lo);
+        dfree(gpu, d_x), dfree(gpu, d_y);
+        free(x), free(yc), free(yg);
+    }
+    summary("act_tails");
+    rv_backend_free(&gpu);
+    rv_backend_free(&cpu);
+}
+
+static const int scale_shapes[][2] = {{37, 515}, {1000, 768}, {1, 1}, {0, 7}, {2049, 33}};
+#define N_SCALE_SHAPES (int)(sizeof scale_shapes / sizeof scale_shapes[0])
+
+/* scale_add and scale_cols: one multiply-add (or multiply) per element, so the two
+ * backends agree to rounding; nothing past the tensor is written. */
+Test(cuda_ops, scale, .timeout = 120)
+{
+    rv_backend *cpu = make_cpu(), *gpu = make_gpu();
+    ref_rng rng = ref_rng_make(81);
+    const size_t tail = 29;
+    for (int s = 0; s < N_SCALE_SHAPES; s++) {
+        int rows = scale_shapes[s][0], cols = scale_shapes[s][1];
+        size_t n = (size_t)rows * cols;
+        float *y = ref_alloc_f(n + tail), *x = ref_alloc_f(n), *gamma = ref_alloc_f(cols);
+        ref_fill_uniform(&rng, y, n + tail, -2.0f, 2.0f);
+        ref_fill_uniform(&rng, x, n, -2.0f, 2.0f);
+        ref_fill_normal(&rng, gamma, cols, 0.0f, 0.3f);
+        float *d_y = up(gpu, y, n + tail), *d_x = up(gpu, x, n), *d_g = up(gpu, gamma, cols);
+        float *yg = ref_alloc_f(n + tail), *xg = ref_alloc_f(n);
+
+        OK_OR_FAIL(cpu->scale_add(cpu, y, x, gamma, rows, cols), "cpu scale_add");
+        OK_OR_FAIL(gpu->scale_add(gpu, d_y, d_x, d_g, rows, cols), "cuda scale_add");
+        down(gpu, yg, d_y, n + tail);
+        check(nerr(yg, y, n + tail), 1e-6, "scale_add rows=%d cols=%d (tail of %zu untouched)",
+              rows, cols, tail);
+
+        OK_OR_FAIL(cpu->scale_cols(cpu, x, gamma, rows, cols), "cpu scale_cols");
+        OK_OR_FAIL(gpu->scale_cols(gpu, d_x, d_g, rows, cols), "cuda scale_cols");
+        down(gpu, xg, d_x, n);
+        check((double)count_diff(xg, x, n * sizeof(float)), 0,
+              "scale_cols rows=%d cols=%d (bytes differing)", rows, cols);
+        dfree(gpu, d_y), dfree(gpu, d_x), dfree(gpu, d_g);
+        free(y), free(x), free(gamma), free(yg), free(xg);
+    }
+    summary("scale");
+    rv_backend_free(&gpu);
+    rv_backend_free(&cpu);
+}
+
+/* colsum_mul_add: both sum in double (in different orders), so the float results
+ * agree to the last bit or nearly; a third of a is 1e4 times larger, so a float
+ * accumulation would not. rows = 0 leaves dst as it is. */
+Test(cuda_ops, colsum_mul_add, .timeout = 120)
+{
+    rv_backend *cpu = make_cpu(), *gpu = make_gpu();
+    ref_rng rng = ref_rng_make(91);
+    const int shapes[][2] = {{1003, 37}, {4096, 768}, {1, 1}, {0, 7}, {3000, 130}};
+    for (int s = 0; s < 5; s++) {
+        int rows = shapes[s][0], cols = shapes[s][1];
+        size_t n = (size_t)rows * cols;
+        float *a = ref_alloc_f(n), *b = ref_alloc_f(n), *dst = ref_alloc_f(cols);
+        ref_fill_uniform(&rng, a, n, -1.0f, 1.0f);
+        ref_fill_uniform(&rng, b, n, -1.0f, 1.0f);
+        for (size_t i = 0; i < n; i += 3)
+            a[i] *= 1e4f;
+        ref_fill_uniform(&rng, dst, cols, -1.0f, 1.0f);
+        float *d_a = up(gpu, a, n), *d_b = up(gpu, b, n), *d_d = up(gpu, dst, cols);
+        float *dg = ref_alloc_f(cols);
+        OK_OR_FAIL(cpu->colsum_mul_add(cpu, a, b, rows, cols, dst), "cpu colsum_mul_add");
+        OK_OR_FAIL(gpu->colsum_mul_add(gpu, d_a, d_b, rows, cols, d_d), "cuda colsum_mul_add");
+        down(gpu, dg, d_d, cols);
+        check(nerr(dg, dst, cols), 2.5e-7, "colsum_mul_add rows=%d cols=%d", rows, cols);
+        dfree(gpu, d_a), dfree(gpu, d_b), dfree(gpu, d_d);
+        free(a), free(b), free(dst), free(dg);
+    }
+    summary("colsum_mul_add");
     rv_backend_free(&gpu);
     rv_backend_free(&cpu);
 }

@@ -36,6 +36,7 @@ static rv_vit_config small_config(void)
     c.dim = 96, c.layers = 2, c.heads = 3, c.mlp = 192, c.eps = 1e-6f;
     c.tubelet = 2, c.patch = 4, c.grid = GRID, c.audio_freq = 128 / BANDS, c.audio_time = 4;
     c.cls = 1;
+    rv_vit_family_defaults(&c); /* ringvit's own family */
     return c;
 }
 
@@ -128,7 +129,7 @@ static void slice_make(const rv_vit_config *c, const seq *s, const rv_shard_plan
                 memcpy(out->audio + ad * (size_t)na++, s->audio + ad * (size_t)s->row[g], ad * 4);
         }
     out->t = (rv_vit_tokens){len, out->mod, out->pos, out->time, nv, out->video, na, out->audio,
-                             GRID};
+                             GRID, 0};
 }
 
 static void slice_free(slice *s)

@@ -239,6 +239,89 @@ void ref_gelu_bwd(const double *x, const double *dy, double *dx, size_t n)
     }
 }
 
+/* u of the tanh form, and 1 + tanh(u) without the cancellation of the sum for
+ * u < 0: there it is e^u / cosh(u) (= (cosh u + sinh u) / cosh u). */
+static double gelu_tanh_u(double x)
+{
+    return sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x);
+}
+
+static double one_plus_tanh(double u)
+{
+    return u >= 0.0 ? 1.0 + tanh(u) : exp(u) / cosh(u);
+}
+
+void ref_act_fwd(rv_act act, const double *x, double *y, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        double v = x[i];
+        switch (act) {
+        case RV_ACT_GELU:
+            ref_gelu_fwd(&x[i], &y[i], 1);
+            break;
+        case RV_ACT_GELU_TANH:
+            y[i] = 0.5 * v * one_plus_tanh(gelu_tanh_u(v));
+            break;
+        case RV_ACT_QUICK_GELU:
+            y[i] = v / (1.0 + exp(-1.702 * v));
+            break;
+        default:
+            y[i] = NAN;
+        }
+    }
+}
+
+void ref_act_bwd(rv_act act, const double *x, const double *dy, double *dx, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        double v = x[i];
+        switch (act) {
+        case RV_ACT_GELU:
+            ref_gelu_bwd(&x[i], &dy[i], &dx[i], 1);
+            break;
+        case RV_ACT_GELU_TANH: {
+            /* d/dx x/2 (1 + tanh u) = (1 + tanh u)/2 + x/2 sech^2(u) u' */
+            double u = gelu_tanh_u(v), c = cosh(u);
+            double du = sqrt(2.0 / M_PI) * (1.0 + 3.0 * 0.044715 * v * v);
+            dx[i] = dy[i] * (0.5 * one_plus_tanh(u) + 0.5 * v * du / (c * c));
+            break;
+        }
+        case RV_ACT_QUICK_GELU: {
+            /* d/dx x s(bx) = s(bx) + b x s(bx) (1 - s(bx)), s (1 - s) = 1 / (4 cosh^2(bx/2)) */
+            double s = 1.0 / (1.0 + exp(-1.702 * v)), c = cosh(0.851 * v);
+            dx[i] = dy[i] * (s + 1.702 * v / (4.0 * c * c));
+            break;
+        }
+        default:
+            dx[i] = NAN;
+        }
+    }
+}
+
+void ref_scale_add(double *y, const double *x, const double *gamma, int rows, int cols)
+{
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < cols; j++)
+            y[(size_t)i * cols + j] += x[(size_t)i * cols + j] * gamma[j];
+}
+
+void ref_scale_cols(double *x, const double *gamma, int rows, int cols)
+{
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < cols; j++)
+            x[(size_t)i * cols + j] *= gamma[j];
+}
+
+void ref_colsum_mul_add(const double *a, const double *b, int rows, int cols, double *dst)
+{
+    for (int j = 0; j < cols; j++) {
+        double s = 0.0;
+        for (int i = 0; i < rows; i++)
+            s += a[(size_t)i * cols + j] * b[(size_t)i * cols + j];
+        dst[j] += s;
+    }
+}
+
 void ref_softmax(const double *x, double *y, int rows, int cols)
 {
     for (int i = 0; i < rows; i++) {

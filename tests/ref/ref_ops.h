@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rv_backend.h" /* rv_act: the activations are named as the backends name them */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -79,6 +81,23 @@ void ref_layernorm_bwd(const double *dy, const double *x, const double *w, int r
 /* y = x/2 * (1 + erf(x / sqrt 2)); dx = dy * d gelu(x) / dx. */
 void ref_gelu_fwd(const double *x, double *y, size_t n);
 void ref_gelu_bwd(const double *x, const double *dy, double *dx, size_t n);
+
+/* The MLP activation act, y = act(x), and dx = dy * act'(x):
+ *   RV_ACT_GELU        x/2 (1 + erf(x / sqrt 2))                     (ref_gelu_*)
+ *   RV_ACT_GELU_TANH   x/2 (1 + tanh u),  u = sqrt(2/pi) (x + 0.044715 x^3)
+ *   RV_ACT_QUICK_GELU  x / (1 + exp(-1.702 x))
+ * The derivatives are written out by hand (not taken from the forward), so a
+ * finite difference of ref_act_fwd checks ref_act_bwd. Both stay accurate (no
+ * cancellation) in the negative tails, where y is tiny. An act outside rv_act
+ * gives NaN everywhere. */
+void ref_act_fwd(rv_act act, const double *x, double *y, size_t n);
+void ref_act_bwd(rv_act act, const double *x, const double *dy, double *dx, size_t n);
+
+/* Layer scale, gamma (cols) per column of (rows, cols) tensors: y += x * gamma;
+ * x *= gamma; dst (cols) += sum over the rows of a * b. */
+void ref_scale_add(double *y, const double *x, const double *gamma, int rows, int cols);
+void ref_scale_cols(double *x, const double *gamma, int rows, int cols);
+void ref_colsum_mul_add(const double *a, const double *b, int rows, int cols, double *dst);
 
 /* Row-wise softmax; -inf entries give 0 and a row that is -inf everywhere gives all 0. */
 void ref_softmax(const double *x, double *y, int rows, int cols);

@@ -1,10 +1,14 @@
 /* test_tokenize_layout.c: the token layout (rv_tokens.h) against a brute-force
  * model that lists every tubelet and audio step with its window found by
- * linear search and sorts them into the documented order; the index helpers
- * against each other; planning from a probe (synthetic probes shaped like the
- * files ingest was measured on); and shard plans over a layout: every token on
- * exactly one rank, each segment's span covering exactly what its tokens read,
- * contiguous balance within one token and zigzag causal work within 5%. */
+ * linear search and sorts them into the documented order, after 0, 1 or 2
+ * special tokens, with side-by-side, overlapping and gapped frequency bands;
+ * the index helpers against each other; planning from a probe (synthetic
+ * probes shaped like the files ingest was measured on); shard plans over a
+ * layout: every token on exactly one rank, each segment's span covering
+ * exactly what its tokens read (its special tokens counted), contiguous
+ * balance within one token and zigzag causal work within 5%; and the option
+ * checks. (That the earlier options give the earlier layouts exactly is
+ * test_tokenize_compat.c.) */
 #include <criterion/criterion.h>
 
 #include <math.h>
@@ -19,16 +23,24 @@ typedef struct lcase {
     int fps_num, fps_den, size, T, P, F, W, stride, cls, video, audio;
     double window, start;
     int64_t nframes, nsamples;
+    int fstride; /* mel bins between bands; 0: F */
 } lcase;
 
 static const lcase CASES[] = {
-    {5, 1, 32, 2, 16, 16, 16, 16, 0, 1, 1, 1.0, 0.0, 65, 13 * 16000},
-    {30000, 1001, 24, 3, 8, 32, 16, 10, 1, 1, 1, 0.35, 1.25, 100, 55555},
-    {1, 1, 16, 1, 8, 16, 4, 4, 1, 0, 1, 2.0, 0.0, 0, 9999},        /* audio only */
-    {2, 1, 16, 2, 16, 16, 16, 16, 0, 1, 0, 0.5, 0.0, 21, 0},       /* video only */
-    {4, 1, 16, 2, 8, 128, 16, 16, 0, 1, 1, 0.25, 0.0, 9, 399},     /* too short for audio */
-    {25, 1, 16, 1, 8, 8, 16, 8, 1, 1, 1, 0.01, 0.5, 37, 20000},    /* tiny windows */
-    {24000, 1001, 16, 2, 8, 16, 8, 3, 0, 1, 1, 0.123457, 0.0, 61, 30011}, /* odd window */
+    {5, 1, 32, 2, 16, 16, 16, 16, 0, 1, 1, 1.0, 0.0, 65, 13 * 16000, 0},
+    {30000, 1001, 24, 3, 8, 32, 16, 10, 1, 1, 1, 0.35, 1.25, 100, 55555, 0},
+    {1, 1, 16, 1, 8, 16, 4, 4, 1, 0, 1, 2.0, 0.0, 0, 9999, 0},        /* audio only */
+    {2, 1, 16, 2, 16, 16, 16, 16, 0, 1, 0, 0.5, 0.0, 21, 0, 0},       /* video only */
+    {4, 1, 16, 2, 8, 128, 16, 16, 0, 1, 1, 0.25, 0.0, 9, 399, 0},     /* too short for audio */
+    {25, 1, 16, 1, 8, 8, 16, 8, 1, 1, 1, 0.01, 0.5, 37, 20000, 0},    /* tiny windows */
+    {24000, 1001, 16, 2, 8, 16, 8, 3, 0, 1, 1, 0.123457, 0.0, 61, 30011, 0}, /* odd window */
+    /* class and distillation tokens; AST's audio (16 x 16, strides 10 and 10) */
+    {5, 1, 32, 2, 16, 16, 16, 10, 2, 1, 1, 1.0, 0.0, 65, 13 * 16000, 10},
+    {1, 1, 16, 1, 8, 16, 16, 10, 2, 0, 1, 2.0, 0.0, 0, 163840, 10}, /* AST, 10.24 s */
+    {30000, 1001, 24, 3, 8, 24, 16, 5, 2, 1, 1, 0.35, 1.25, 100, 55555, 0}, /* 24 bins: 5 bands */
+    {25, 1, 16, 1, 8, 8, 4, 2, 1, 1, 1, 0.01, 0.5, 37, 20000, 3},  /* 41 overlapping bands */
+    {4, 1, 16, 2, 8, 16, 16, 16, 2, 1, 1, 0.25, 0.0, 9, 16000, 20}, /* 6 bands, 4-bin gaps */
+    {2, 1, 16, 2, 16, 16, 16, 16, 2, 1, 0, 0.5, 0.0, 21, 0, 0},    /* video only, cls 2 */
 };
 #define NCASES (sizeof CASES / sizeof CASES[0])
 
@@ -47,6 +59,7 @@ static void make_case(const lcase *c, rv_tok_layout *L)
     to.audio_freq = c->F;
     to.audio_time = c->W;
     to.audio_stride = c->stride;
+    to.audio_fstride = c->fstride;
     to.cls = c->cls;
     to.video = c->video;
     to.audio = c->audio;
@@ -82,6 +95,35 @@ static int64_t window_linear_video(const rv_tok_layout *L, int64_t g)
     return w;
 }
 
+/* Frequency bands as counted by hand: starts b * fstride with room for F bins. */
+static int naive_bands(int F, int fstride)
+{
+    int fs = fstride ? fstride : F, n = 0;
+    while (n * fs + F <= 128)
+        n++;
+    return n;
+}
+
+/* Special token i of L: modality cls, position (i, 0, 0), no item, the grid
+ * start's time, in window 0 with no video or audio token before it. */
+static void expect_special(const rv_tok_layout *L, int64_t i, double start, const char *what)
+{
+    rv_token tk;
+    cr_assert_eq(rv_tok_info(L, i, &tk), RV_OK, "%s: token %lld", what, (long long)i);
+    cr_assert_eq(tk.modality, RV_MOD_CLS, "%s: token %lld is not special", what, (long long)i);
+    cr_assert(tk.pos[0] == i && tk.pos[1] == 0 && tk.pos[2] == 0,
+              "%s: special token %lld at (%lld %lld %lld)", what, (long long)i,
+              (long long)tk.pos[0], (long long)tk.pos[1], (long long)tk.pos[2]);
+    cr_assert_eq(tk.item, -1);
+    cr_assert_eq(tk.part, 0);
+    cr_assert_float_eq(tk.time[0], start, 1e-9, "%s: special token %lld at %g s", what,
+                       (long long)i, tk.time[0]);
+    cr_assert_eq(tk.time[1], tk.time[0]);
+    cr_assert_eq(rv_tok_window_of(L, i), 0);
+    cr_assert_eq(rv_tok_video_before(L, i), 0);
+    cr_assert_eq(rv_tok_audio_before(L, i), 0);
+}
+
 static int64_t window_linear_audio(const rv_tok_layout *L, int64_t p)
 {
     __int128 t16 = (__int128)p * L->opts.audio_stride * 160 * 1000; /* us * 16 */
@@ -102,7 +144,9 @@ Test(layout, matches_brute_force_order)
         int64_t np = nf >= o->audio_time ? 1 + (nf - o->audio_time) / o->audio_stride : 0;
         cr_assert_eq(G, o->video ? (CASES[c].nframes + o->tubelet - 1) / o->tubelet : 0, "case %zu", c);
         cr_assert_eq(NP, np, "case %zu: steps", c);
-        cr_assert_eq(L.seq, o->cls + G * L.per_tubelet + NP * L.bands, "case %zu", c);
+        int nb = naive_bands(CASES[c].F, CASES[c].fstride);
+        cr_assert_eq(L.bands, nb, "case %zu: %d bands, want %d", c, L.bands, nb);
+        cr_assert_eq(L.seq, CASES[c].cls + G * L.per_tubelet + NP * nb, "case %zu", c);
         item *items = malloc(sizeof(item) * (size_t)(G + NP + 1));
         int64_t n = 0;
         for (int64_t g = 0; g < G; g++)
@@ -112,14 +156,13 @@ Test(layout, matches_brute_force_order)
         qsort(items, (size_t)n, sizeof(item), item_cmp);
         int64_t i = 0, nv = 0, na = 0;
         double last_t[2] = {-1, -1};
-        if (o->cls) {
-            rv_token tk;
-            cr_assert_eq(rv_tok_info(&L, 0, &tk), RV_OK);
-            cr_assert_eq(tk.modality, RV_MOD_CLS);
-            i = 1;
-        }
+        char what[32];
+        snprintf(what, sizeof what, "case %zu", c);
+        for (; i < CASES[c].cls; i++)
+            expect_special(&L, i, CASES[c].start, what);
+        cr_assert_eq(rv_tok_window_start(&L, 0), CASES[c].cls, "case %zu", c);
         for (int64_t k = 0; k < n; k++) {
-            int parts = items[k].mod == RV_MOD_VIDEO ? L.per_tubelet : L.bands;
+            int parts = items[k].mod == RV_MOD_VIDEO ? L.per_tubelet : nb;
             for (int part = 0; part < parts; part++, i++) {
                 rv_token tk;
                 cr_assert_eq(rv_tok_info(&L, i, &tk), RV_OK);
@@ -192,6 +235,7 @@ Test(layout, shard_spans_cover_exactly)
                     for (int s = 0; s < nseg; s++) {
                         const rv_tok_span *x = &spans[s];
                         int64_t g_lo = INT64_MAX, g_hi = -1, p_lo = INT64_MAX, p_hi = -1;
+                        int special = 0;
                         len += x->count;
                         for (int64_t i = x->first; i < x->first + x->count; i++) {
                             rv_token tk;
@@ -218,9 +262,12 @@ Test(layout, shard_spans_cover_exactly)
                                           c, (long long)x->grid0, (long long)x->grid1,
                                           (long long)x->sample0, (long long)x->sample1);
                             } else {
-                                cr_assert(x->cls);
+                                special++;
                             }
                         }
+                        cr_assert_eq(x->cls, special, "case %zu N=%d r=%d: span [%lld, +%lld) "
+                                     "says %d special tokens, holds %d", c, ns[ni], r,
+                                     (long long)x->first, (long long)x->count, x->cls, special);
                         if (g_hi >= 0) {
                             cr_assert_eq(x->tubelet0, g_lo);
                             cr_assert_eq(x->tubelet1, g_hi + 1);
@@ -393,8 +440,33 @@ Test(layout, rejects_bad_options)
     io.size = 40;
     cr_assert_eq(rv_tok_layout_make(&to, &io, 10, 10, &L), RV_ERR_INVALID); /* 16 does not divide 40 */
     io.size = 32;
+    /* F need not divide 128 any more: 24 bins side by side are 5 bands, 8 left over */
     to.audio_freq = 24;
+    cr_assert_eq(rv_tok_layout_make(&to, &io, 10, 16000, &L), RV_OK, "%s", rv_last_error());
+    cr_assert_eq(L.bands, 5);
+    rv_tok_opts_default(&to);
+    to.audio_freq = 0;
     cr_assert_eq(rv_tok_layout_make(&to, &io, 10, 10, &L), RV_ERR_INVALID);
+    to.audio_freq = 129;
+    cr_assert_eq(rv_tok_layout_make(&to, &io, 10, 10, &L), RV_ERR_INVALID);
+    rv_tok_opts_default(&to);
+    to.audio_fstride = -1;
+    cr_assert_eq(rv_tok_layout_make(&to, &io, 10, 10, &L), RV_ERR_INVALID);
+    to.audio_fstride = 129;
+    cr_assert_eq(rv_tok_layout_make(&to, &io, 10, 10, &L), RV_ERR_INVALID);
+    cr_assert(strstr(rv_last_error(), "129"), "the message names the stride: %s", rv_last_error());
+    for (int bad = -1; bad <= 3; bad += 4) {
+        rv_tok_opts_default(&to);
+        to.cls = bad;
+        cr_assert_eq(rv_tok_opts_check(&to), RV_ERR_INVALID, "cls %d accepted", bad);
+        char num[8];
+        snprintf(num, sizeof num, "%d", bad);
+        cr_assert(strstr(rv_last_error(), num), "the message names cls %d: %s", bad, rv_last_error());
+    }
+    for (int ok = 0; ok <= 2; ok++) {
+        to.cls = ok;
+        cr_assert_eq(rv_tok_opts_check(&to), RV_OK, "cls %d: %s", ok, rv_last_error());
+    }
     rv_tok_opts_default(&to);
     to.std[1] = 0;
     cr_assert_eq(rv_tok_layout_make(&to, &io, 10, 10, &L), RV_ERR_INVALID);

@@ -7,7 +7,12 @@
  * container claims more than it holds (the plan pads the end with silence), on
  * a webm whose audio outlasts its video (the container's end is the audio's, so
  * the plan repeats the last frame and pads silence) and on a webm whose
- * container claims a little less than it holds (the plan drops the tail). */
+ * container claims a little less than it holds (the plan drops the tail).
+ * With one special token and with two (class and distillation: a rank whose
+ * slice starts at 1 gets the distillation token alone), and with AST's audio
+ * patches (16 x 16, 10 frames and 10 bins apart: neighbouring patches share
+ * fbank frames across rank boundaries) over 10.24 s and 25 s of audio and
+ * beside video. */
 #include "ingest_media.h"
 #include "tokenize_collect.h"
 
@@ -24,6 +29,13 @@ const media_recipe rv_test_media[] = {
     {"pad.webm", "-f lavfi -i testsrc2=size=64x48:rate=25:duration=3 -f lavfi -i "
                  "sine=frequency=440:sample_rate=48000:duration=3.6 -c:v libvpx -b:v 200k "
                  "-c:a libopus", NULL},
+    /* AST's clip length, 163840 samples at 16 kHz; and 25 s, compressed (seeks
+     * land on frame boundaries, and decoding needs the frames before) */
+    {"ast.wav", "-f lavfi -i anoisesrc=sample_rate=16000:amplitude=0.3:seed=5 -t 10.24 "
+                "-c:a pcm_s16le", NULL},
+    {"ast25.m4a", "-f lavfi -i sine=frequency=300:beep_factor=4:sample_rate=16000 -f lavfi -i "
+                  "anoisesrc=sample_rate=16000:amplitude=0.1:seed=9 -filter_complex amix=inputs=2 "
+                  "-t 25 -c:a aac", NULL},
     {NULL, NULL, NULL},
 };
 
@@ -31,8 +43,10 @@ typedef struct rcase {
     const char *media;
     int fps;
     double window;
-    int cls;
+    int cls;      /* special tokens: 0, 1 or 2 */
     int no_audio;
+    int ast;      /* AST's audio patches (else the defaults) */
+    int no_video;
 } rcase;
 
 static void make_plan(const char *path, const rcase *c, rv_tok_layout *plan)
@@ -49,6 +63,14 @@ static void make_plan(const char *path, const rcase *c, rv_tok_layout *plan)
     if (c->no_audio) {
         io.audio_stream = -2;
         to.audio = 0;
+    }
+    if (c->no_video) {
+        io.video_stream = -2;
+        to.video = 0;
+    }
+    if (c->ast) {
+        to.audio_freq = to.audio_time = 16;
+        to.audio_stride = to.audio_fstride = 10;
     }
     rv_probe *p = NULL;
     cr_assert_eq(rv_probe_file(path, &p), RV_OK, "%s", rv_last_error());
@@ -86,12 +108,14 @@ static void check_ranks(const rcase *c, const int *ns, int nn, int want_pad, int
             tok_table ranks;
             tt_init(&ranks, plan.seq, plan.video_dim, plan.audio_dim, plan.fbank_frames);
             int seeked = 0;
+            int64_t cls_tokens = 0;
             for (int r = 0; r < ns[ni]; r++) {
                 rv_tok_stats rs;
                 rv_status s = rv_tokenize_rank(path, &plan, &sp, r, tt_collect, &ranks, &rs);
                 cr_assert_eq(s, RV_OK, "%s %s N=%d rank %d: %s", c->media,
                              rv_shard_kind_name((rv_shard_kind)kind), ns[ni], r, rv_last_error());
                 cr_assert_eq(rs.tokens, rv_shard_len(&sp, r));
+                cls_tokens += rs.cls_tokens;
                 seeked += rs.ingest.seeked;
             }
             for (int64_t g = 0; g < plan.seq; g++) {
@@ -102,6 +126,11 @@ static void check_ranks(const rcase *c, const int *ns, int nn, int want_pad, int
                           "%s %s N=%d: token %lld differs from the whole pass: %s", c->media,
                           rv_shard_kind_name((rv_shard_kind)kind), ns[ni], (long long)g, why);
             }
+            cr_assert_eq(cls_tokens, c->cls, "%s N=%d: %lld special tokens over the ranks",
+                         c->media, ns[ni], (long long)cls_tokens);
+            for (int i = 0; i < c->cls; i++)
+                cr_assert(ranks.mod[i] == RV_MOD_CLS && ranks.pos[3 * i] == i,
+                          "%s N=%d: token %d is not special token %d", c->media, ns[ni], i, i);
             /* the fbank rows the ranks computed are the whole pass's */
             for (int64_t f = 0; f < plan.fbank_frames; f++)
                 if (ranks.fb_have[f])
@@ -113,6 +142,27 @@ static void check_ranks(const rcase *c, const int *ns, int nn, int want_pad, int
                         seeked);
             tt_free(&ranks);
         }
+    /* slices through the special tokens: [1, 2) is the distillation token alone */
+    const int64_t cuts[][2] = {{0, 1}, {1, 1}, {1, 40}};
+    for (int k = 0; c->cls == 2 && k < 3; k++) {
+        tok_table part;
+        tt_init(&part, plan.seq, plan.video_dim, plan.audio_dim, plan.fbank_frames);
+        rv_tok_stats ps;
+        cr_assert_eq(rv_tokenize_range(path, &plan, cuts[k][0], cuts[k][1], tt_collect, &part, &ps),
+                     RV_OK, "%s", rv_last_error());
+        cr_assert_eq(ps.cls_tokens, 1); /* each slice holds one of the two */
+        for (int64_t g = 0; g < plan.seq; g++) {
+            int in = g >= cuts[k][0] && g < cuts[k][0] + cuts[k][1];
+            cr_assert_eq(part.have[g], in, "%s: slice [%lld, +%lld): token %lld handed out %d times",
+                         c->media, (long long)cuts[k][0], (long long)cuts[k][1], (long long)g,
+                         part.have[g]);
+            if (in)
+                cr_assert(tt_same_token(&whole, &part, g, why, sizeof why), "%s: slice [%lld, "
+                          "+%lld): token %lld: %s", c->media, (long long)cuts[k][0],
+                          (long long)cuts[k][1], (long long)g, why);
+        }
+        tt_free(&part);
+    }
     tt_free(&whole);
     free(path);
 }
@@ -121,7 +171,46 @@ static const int ALL_N[] = {1, 2, 3, 4, 7};
 
 Test(range, mp4_seeking_ranks_equal_whole)
 {
-    rcase c = {"long.mp4", 5, 1.0, 1, 0};
+    rcase c = {"long.mp4", 5, 1.0, 1, 0, 0, 0};
+    check_ranks(&c, ALL_N, 5, 0, 0);
+}
+
+/* Class and distillation tokens, AST's audio patches beside the video. */
+Test(range, mp4_dist_ast_ranks_equal_whole)
+{
+    rcase c = {"long.mp4", 5, 1.0, 2, 0, 1, 0};
+    check_ranks(&c, ALL_N, 5, 0, 0);
+}
+
+/* AST's input: 10.24 s -> 1022 fbank frames -> 101 time steps x 12 bands. */
+Test(range, ast_10s_ranks_equal_whole)
+{
+    rcase c = {"ast.wav", 1, 2.0, 2, 0, 1, 1};
+    char *path = media(c.media);
+    rv_tok_layout plan;
+    make_plan(path, &c, &plan);
+    cr_assert_eq(plan.nsamples, 163840);
+    cr_assert_eq(plan.fbank_frames, 1022);
+    cr_assert_eq(plan.steps, 101);
+    cr_assert_eq(plan.bands, 12);
+    cr_assert_eq(plan.seq, 2 + 101 * 12);
+    free(path);
+    check_ranks(&c, ALL_N, 5, 0, 0);
+}
+
+/* 25 s of compressed audio at 7 fps (grid edges inside fbank frames), one
+ * class token and odd windows. */
+Test(range, ast_25s_ranks_equal_whole)
+{
+    rcase c = {"ast25.m4a", 7, 0.35, 1, 0, 1, 1};
+    char *path = media(c.media);
+    rv_tok_layout plan;
+    make_plan(path, &c, &plan);
+    cr_assert_eq(plan.nsamples, 400000);
+    cr_assert_eq(plan.fbank_frames, 2498);
+    cr_assert_eq(plan.steps, 249);
+    cr_assert_eq(plan.seq, 1 + 249 * 12);
+    free(path);
     check_ranks(&c, ALL_N, 5, 0, 0);
 }
 
@@ -129,20 +218,20 @@ Test(range, mp4_seeking_ranks_equal_whole)
  * second: windows without video, tubelets across window edges. */
 Test(range, mp4_odd_windows)
 {
-    rcase c = {"long.mp4", 1, 0.35, 0, 0};
+    rcase c = {"long.mp4", 1, 0.35, 0, 0, 0, 0};
     const int ns[] = {3, 7};
     check_ranks(&c, ns, 2, 0, 0);
 }
 
 Test(range, mp3_plan_pads_end)
 {
-    rcase c = {"tone.mp3", 2, 1.0, 0, 0};
+    rcase c = {"tone.mp3", 2, 1.0, 0, 0, 0, 0};
     check_ranks(&c, ALL_N, 5, 1, 0);
 }
 
 Test(range, webm_plan_drops_tail)
 {
-    rcase c = {"clip.webm", 7, 0.5, 1, 0};
+    rcase c = {"clip.webm", 7, 0.5, 1, 0, 0, 0};
     const int ns[] = {3, 7};
     check_ranks(&c, ns, 2, 0, 1);
 }
@@ -151,11 +240,11 @@ Test(range, webm_plan_drops_tail)
  * the last real frame, which they read from before their own range. */
 Test(range, webm_plan_pads_frames)
 {
-    rcase c = {"pad.webm", 7, 0.5, 0, 0};
+    rcase c = {"pad.webm", 7, 0.5, 0, 0, 0, 0};
     const int ns[] = {2, 3, 7};
     check_ranks(&c, ns, 3, 2, 0);
     /* without audio, only the frames tell the ranks where the end is */
-    rcase v = {"pad.webm", 7, 0.5, 0, 1};
+    rcase v = {"pad.webm", 7, 0.5, 0, 1, 0, 0};
     const int n7[] = {7};
     check_ranks(&v, n7, 1, 2, 0);
 }

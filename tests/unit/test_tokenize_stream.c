@@ -4,8 +4,10 @@
  * ingest's audio and audio patches are those rows normalised; the order of
  * rv_tokens.h (windows, video before audio); the result does not depend on the
  * chunk size; the planned pass equals the open one when the container's
- * duration is exact; --no-audio, --no-video, CLS and a still image. Media are
- * made with the ffmpeg command at test time (tests/unit/ingest_media.h). */
+ * duration is exact; --no-audio, --no-video, CLS and a still image; AST's
+ * audio patches (overlapping in time and frequency) after class and
+ * distillation tokens, against the fbank rows of ingest's audio cut plainly.
+ * Media are made with the ffmpeg command at test time (tests/unit/ingest_media.h). */
 #include "ingest_media.h"
 #include "tokenize_collect.h"
 
@@ -50,8 +52,10 @@ static void open_pass(const char *path, const rv_ingest_opts *io, const rv_tok_o
     cr_assert(t->ordered, "batches out of order");
 }
 
-/* T = 2 and T = 3 over 35 frames: the last tubelet holds 1 and 2 real frames. */
-static void whole_pass_matches_ingest(int tubelet)
+/* T = 2 and T = 3 over 35 frames: the last tubelet holds 1 and 2 real frames.
+ * ast: AST's audio patches (16 x 16, 10 frames and 10 bins apart) after cls
+ * special tokens. */
+static void whole_pass_matches_ingest(int tubelet, int ast, int cls)
 {
     char *path = media("av.mp4");
     rv_ingest_opts io;
@@ -59,6 +63,9 @@ static void whole_pass_matches_ingest(int tubelet)
     opts(&io, &to, 5, 32, 1.0);
     io.chunk_frames = 8;
     to.tubelet = tubelet;
+    to.cls = cls;
+    if (ast)
+        to.audio_stride = to.audio_fstride = 10;
     tok_table t;
     rv_tok_stats st;
     open_pass(path, &io, &to, &t, &st);
@@ -70,6 +77,11 @@ static void whole_pass_matches_ingest(int tubelet)
     cr_assert_eq(st.tokens, L->seq);
     cr_assert_eq(st.video_tokens, L->nvideo);
     cr_assert_eq(st.audio_tokens, L->naudio);
+    cr_assert_eq(st.cls_tokens, cls);
+    cr_assert_eq(L->bands, ast ? 12 : 8);
+    for (int i = 0; i < cls; i++)
+        cr_assert(t.mod[i] == RV_MOD_CLS && t.pos[3 * i] == i && t.time[2 * i] == r->frame_time[0],
+                  "token %d is not special token %d at the first frame's time", i, i);
     for (int64_t g = 0; g < L->seq; g++)
         cr_assert_eq(t.have[g], 1, "token %lld handed out %d times", (long long)g, t.have[g]);
 
@@ -80,7 +92,7 @@ static void whole_pass_matches_ingest(int tubelet)
     rv_tubelet_lut(to.mean, to.std, lut);
     float *tub = ref_alloc_f((size_t)(Q * L->video_dim));
     uint8_t *back = malloc(fsize * 3);
-    double last[2] = {-1, -1};
+    double last[3] = {-1, -1, -1};
     for (int64_t g = 0; g < L->tubelets; g++) {
         int64_t i0 = rv_tok_index_video(L, g, 0);
         for (int q = 0; q < Q; q++) {
@@ -124,9 +136,11 @@ static void whole_pass_matches_ingest(int tubelet)
                      t.fb_have[f]);
     cr_assert_arr_eq(rows, t.fbank, sizeof(float) * (size_t)(L->fbank_frames * 128));
     float *want = ref_alloc_f((size_t)(L->bands * L->audio_dim));
+    float *plain = ref_alloc_f((size_t)L->audio_dim);
     for (int64_t p = 0; p < L->steps; p++) {
         rv_audio_patchify(rows + p * L->opts.audio_stride * 128, 128, L->opts.audio_freq,
-                          L->opts.audio_time, to.audio_mean, to.audio_std, want);
+                          L->opts.audio_fstride, L->opts.audio_time, to.audio_mean, to.audio_std,
+                          want);
         for (int b = 0; b < L->bands; b++) {
             int64_t i = rv_tok_index_audio(L, p, b);
             cr_assert_eq(t.mod[i], RV_MOD_AUDIO);
@@ -134,8 +148,14 @@ static void whole_pass_matches_ingest(int tubelet)
             cr_assert_eq(t.pos[3 * i + 1], b);
             cr_assert_arr_eq(t.patch + i * L->video_dim, want + b * L->audio_dim,
                              sizeof(float) * L->audio_dim, "audio step %lld band %d", (long long)p, b);
+            /* and the plain cut of the rows, bin by bin and frame by frame */
+            tt_audio_patch_ref(L, rows, p, b, plain);
+            cr_assert_arr_eq(t.patch + i * L->video_dim, plain, sizeof(float) * L->audio_dim,
+                             "audio step %lld band %d: not mel bins %d.. of frames %lld..",
+                             (long long)p, b, b * (ast ? 10 : 16), (long long)(p * L->opts.audio_stride));
         }
     }
+    free(plain);
     cr_log_info("av.mp4: %lld tokens (%lld video, %lld audio), %.4f s CPU tokenizing: %.0f tokens/s",
                 (long long)L->seq, (long long)L->nvideo, (long long)L->naudio, st.cpu_s,
                 st.cpu_s > 0 ? L->seq / st.cpu_s : 0.0);
@@ -149,8 +169,9 @@ static void whole_pass_matches_ingest(int tubelet)
     free(path);
 }
 
-Test(tokenize, whole_pass_matches_ingest_t2) { whole_pass_matches_ingest(2); }
-Test(tokenize, whole_pass_matches_ingest_t3) { whole_pass_matches_ingest(3); }
+Test(tokenize, whole_pass_matches_ingest_t2) { whole_pass_matches_ingest(2, 0, 0); }
+Test(tokenize, whole_pass_matches_ingest_t3) { whole_pass_matches_ingest(3, 0, 0); }
+Test(tokenize, whole_pass_matches_ingest_ast_dist) { whole_pass_matches_ingest(2, 1, 2); }
 
 static void expect_same_tables(const tok_table *a, const tok_table *b, const char *what)
 {
@@ -180,6 +201,19 @@ Test(tokenize, chunk_size_does_not_matter)
     open_pass(path, &io, &to, &b, &st);
     expect_same_tables(&a, &b, "chunks of 1 and 64 frames");
     cr_assert_eq(a.mod[0], RV_MOD_CLS);
+    tt_free(&a);
+    tt_free(&b);
+    /* class and distillation tokens, AST's audio patches: chunk edges cut
+     * through patches that share fbank frames */
+    to.cls = 2;
+    to.audio_stride = to.audio_fstride = 10;
+    io.chunk_frames = 1;
+    open_pass(path, &io, &to, &a, &st);
+    io.chunk_frames = 3;
+    open_pass(path, &io, &to, &b, &st);
+    expect_same_tables(&a, &b, "AST patches, chunks of 1 and 3 frames");
+    cr_assert_eq(st.cls_tokens, 2);
+    cr_assert(a.mod[0] == RV_MOD_CLS && a.mod[1] == RV_MOD_CLS && a.pos[3] == 1);
     tt_free(&a);
     tt_free(&b);
     free(path);

@@ -65,6 +65,7 @@ static rv_vit_config tiny_cfg(int T, int mlp)
     c.audio_freq = 16;
     c.audio_time = 4;
     c.cls = 1;
+    rv_vit_family_defaults(&c); /* ringvit's own family */
     return c;
 }
 

@@ -33,6 +33,7 @@ static rv_vit_config tiny_config(int dim)
     strcpy(c.preset, "custom");
     c.dim = dim, c.layers = 1, c.heads = 2, c.mlp = 2 * dim, c.eps = 1e-6f;
     c.tubelet = 2, c.patch = 2, c.grid = 3, c.audio_freq = 16, c.audio_time = 2, c.cls = 1;
+    rv_vit_family_defaults(&c); /* ringvit's own family */
     return c; /* video_dim 24, audio_dim 32 */
 }
 
@@ -138,7 +139,7 @@ static void slice_make(const seq *s, const rv_shard_plan *p, int r, slice *o)
                 memcpy(o->audio + na++ * s->ad, s->audio + s->patch_of[g] * s->ad,
                        sizeof(float) * (size_t)s->ad);
         }
-    o->t = (rv_vit_tokens){len, o->mod, o->pos, o->time, nv, o->video, na, o->audio, 3};
+    o->t = (rv_vit_tokens){len, o->mod, o->pos, o->time, nv, o->video, na, o->audio, 3, 0};
 }
 
 static void slice_free(slice *o)
@@ -564,7 +565,7 @@ Test(train_heads, classify_argmax_and_labels)
     seq_make(&s, 8, 1, 9);
     rv_train_head *h = head_make(RV_TASK_CLASSIFY, D, C);
     h->cls_b[3] = 50.0f; /* class 3 wins by far: loss ~0 for it, ~50 for another */
-    rv_vit_tokens t = {s.S, s.mod, s.pos, s.time, s.nv, s.video, s.na, s.audio, 3};
+    rv_vit_tokens t = {s.S, s.mod, s.pos, s.time, s.nv, s.video, s.na, s.audio, 3, 0};
     rv_vit_pooled p = {.dim = D, .tokens = s.S - 1, .global = s.y};
     double loss = -1;
     int pred = -1;
@@ -856,7 +857,7 @@ Test(train_heads, mae_argument_errors)
     uint8_t hid[10];
     memset(hid, 1, sizeof hid);
     double loss;
-    rv_vit_tokens t = {s.S, s.mod, s.pos, s.time, s.nv, s.video, s.na, s.audio, 3};
+    rv_vit_tokens t = {s.S, s.mod, s.pos, s.time, s.nv, s.video, s.na, s.audio, 3, 0};
     cr_assert_eq(rv_mae_loss(NULL, h, &t, hid, s.y, 1, &loss, NULL, NULL, NULL), RV_ERR_INVALID);
     ejob e = {c, NULL, t, hid, s.y, RV_OK}; /* a classify head */
     cr_assert_eq(rv_local_run(1, err_rank, &e), RV_ERR_INVALID);

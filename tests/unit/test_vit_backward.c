@@ -35,6 +35,7 @@ static rv_vit_config tiny_config(int heads)
     strcpy(c.preset, "custom");
     c.dim = 32, c.layers = 2, c.heads = heads, c.mlp = 64, c.eps = 1e-6f;
     c.tubelet = 2, c.patch = 4, c.grid = 3, c.audio_freq = 16, c.audio_time = 4, c.cls = 1;
+    rv_vit_family_defaults(&c); /* ringvit's own family */
     return c;
 }
 
@@ -154,7 +155,8 @@ static void seq_make(seq *s, int size, int64_t nframes, double audio_s, double h
         s->patch_of[i] = t.modality == RV_MOD_VIDEO ? nv++ : t.modality == RV_MOD_AUDIO ? na++ : -1;
         s->hidden[i] = t.modality != RV_MOD_CLS && ref_rng_uniform(&r) < hide;
     }
-    s->all = (rv_vit_tokens){S, s->mod, s->pos, s->time, nv, s->video, na, s->audio, s->L.grid};
+    s->all = (rv_vit_tokens){S, s->mod, s->pos, s->time, nv, s->video, na, s->audio, s->L.grid,
+                              s->L.steps};
 }
 
 static void seq_free(seq *s)
@@ -201,7 +203,7 @@ static void slice_make(const seq *s, const rv_shard_plan *p, int r, slice *out)
         }
     cr_assert_eq(k, len);
     out->t = (rv_vit_tokens){len, out->mod, out->pos, out->time, nv, out->video, na, out->audio,
-                             s->all.grid};
+                             s->all.grid, s->all.audio_steps};
 }
 
 static void slice_free(slice *s)

@@ -31,6 +31,7 @@ static rv_vit_config tiny_config(int cls)
     strcpy(c.preset, "custom");
     c.dim = 32, c.layers = 2, c.heads = 2, c.mlp = 64, c.eps = 1e-6f;
     c.tubelet = 2, c.patch = 4, c.grid = 3, c.audio_freq = 16, c.audio_time = 4, c.cls = cls;
+    rv_vit_family_defaults(&c); /* ringvit's own family */
     return c;
 }
 
@@ -98,7 +99,8 @@ static void seq_make(seq *s, int cls, int size, int64_t nframes, double audio_s,
     }
     cr_assert_eq(nv, s->L.nvideo);
     cr_assert_eq(na, s->L.naudio);
-    s->all = (rv_vit_tokens){S, s->mod, s->pos, s->time, nv, s->video, na, s->audio, s->L.grid};
+    s->all = (rv_vit_tokens){S, s->mod, s->pos, s->time, nv, s->video, na, s->audio, s->L.grid,
+                              s->L.steps};
 }
 
 static void seq_free(seq *s)
@@ -142,7 +144,7 @@ static void slice_make(const seq *s, const rv_shard_plan *p, int r, slice *out)
         }
     cr_assert_eq(k, len);
     out->t = (rv_vit_tokens){len, out->mod, out->pos, out->time, nv, out->video, na, out->audio,
-                             s->all.grid};
+                             s->all.grid, s->all.audio_steps};
 }
 
 static void slice_free(slice *s)

@@ -72,6 +72,7 @@ static rv_vit_config small_cfg(int D, int L, int heads, int M, int T, int P, int
     c.audio_freq = 16;
     c.audio_time = 4;
     c.cls = cls;
+    rv_vit_family_defaults(&c); /* ringvit's own family */
     return c;
 }
 
@@ -329,8 +330,9 @@ Test(vit_config, check_rejects_bad_combinations)
     BAD(tubelet, 0, "tubelet");
     BAD(patch, 0, "patch");
     BAD(grid, 0, "grid");
-    BAD(audio_freq, 3, "audio_freq 3");
+    BAD(audio_freq, 0, "audio_freq 0");
     BAD(audio_freq, 256, "audio_freq");
+    BAD(audio_fstride, 0, "audio_fstride 0");
     BAD(audio_time, 0, "audio_time");
     BAD(cls, 2, "cls");
     BAD(eps, 0.0f, "eps");

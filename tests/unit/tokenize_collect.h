@@ -1,13 +1,16 @@
 /* tokenize_collect.h: gathers the batches of a tokenize pass into one table
  * indexed by global token position (modality, position, time, patch values)
  * plus the fbank rows by frame index, so tests can compare passes token by
- * token. Header-only; every helper is static. */
+ * token; a plain reference cut of audio patches from fbank rows; and a
+ * synthetic recording fed to the engine in chunks the way ingest hands them
+ * out. Header-only; every helper is static. */
 #ifndef RV_TEST_TOKENIZE_COLLECT_H
 #define RV_TEST_TOKENIZE_COLLECT_H
 
 #include <criterion/criterion.h>
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -131,6 +134,110 @@ TC_HELPER int tt_same_token(const tok_table *a, const tok_table *b, int64_t g, c
             return 0;
         }
     return 1;
+}
+
+/* Audio patch (p, band) of L written plainly from fbank rows (rows[f * 128 +
+ * bin] is fbank frame f): mel bins band * fstride + f, frames p * stride + w,
+ * (f, w) with w fastest. The normalisation is the library's expression,
+ * (x - mean) * (1 / (2 std)), so a comparison is bit for bit and any
+ * difference is a wrong bin or frame. */
+TC_HELPER void tt_audio_patch_ref(const rv_tok_layout *L, const float *rows, int64_t p, int band,
+                                  float *out)
+{
+    const rv_tok_opts *o = &L->opts;
+    const int F = o->audio_freq, W = o->audio_time;
+    const int fs = o->audio_fstride ? o->audio_fstride : F;
+    const float scale = 1.0f / (2.0f * o->audio_std);
+    for (int f = 0; f < F; f++)
+        for (int w = 0; w < W; w++) {
+            int64_t frame = p * o->audio_stride + w;
+            int bin = band * fs + f;
+            out[f * W + w] = (rows[frame * 128 + bin] - o->audio_mean) * scale;
+        }
+}
+
+/* A synthetic recording: nframes (S, S, 3) frames and nsamples of 16 kHz audio,
+ * from a fixed generator (the same bytes on every machine). */
+typedef struct tt_media {
+    int64_t nframes, nsamples;
+    int size;
+    uint8_t *frames;
+    float *audio;
+    double *times; /* zeros: the engine takes times from the layout */
+} tt_media;
+
+TC_HELPER uint32_t tt_lcg(uint64_t *x)
+{
+    *x = *x * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(*x >> 33);
+}
+
+TC_HELPER void tt_media_make(tt_media *m, int64_t nframes, int size, int64_t nsamples, uint64_t seed)
+{
+    const size_t fsize = (size_t)size * size * 3;
+    memset(m, 0, sizeof *m);
+    m->nframes = nframes;
+    m->nsamples = nsamples;
+    m->size = size;
+    m->frames = malloc(fsize * (size_t)nframes + 1);
+    m->audio = malloc(sizeof(float) * (size_t)nsamples + 1);
+    m->times = calloc((size_t)nframes + 1, sizeof(double));
+    cr_assert(m->frames && m->audio && m->times);
+    uint64_t x = seed;
+    for (size_t i = 0; i < fsize * (size_t)nframes; i++)
+        m->frames[i] = (uint8_t)(tt_lcg(&x) >> 24);
+    for (int64_t i = 0; i < nsamples; i++)
+        m->audio[i] = (float)((int)(tt_lcg(&x) >> 16) - 32768) / 65536.0f;
+}
+
+TC_HELPER void tt_media_free(tt_media *m)
+{
+    free(m->frames);
+    free(m->audio);
+    free(m->times);
+    memset(m, 0, sizeof *m);
+}
+
+/* One past the last grid index holding a frame or a sample of m. */
+TC_HELPER int64_t tt_media_grid_end(const rv_ingest_opts *io, const tt_media *m)
+{
+    int64_t k = m->nframes;
+    while (rv_ingest_audio_index(io, k) < m->nsamples)
+        k++;
+    return k;
+}
+
+/* Pushes grid indices [k0, k1) of m into tk as ingest would: each chunk some
+ * grid indices (sizes[] in turn), their frames and the samples [J(k), J(k+n))
+ * up to the recording's end. The engine finishes when finish is 1. */
+TC_HELPER void tt_feed(rv_tokenizer *tk, const rv_ingest_opts *io, const tt_media *m, int64_t k0,
+                       int64_t k1, const int *sizes, int nsizes, int finish)
+{
+    const size_t fsize = (size_t)m->size * m->size * 3;
+    for (int64_t k = k0, c = 0; k < k1; c++) {
+        int64_t n = sizes[c % nsizes];
+        n = n < k1 - k ? n : k1 - k;
+        int64_t f1 = k + n < m->nframes ? k + n : m->nframes;
+        int64_t j0 = rv_ingest_audio_index(io, k), j1 = rv_ingest_audio_index(io, k + n);
+        j0 = j0 < m->nsamples ? j0 : m->nsamples;
+        j1 = j1 < m->nsamples ? j1 : m->nsamples;
+        rv_ingest_chunk ch = {.first_frame = k,
+                              .nframes = f1 > k ? (int)(f1 - k) : 0,
+                              .size = m->size,
+                              .frames = f1 > k ? m->frames + (size_t)k * fsize : NULL,
+                              .frame_time = m->times,
+                              .source_time = m->times,
+                              .first_sample = j0,
+                              .nsamples = j1 - j0,
+                              .audio = m->nsamples > 0 ? m->audio + j0 : NULL,
+                              .last = k + n >= k1};
+        rv_status st = rv_tokenizer_push(tk, &ch);
+        cr_assert_eq(st, RV_OK, "push of grid [%lld, %lld): %s", (long long)k, (long long)(k + n),
+                     rv_last_error());
+        k += n;
+    }
+    if (finish)
+        cr_assert_eq(rv_tokenizer_finish(tk), RV_OK, "finish: %s", rv_last_error());
 }
 
 #endif

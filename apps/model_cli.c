@@ -1,0 +1,111 @@
+/* model_cli.c: --model, its load options, the random-weights warning and the
+ * modality rule shared by the encoder's subcommands (model_cli.h). */
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "model_cli.h"
+
+const char *model_cli_kind(const char *spec)
+{
+    struct stat sb;
+    size_t n = strlen(spec);
+    if (stat(spec, &sb) == 0)
+        return S_ISDIR(sb.st_mode) ? "folder" : "file";
+    if (strchr(spec, '/') || (n > 12 && strcmp(spec + n - 12, ".safetensors") == 0))
+        return "file"; /* a missing file: the load names it */
+    return "preset";
+}
+
+int model_cli_open(const char *cmd, const char *spec, int64_t seed, int seed_set, int heads,
+                   int tubelet, int loud, model_cli *out)
+{
+    rv_status st;
+    char what[96];
+    memset(out, 0, sizeof *out);
+    snprintf(what, sizeof what, "%s: model", cmd);
+    if (strcmp(model_cli_kind(spec), "preset") == 0) {
+        rv_vit_config cfg;
+        if (rv_vit_preset(spec, &cfg) != RV_OK)
+            return loud ? rv_cli_usage_error(cmd, "--model wants a preset (tiny, small, base), a "
+                                             "weights file or a model folder, got '%s'", spec)
+                        : RV_EXIT_USAGE;
+        if (heads > 0) {
+            if (cfg.dim % heads)
+                return loud ? rv_cli_usage_error(cmd, "--heads %d does not divide the %s "
+                                                 "preset's width %d", heads, spec, cfg.dim)
+                            : RV_EXIT_USAGE;
+            cfg.heads = heads;
+        }
+        if (tubelet > 0)
+            cfg.tubelet = tubelet;
+        if ((st = rv_vit_new(&cfg, &out->m)) != RV_OK ||
+            (st = rv_vit_init_random(out->m, (uint64_t)seed)) != RV_OK) {
+            model_cli_close(out);
+            return loud ? rv_cli_fail(st, what) : RV_EXIT_FAIL;
+        }
+        out->random = 1;
+        return 0;
+    }
+    if (seed_set)
+        return loud ? rv_cli_usage_error(cmd, "--seed seeds a preset's random weights; '%s' is a "
+                                         "weights %s", spec, model_cli_kind(spec))
+                    : RV_EXIT_USAGE;
+    rv_vit_load_opts lo = {.heads = heads, .tubelet = tubelet};
+    if ((st = rv_vit_load_ex(spec, &lo, &out->m, &out->info)) != RV_OK) {
+        model_cli_close(out);
+        return loud ? rv_cli_fail(st, what) : RV_EXIT_FAIL;
+    }
+    return 0;
+}
+
+void model_cli_close(model_cli *mc)
+{
+    rv_vit_free(&mc->m);
+    rv_vit_load_info_free(&mc->info);
+}
+
+void model_cli_warn_random(const char *cmd, const model_cli *mc, const char *spec)
+{
+    if (!mc->random)
+        return;
+    rv_cli_error("warning: %s: --model %s has RANDOM weights (a preset): its embeddings show the "
+                 "pipeline works and mean nothing; give --model a checkpoint folder (e.g. "
+                 "MCG-NJU/videomae-base saved from the hub) or a weights file for real ones",
+                 cmd, spec);
+}
+
+int model_cli_modalities(const char *cmd, const rv_vit_config *c, int want_video, int want_audio,
+                         int no_video, int no_audio, int loud, int *video, int *audio, char *why,
+                         size_t cap)
+{
+    const char *family = rv_vit_family_name(c->family);
+    if (want_video && !c->video)
+        return loud ? rv_cli_usage_error(cmd, "--video: the %s model has no video weights (its "
+                                         "video tokens would be noise); it embeds audio only",
+                                         family)
+                    : RV_EXIT_USAGE;
+    if (want_audio && !c->audio)
+        return loud ? rv_cli_usage_error(cmd, "--audio: the %s model has no audio weights (its "
+                                         "audio tokens would be noise); it embeds %s only",
+                                         family, c->video ? "video" : "nothing")
+                    : RV_EXIT_USAGE;
+    *video = c->video && !no_video;
+    *audio = c->audio && !no_audio;
+    why[0] = '\0';
+    if (!c->audio && !no_audio)
+        snprintf(why, cap, "video only: the %s model has no audio weights, so recordings are "
+                 "embedded from their pictures and their audio is left out (--no-audio says so "
+                 "explicitly)", family);
+    else if (!c->video && !no_video)
+        snprintf(why, cap, "audio only: the %s model has no video weights, so recordings are "
+                 "embedded from their audio and their pictures are left out (--no-video says "
+                 "so explicitly)", family);
+    if (!*video && !*audio)
+        return loud ? rv_cli_usage_error(cmd, "%s leaves nothing to embed with the %s model",
+                                         no_video ? "--no-video" : "--no-audio", family)
+                    : RV_EXIT_USAGE;
+    return 0;
+}

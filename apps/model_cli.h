@@ -1,0 +1,46 @@
+/* model_cli.h: --model for the subcommands that run the encoder (embed,
+ * finetune, bench encoder, inspect): a preset name (random weights, seeded), a
+ * weights file (ringvit's own or torchvision-named .safetensors) or a model
+ * folder in the Hugging Face layout; the load options (--heads, --tubelet);
+ * the warning that random weights mean nothing; and which modalities a run
+ * embeds (the model's own, narrowed by --no-audio / --no-video; --audio /
+ * --video insist on one and are refused when the weights lack it). */
+#ifndef RV_MODEL_CLI_H
+#define RV_MODEL_CLI_H
+
+#include <stdint.h>
+
+#include "rv_vit.h"
+
+typedef struct model_cli {
+    rv_vit_model *m;
+    int random;             /* 1: a preset's seeded random weights */
+    rv_vit_load_info info;  /* what the load found (zero for a preset) */
+} model_cli;
+
+/* Opens --model spec (heads, tubelet > 0 override; seed_set: --seed was given,
+ * which only a preset takes). Returns 0, RV_EXIT_USAGE (a name that is no
+ * preset, file or folder; --seed with a file) or RV_EXIT_FAIL (the load failed),
+ * after a message when loud. */
+int model_cli_open(const char *cmd, const char *spec, int64_t seed, int seed_set, int heads,
+                   int tubelet, int loud, model_cli *out);
+void model_cli_close(model_cli *mc);
+
+/* One warning line for a preset's random weights, naming the flag for real ones
+ * (nothing when quiet). */
+void model_cli_warn_random(const char *cmd, const model_cli *mc, const char *spec);
+
+/* The modalities a run uses: the model's (cfg video / audio), minus --no-video /
+ * --no-audio; --video / --audio (want_video / want_audio) on a model without
+ * weights for it are a usage error. *video / *audio get the result, why (cap
+ * bytes) a one-line reason when a modality of the recording is left out because
+ * of the model ("" when none). Returns 0 or RV_EXIT_USAGE after a message
+ * (when loud). */
+int model_cli_modalities(const char *cmd, const rv_vit_config *c, int want_video, int want_audio,
+                         int no_video, int no_audio, int loud, int *video, int *audio, char *why,
+                         size_t cap);
+
+/* "folder", "file" or "preset" for the --model spec (without opening it). */
+const char *model_cli_kind(const char *spec);
+
+#endif

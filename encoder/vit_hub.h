@@ -1,0 +1,37 @@
+/* vit_hub.h (internal to encoder/): models in the Hugging Face hub layout, a
+ * folder holding config.json, model.safetensors (or shards listed by
+ * model.safetensors.index.json) and, where the family has one,
+ * preprocessor_config.json, exactly as the hub stores them.
+ *
+ *   vit_hub_config.c  config.json + preprocessor_config.json -> rv_vit_config and
+ *                     the facts the tensor mapping needs (vit_hub_model)
+ *   vit_hub.c         the tensors: names of each family, checks against the
+ *                     config, conversion into ringvit's layout (rv_vit_load_ex) */
+#ifndef RV_VIT_HUB_H
+#define RV_VIT_HUB_H
+
+#include "rv_vit.h"
+
+/* Files bigger than this are not a config (a hostile folder could hold anything). */
+#define VIT_HUB_JSON_MAX (4 << 20)
+
+/* What config.json says, besides the rv_vit_config. */
+typedef struct vit_hub_model {
+    char model_type[64];   /* config.json's model_type */
+    char label[4200];      /* the folder, for messages */
+    rv_vit_config cfg;     /* sizes and the family description (before the tensors
+                              settle pool and proj_dim: see vit_hub.c) */
+    int file_tubelet;      /* the patch weight's T (1: a 2D weight) */
+    int ast_steps;         /* AST: the stored grid's time steps (Td) */
+    int use_mean_pooling;  /* VideoMAE */
+    int has_preprocessor;  /* 1: preprocessor_config.json was read */
+} vit_hub_model;
+
+/* Reads dir/config.json and dir/preprocessor_config.json (when present) into
+ * *out. RV_ERR_FORMAT naming the folder, the file and the key for a missing or
+ * malformed config, RV_ERR_UNSUPPORTED for a model_type or a variant ringvit
+ * does not run (naming it and what is supported). Notes on what was decided go
+ * to info->notes. */
+rv_status vit_hub_read_config(const char *dir, vit_hub_model *out, rv_vit_load_info *info);
+
+#endif

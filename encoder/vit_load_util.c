@@ -1,0 +1,175 @@
+/* vit_load_util.c: the checks and conversions the weight readers share
+ * (vit_load_util.h), and rv_vit_load_info's name lists. */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vit_load_util.h"
+#include "vit_tensors.h"
+
+int vit_dtype_ok(rv_dtype d)
+{
+    return d == RV_F32 || d == RV_F16 || d == RV_BF16;
+}
+
+void vit_format_shape(char *buf, size_t cap, int ndim, const int64_t *shape)
+{
+    size_t n = (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < ndim && n < cap; i++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%" PRId64, i ? ", " : "", shape[i]);
+    if (n < cap)
+        snprintf(buf + n, cap - n, "]");
+}
+
+rv_status vit_check_dtype(const rv_safetensors *st, const rv_st_tensor *t)
+{
+    if (!vit_dtype_ok(t->dtype))
+        return rv_fail(RV_ERR_FORMAT,
+                       "weights file '%s': tensor '" VIT_NAME_FMT "' has dtype %s; expected F32 "
+                       "(or F16, BF16)",
+                       rv_st_label(st), t->name, rv_dtype_name(t->dtype));
+    return RV_OK;
+}
+
+rv_status vit_check_tensor(const rv_safetensors *st, const rv_st_tensor *t, int ndim,
+                           const int64_t *shape, const char *why)
+{
+    rv_status s = vit_check_dtype(st, t);
+    if (s != RV_OK)
+        return s;
+    int ok = t->ndim == ndim;
+    for (int i = 0; ok && i < ndim; i++)
+        ok = t->shape[i] == shape[i];
+    if (!ok) {
+        char got[160], want[160];
+        vit_format_shape(got, sizeof got, t->ndim, t->shape);
+        vit_format_shape(want, sizeof want, ndim, shape);
+        return rv_fail(RV_ERR_FORMAT,
+                       "weights file '%s': tensor '" VIT_NAME_FMT "' has shape %s; expected %s%s",
+                       rv_st_label(st), t->name, got, want, why ? why : "");
+    }
+    return RV_OK;
+}
+
+rv_status vit_extent(const rv_safetensors *st, const rv_st_tensor *t, int dim, int *out)
+{
+    int64_t v = dim < t->ndim ? t->shape[dim] : 0;
+    if (v < 1 || v > VIT_MAX_EXTENT)
+        return rv_fail(RV_ERR_FORMAT,
+                       "weights file '%s': tensor '" VIT_NAME_FMT "' has extent %" PRId64
+                       " in dimension %d (expected 1 .. %d)",
+                       rv_st_label(st), t->name, v, dim, VIT_MAX_EXTENT);
+    *out = (int)v;
+    return RV_OK;
+}
+
+static float half_to_float(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h >> 15) << 31;
+    uint32_t e = (h >> 10) & 0x1f, m = h & 0x3ff, u;
+    if (e == 0x1f) {
+        u = sign | 0x7f800000u | (m << 13); /* inf, nan */
+    } else if (e != 0) {
+        u = sign | ((e + 112) << 23) | (m << 13);
+    } else if (m == 0) {
+        u = sign;
+    } else { /* subnormal: normalise */
+        int sh = 0;
+        while (!(m & 0x400)) {
+            m <<= 1;
+            sh++;
+        }
+        u = sign | ((uint32_t)(113 - sh) << 23) | ((m & 0x3ff) << 13);
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+void vit_to_f32(const rv_st_tensor *t, float *out)
+{
+    const unsigned char *p = t->data;
+    if (t->dtype == RV_F32) {
+        for (int64_t i = 0; i < t->numel; i++, p += 4) {
+            uint32_t u = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                         (uint32_t)p[3] << 24;
+            memcpy(&out[i], &u, 4);
+        }
+    } else {
+        for (int64_t i = 0; i < t->numel; i++, p += 2) {
+            uint16_t h = (uint16_t)(p[0] | p[1] << 8);
+            if (t->dtype == RV_BF16) {
+                uint32_t u = (uint32_t)h << 16;
+                memcpy(&out[i], &u, 4);
+            } else {
+                out[i] = half_to_float(h);
+            }
+        }
+    }
+}
+
+rv_status vit_read_video(const rv_st_tensor *t, const rv_vit_config *c, int file_T, float *dst,
+                         const char *label)
+{
+    float *file = malloc((size_t)t->numel * sizeof *file);
+    if (!file)
+        return rv_fail(RV_ERR_NOMEM, "loading '%s': out of memory for '" VIT_NAME_FMT "'", label,
+                       t->name);
+    vit_to_f32(t, file);
+    if (file_T == c->tubelet) {
+        vit_video_from_file(file, c->dim, c->tubelet, c->patch, dst);
+    } else {
+        /* Inflation: the 2D (D, 3, P, P) weight, / T, in each of the T frames. */
+        const int T = c->tubelet, P = c->patch, C = RV_VIT_CHANNELS;
+        const int64_t per_file = (int64_t)C * P * P, per_mem = (int64_t)T * P * P * C;
+        for (int64_t d = 0; d < c->dim; d++)
+            for (int ch = 0; ch < C; ch++)
+                for (int y = 0; y < P; y++)
+                    for (int x = 0; x < P; x++) {
+                        float v = file[d * per_file + ((int64_t)ch * P + y) * P + x] / (float)T;
+                        for (int tt = 0; tt < T; tt++)
+                            dst[d * per_mem + (((int64_t)tt * P + y) * P + x) * C + ch] = v;
+                    }
+    }
+    free(file);
+    return RV_OK;
+}
+
+rv_status vit_info_add(char ***list, int *n, const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    char **grown = realloc(*list, sizeof **list * (size_t)(*n + 1));
+    if (!grown)
+        return rv_fail(RV_ERR_NOMEM, "loading weights: out of memory for the load report");
+    *list = grown;
+    if (!(grown[*n] = strdup(buf)))
+        return rv_fail(RV_ERR_NOMEM, "loading weights: out of memory for the load report");
+    (*n)++;
+    return RV_OK;
+}
+
+static void free_list(char ***list, int *n)
+{
+    for (int i = 0; *list && i < *n; i++)
+        free((*list)[i]);
+    free(*list);
+    *list = NULL;
+    *n = 0;
+}
+
+void rv_vit_load_info_free(rv_vit_load_info *info)
+{
+    if (!info)
+        return;
+    free_list(&info->ignored, &info->nignored);
+    free_list(&info->unknown, &info->nunknown);
+    free_list(&info->zeroed, &info->nzeroed);
+    free_list(&info->notes, &info->nnotes);
+    memset(info, 0, sizeof *info);
+}

@@ -1,0 +1,53 @@
+/* vit_load_util.h (internal to encoder/): what the two weight readers share —
+ * vit_load.c (ringvit's and torchvision's safetensors files) and vit_hub.c (the
+ * Hugging Face layouts): dtype and shape checks with messages naming the file
+ * and the tensor, the conversion of F32/F16/BF16 data to f32, the patch
+ * weight's permutation and inflation, and the name lists of rv_vit_load_info. */
+#ifndef RV_VIT_LOAD_UTIL_H
+#define RV_VIT_LOAD_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rv_safetensors.h"
+#include "rv_vit.h"
+
+/* Names come from hostile files: cap how much of one goes into a message. */
+#define VIT_NAME_FMT "%.200s"
+/* Largest extent taken from a file before the config check bounds it. */
+#define VIT_MAX_EXTENT (1 << 24)
+
+/* 1 for the dtypes weights may have (F32, F16, BF16). */
+int vit_dtype_ok(rv_dtype d);
+
+/* "[a, b, c]" */
+void vit_format_shape(char *buf, size_t cap, int ndim, const int64_t *shape);
+
+/* RV_ERR_FORMAT unless t's dtype is one of vit_dtype_ok's. */
+rv_status vit_check_dtype(const rv_safetensors *st, const rv_st_tensor *t);
+
+/* dtype, then the exact shape; why says where the expected shape comes from
+ * (appended to the message). */
+rv_status vit_check_tensor(const rv_safetensors *st, const rv_st_tensor *t, int ndim,
+                           const int64_t *shape, const char *why);
+
+/* Extent dim of t, bounded to [1, VIT_MAX_EXTENT] (RV_ERR_FORMAT otherwise). */
+rv_status vit_extent(const rv_safetensors *st, const rv_st_tensor *t, int dim, int *out);
+
+/* t's values as f32 (data may be unaligned; bytes little-endian); t's dtype
+ * must have passed vit_check_dtype. */
+void vit_to_f32(const rv_st_tensor *t, float *out);
+
+/* The video patch weight t, of file tubelet file_T (1: a 2D (D, 3, P, P)
+ * weight), into the model's (D, T*P*P*3) layout for c's tubelet: permuted, and
+ * inflated (each of the T frames gets weight / T) when file_T is 1 and c's
+ * tubelet is not. */
+rv_status vit_read_video(const rv_st_tensor *t, const rv_vit_config *c, int file_T, float *dst,
+                         const char *label);
+
+/* Appends a printf-formatted string to a name list of rv_vit_load_info
+ * (*list grows; NULL info lists are fine to append to). */
+rv_status vit_info_add(char ***list, int *n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif
