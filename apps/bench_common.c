@@ -156,6 +156,19 @@ rv_status rv_bench_slice_make(const rv_vit_config *c, const rv_shard_plan *p, in
     return RV_OK;
 }
 
+int rv_bench_model_open(const char *cmd, const rv_bench_model_opts *o, model_cli *mc)
+{
+    int rc = model_cli_open(cmd, o->model ? o->model : o->preset, 0, 0, 0, 0, 1, mc);
+    if (rc)
+        return rc;
+    if (o->strategy == RV_CP_ULYSSES && mc->m->cfg.heads % o->cp != 0) {
+        rc = rv_cli_usage_error(cmd, "ulysses needs the model's %d heads to be a multiple of "
+                                "--cp (%d)", mc->m->cfg.heads, o->cp);
+        model_cli_close(mc);
+    }
+    return rc;
+}
+
 int rv_bench_model_parse(const char *cmd, int argc, char **argv, int64_t seq,
                          rv_bench_model_opts *o)
 {

@@ -9,6 +9,7 @@
 #include "rv_backend.h"
 #include "rv_cp_attention.h"
 #include "rv_shard.h"
+#include "model_cli.h"
 #include "rv_vit.h"
 
 /* Fastest of `repeat` runs (after one warm-up) of the backend's sgemm on
@@ -56,6 +57,10 @@ typedef struct rv_bench_model_opts {
     int cp, causal, threads, repeat, json;
     rv_cp_strategy strategy;  /* --strategy (default ring) */
 } rv_bench_model_opts;
+
+/* The model of o (--model, else --preset; random weights seed 0 for a preset),
+ * checked against o's ranks (ulysses). Returns 0 or an exit code after a message. */
+int rv_bench_model_open(const char *cmd, const rv_bench_model_opts *o, model_cli *mc);
 
 /* Parses argv[1..] of `ringvit <cmd>` into o (default seq: seq); returns 0 or an
  * exit code (usage errors are printed). */

@@ -198,16 +198,11 @@ int rv_bench_train(int argc, char **argv)
         goto end;
     }
     const char *spec = o.model ? o.model : o.preset;
-    if ((rc = model_cli_open(CMD, spec, 0, 0, 0, 0, 1, &mc)) != 0)
+    if ((rc = rv_bench_model_open(CMD, &o, &mc)) != 0)
         goto end;
     rc = RV_EXIT_FAIL;
     m = mc.m;
     cfg = m->cfg;
-    if (o.strategy == RV_CP_ULYSSES && cfg.heads % o.cp != 0) {
-        rc = rv_cli_usage_error(CMD, "ulysses needs the model's %d heads to be a multiple "
-                                "of --cp (%d)", cfg.heads, o.cp);
-        goto end;
-    }
     if (o.seq < o.cp) {
         rc = rv_cli_usage_error(CMD, "--seq %lld is shorter than --cp %d", (long long)o.seq, o.cp);
         goto end;

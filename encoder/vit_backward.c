@@ -75,6 +75,23 @@ static rv_status check_backward(const rv_vit_model *m, const rv_vit_tokens *in,
     return RV_OK;
 }
 
+/* A layer-scaled residual branch x += ls * br, br = in W^T + b (in (len, k), W
+ * (D, k)): recomputes br into dbr, adds colsum(dx * br) into dls, then turns
+ * dbr into the branch's gradient ls * dx. */
+static rv_status ls_branch_bwd(rv_backend *be, const float *in, int k, const float *w,
+                               const float *b, const float *ls, const float *dx, int len, int D,
+                               float *dbr, float *dls)
+{
+    rv_status st;
+    if ((st = be->gemm(be, 0, 1, len, D, k, 1.0f, in, k, w, k, 0.0f, dbr, D)) != RV_OK ||
+        (st = be->bias_add(be, dbr, b, len, D)) != RV_OK ||
+        (st = be->colsum_mul_add(be, dx, dbr, len, D, dls)) != RV_OK ||
+        (st = be->copy(be, dbr, dx, sizeof(float) * (size_t)len * D,
+                       RV_COPY_DEVICE_TO_DEVICE)) != RV_OK)
+        return st;
+    return be->scale_cols(be, dbr, ls, len, D);
+}
+
 rv_status rv_vit_backward(const rv_vit_model *m, const rv_vit_run *run,
                           const rv_vit_tokens *in, const rv_vit_acts *acts, const float *dy,
                           rv_vit_model *grad, float *dmask_token, rv_vit_stats *stats)
@@ -155,12 +172,8 @@ rv_status rv_vit_backward(const rv_vit_model *m, const rv_vit_run *run,
         if ((st = be->act_fwd(be, act, pre, big, (size_t)len * M)) != RV_OK)
             goto end;
         if (c->layer_scale) {
-            if ((st = be->gemm(be, 0, 1, len, D, M, 1.0f, big, M, w->fc2_w, M, 0.0f, t3, D)) != RV_OK ||
-                (st = be->bias_add(be, t3, w->fc2_b, len, D)) != RV_OK ||
-                (st = be->colsum_mul_add(be, dx, t3, len, D, g->ls2)) != RV_OK ||
-                (st = be->copy(be, t3, dx, sizeof(float) * (size_t)len * D,
-                               RV_COPY_DEVICE_TO_DEVICE)) != RV_OK ||
-                (st = be->scale_cols(be, t3, w->ls2, len, D)) != RV_OK)
+            if ((st = ls_branch_bwd(be, big, M, w->fc2_w, w->fc2_b, w->ls2, dx, len, D, t3,
+                                    g->ls2)) != RV_OK)
                 goto end;
             dbr = t3;
             s.flops += 2.0 * len * (double)D * M;
@@ -187,12 +200,8 @@ rv_status rv_vit_backward(const rv_vit_model *m, const rv_vit_run *run,
         float *dq = dqkv, *dk = dqkv + nd, *dv = dqkv + 2 * nd;
         dbr = dx;
         if (c->layer_scale) {
-            if ((st = be->gemm(be, 0, 1, len, D, D, 1.0f, o, D, w->proj_w, D, 0.0f, t3, D)) != RV_OK ||
-                (st = be->bias_add(be, t3, w->proj_b, len, D)) != RV_OK ||
-                (st = be->colsum_mul_add(be, dx, t3, len, D, g->ls1)) != RV_OK ||
-                (st = be->copy(be, t3, dx, sizeof(float) * (size_t)len * D,
-                               RV_COPY_DEVICE_TO_DEVICE)) != RV_OK ||
-                (st = be->scale_cols(be, t3, w->ls1, len, D)) != RV_OK)
+            if ((st = ls_branch_bwd(be, o, D, w->proj_w, w->proj_b, w->ls1, dx, len, D, t3,
+                                    g->ls1)) != RV_OK)
                 goto end;
             dbr = t3;
             s.flops += 2.0 * len * (double)D * D;

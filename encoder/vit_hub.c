@@ -552,11 +552,9 @@ rv_status vit_hub_load(const char *dir, const rv_vit_load_opts *opts, rv_vit_mod
             else
                 vit_info_add(&info->unknown, &info->nunknown, "%s", name);
         }
-    if (info->nunknown)
-        rv_log(RV_LOG_WARN, "model folder '%s': ignoring %d unknown tensor%s: '" VIT_NAME_FMT
-               "'%s%s%s", dir, info->nunknown, info->nunknown == 1 ? "" : "s", info->unknown[0],
-               info->nunknown > 1 ? ", '" : "", info->nunknown > 1 ? info->unknown[1] : "",
-               info->nunknown > 2 ? "', ..." : info->nunknown > 1 ? "'" : "");
+    char what[4200];
+    snprintf(what, sizeof what, "model folder '%.4000s'", dir);
+    vit_warn_unknown(what, info);
     *out = m;
     m = NULL;
 end:

@@ -421,11 +421,9 @@ rv_status rv_vit_load_ex(const char *path, const rv_vit_load_opts *opts, rv_vit_
         else
             vit_info_add(&info->unknown, &info->nunknown, "%s", name);
     }
-    if (info->nunknown)
-        rv_log(RV_LOG_WARN, "weights file '%s': ignoring %d unknown tensor%s: '" VIT_NAME_FMT
-               "'%s%s%s", lb, info->nunknown, info->nunknown == 1 ? "" : "s", info->unknown[0],
-               info->nunknown > 1 ? ", '" : "", info->nunknown > 1 ? info->unknown[1] : "",
-               info->nunknown > 2 ? "', ..." : info->nunknown > 1 ? "'" : "");
+    char what[4200];
+    snprintf(what, sizeof what, "weights file '%.4000s'", lb);
+    vit_warn_unknown(what, info);
     *out = m;
     m = NULL;
 end:

@@ -154,6 +154,16 @@ rv_status vit_info_add(char ***list, int *n, const char *fmt, ...)
     return RV_OK;
 }
 
+void vit_warn_unknown(const char *what, const rv_vit_load_info *info)
+{
+    const int n = info->nunknown;
+    if (n == 0)
+        return;
+    rv_log(RV_LOG_WARN, "%s: ignoring %d unknown tensor%s: '" VIT_NAME_FMT "'%s%s%s", what, n,
+           n == 1 ? "" : "s", info->unknown[0], n > 1 ? ", '" : "", n > 1 ? info->unknown[1] : "",
+           n > 2 ? "', ..." : n > 1 ? "'" : "");
+}
+
 static void free_list(char ***list, int *n)
 {
     for (int i = 0; *list && i < *n; i++)

@@ -45,6 +45,10 @@ void vit_to_f32(const rv_st_tensor *t, float *out);
 rv_status vit_read_video(const rv_st_tensor *t, const rv_vit_config *c, int file_T, float *dst,
                          const char *label);
 
+/* One warning naming the unknown tensors of info (the first two and a count),
+ * when there are any; what is the file or folder. */
+void vit_warn_unknown(const char *what, const rv_vit_load_info *info);
+
 /* Appends a printf-formatted string to a name list of rv_vit_load_info
  * (*list grows; NULL info lists are fine to append to). */
 rv_status vit_info_add(char ***list, int *n, const char *fmt, ...)

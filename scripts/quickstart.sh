@@ -36,7 +36,9 @@ fi
 
 echo "== build/ringvit embed sample.mp4 --cp 2 -o sample.safetensors"
 echo "   (the tiny preset with random weights: it shows the pipeline, the numbers"
-echo "    mean nothing; pass --model WEIGHTS.safetensors for real embeddings)"
+echo "    mean nothing; pass --model with a Hugging Face folder such as"
+echo "    videomae-base/ or ast-finetuned-audioset-10-10-0.4593/ for real embeddings:"
+echo "    see README.md, Models)"
 summary=$(mktemp)
 trap 'rm -f "$summary"' EXIT
 build/ringvit embed sample.mp4 --cp 2 -o sample.safetensors --json >"$summary"

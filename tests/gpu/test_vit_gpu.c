@@ -223,12 +223,27 @@ static void run(job *j, int n, float *y, float *grad)
     }
 }
 
-static void check(int n, rv_cp_strategy strategy, int causal, int train)
+/* family 0: ringvit's own blocks; 1: the other families' block features at once
+ * (layer scale, a pre-norm, QuickGELU, q and v biases only, no final norm), so
+ * the device's activation and layer-scale ops run forward and backward. */
+static void check_family(int family, int n, rv_cp_strategy strategy, int causal, int train)
 {
     rv_vit_config c = small_config();
+    if (family) {
+        c.layer_scale = 1, c.pre_norm = 1, c.act = RV_ACT_QUICK_GELU;
+        c.qkv_bias = RV_VIT_BIAS_Q | RV_VIT_BIAS_V, c.final_norm = 0;
+    }
     rv_vit_model *m = NULL;
     cr_assert_eq(rv_vit_new(&c, &m), RV_OK, "%s", rv_last_error());
     cr_assert_eq(rv_vit_init_random(m, 7), RV_OK, "%s", rv_last_error());
+    uint64_t rs = 5;
+    for (int l = 0; family && l < c.layers; l++)
+        for (int k = 0; k < c.dim; k++) {
+            m->layer[l].ls1[k] = 0.5f + 0.3f * rnd(&rs);
+            m->layer[l].ls2[k] = 0.5f + 0.3f * rnd(&rs);
+            m->layer[l].qkv_b[k] = 0.1f * rnd(&rs); /* q; v below; k stays 0 */
+            m->layer[l].qkv_b[2 * c.dim + k] = 0.1f * rnd(&rs);
+        }
     seq s;
     seq_make(&c, 12, &s);
     const size_t nd = (size_t)s.len * c.dim, nf = m->arena_floats;
@@ -244,8 +259,9 @@ static void check(int n, rv_cp_strategy strategy, int causal, int train)
     j.cuda = 1;
     run(&j, n, y_gpu, g_gpu);
     double ey = norm_err(y_gpu, y_cpu, nd);
-    printf("vit_gpu: %-9s cp %d %-6s %-8s y err %.2e", rv_cp_strategy_name(strategy), n,
-           causal ? "causal" : "full", train ? "train" : "forward", ey);
+    printf("vit_gpu: %s %-9s cp %d %-6s %-8s y err %.2e", family ? "families" : "ringvit ",
+           rv_cp_strategy_name(strategy), n, causal ? "causal" : "full",
+           train ? "train" : "forward", ey);
     cr_expect_leq(ey, 5e-2, "%s cp %d causal %d: outputs differ by %.3g",
                   rv_cp_strategy_name(strategy), n, causal, ey);
     if (train) {
@@ -258,6 +274,18 @@ static void check(int n, rv_cp_strategy strategy, int causal, int train)
     free(dy), free(y_cpu), free(y_gpu), free(g_cpu), free(g_gpu);
     seq_free(&s);
     rv_vit_free(&m);
+}
+
+static void check(int n, rv_cp_strategy strategy, int causal, int train)
+{
+    check_family(0, n, strategy, causal, train);
+}
+
+Test(vit_gpu, family_blocks_match_cpu, .timeout = 300)
+{
+    check_family(1, 1, RV_CP_RING, 0, 0);
+    check_family(1, 2, RV_CP_RING, 0, 1);
+    check_family(1, 3, RV_CP_ULYSSES, 0, 1);
 }
 
 Test(vit_gpu, forward_matches_cpu, .timeout = 300)

@@ -25,6 +25,7 @@
 #include "ref_vit_grad.h"
 #include "rv_tokens.h"
 #include "rv_vit.h"
+#include "vit_slice.h"
 #include "rv_vit_train.h"
 
 /* ---- the model and the sequence ------------------------------------------------------ */
@@ -165,51 +166,17 @@ static void seq_free(seq *s)
     free(s->video), free(s->audio);
 }
 
-/* Rank r's slice of s in local order (its plan segments, segment 0 first). */
-typedef struct slice {
-    rv_vit_tokens t;
-    int64_t *global; /* (len) global index of each local token */
-    uint8_t *mod, *hidden;
-    int64_t *pos;
-    double *time;
-    float *video, *audio;
-} slice;
+/* Rank r's slice of s in local order (vit_slice.h). */
+typedef vit_slice slice;
 
 static void slice_make(const seq *s, const rv_shard_plan *p, int r, slice *out)
 {
-    memset(out, 0, sizeof *out);
-    const int64_t len = rv_shard_len(p, r), vd = s->L.video_dim, ad = s->L.audio_dim;
-    out->global = malloc(sizeof(int64_t) * (size_t)(len + 1));
-    out->mod = malloc((size_t)len + 1);
-    out->hidden = malloc((size_t)len + 1);
-    out->pos = malloc(sizeof(int64_t) * 3 * (size_t)(len + 1));
-    out->time = malloc(sizeof(double) * 2 * (size_t)(len + 1));
-    out->video = ref_alloc_f((size_t)(len * vd));
-    out->audio = ref_alloc_f((size_t)(len * ad));
-    rv_shard_seg seg[RV_SHARD_MAX_SEGS];
-    int n = rv_shard_segments(p, r, seg);
-    int64_t k = 0, nv = 0, na = 0;
-    for (int j = 0; j < n; j++)
-        for (int64_t g = seg[j].start; g < seg[j].start + seg[j].len; g++, k++) {
-            out->global[k] = g;
-            out->mod[k] = s->mod[g];
-            out->hidden[k] = s->hidden[g];
-            memcpy(out->pos + 3 * k, s->pos + 3 * g, 3 * sizeof(int64_t));
-            memcpy(out->time + 2 * k, s->time + 2 * g, 2 * sizeof(double));
-            if (s->mod[g] == RV_MOD_VIDEO)
-                memcpy(out->video + nv++ * vd, s->video + s->patch_of[g] * vd, sizeof(float) * vd);
-            else if (s->mod[g] == RV_MOD_AUDIO)
-                memcpy(out->audio + na++ * ad, s->audio + s->patch_of[g] * ad, sizeof(float) * ad);
-        }
-    cr_assert_eq(k, len);
-    out->t = (rv_vit_tokens){len, out->mod, out->pos, out->time, nv, out->video, na, out->audio,
-                             s->all.grid, s->all.audio_steps};
+    vit_slice_make(&s->all, s->patch_of, s->hidden, s->L.video_dim, s->L.audio_dim, p, r, out);
 }
 
 static void slice_free(slice *s)
 {
-    free(s->global), free(s->mod), free(s->hidden), free(s->pos), free(s->time);
-    free(s->video), free(s->audio);
+    vit_slice_free(s);
 }
 
 /* ---- running forward_train + backward on N local ranks --------------------------------- */

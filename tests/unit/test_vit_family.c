@@ -12,7 +12,8 @@
  *             5 steps) and resampled along time (8 steps), pooled = mean of the two
  *             special tokens, no video positions;
  *   clip      pre-norm, QuickGELU, no patch bias, no final norm, pooled =
- *             LayerNorm(CLS), a projection to 8;
+ *             LayerNorm(CLS) (pool_eps 0.25, far from eps), a projection to 8,
+ *             bilinear grid (3 -> 4);
  *   mixed     no q/k/v bias at all (qkv_b NULL), plain mean pooling, video and
  *             audio with AST's time grid and the time code.
  * Weights: rv_vit_init_random, then LayerNorms, biases, layer scales, special
@@ -30,7 +31,8 @@
  *     forward at cp 1 and cp 2 (every strategy), hidden tokens included; absent
  *     q/k/v bias parts and the pooling weights get exactly zero;
  *   - config JSON round trips, a preset's JSON without family keys, refusals
- *     naming the field; rv_vit_save / rv_vit_load give the same model. */
+ *     naming the field; rv_vit_save / rv_vit_load give the same model (and
+ *     with a tubelet asked for, an image family's patch weight inflated). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -44,6 +46,7 @@
 #include "rv_safetensors.h"
 #include "rv_tokens.h"
 #include "rv_vit.h"
+#include "vit_slice.h"
 #include "rv_vit_train.h"
 
 /* ---- the family configs -------------------------------------------------------------- */
@@ -316,51 +319,17 @@ static void seq_free(seq *s)
     free(s->video), free(s->audio);
 }
 
-/* Rank r's slice of s in local order (its plan segments, segment 0 first). */
-typedef struct slice {
-    rv_vit_tokens t;
-    int64_t *global; /* (len) global index of each local token */
-    uint8_t *mod, *hidden;
-    int64_t *pos;
-    double *time;
-    float *video, *audio;
-} slice;
+/* Rank r's slice of s in local order (vit_slice.h). */
+typedef vit_slice slice;
 
 static void slice_make(const seq *s, const rv_shard_plan *p, int r, slice *out)
 {
-    memset(out, 0, sizeof *out);
-    const int64_t len = rv_shard_len(p, r), vd = s->vdim, ad = s->adim;
-    out->global = malloc(sizeof(int64_t) * (size_t)(len + 1));
-    out->mod = malloc((size_t)len + 1);
-    out->hidden = malloc((size_t)len + 1);
-    out->pos = malloc(sizeof(int64_t) * 3 * (size_t)(len + 1));
-    out->time = malloc(sizeof(double) * 2 * (size_t)(len + 1));
-    out->video = ref_alloc_f((size_t)(len * vd));
-    out->audio = ref_alloc_f((size_t)(len * ad));
-    rv_shard_seg seg[RV_SHARD_MAX_SEGS];
-    int n = rv_shard_segments(p, r, seg);
-    int64_t k = 0, nv = 0, na = 0;
-    for (int j = 0; j < n; j++)
-        for (int64_t g = seg[j].start; g < seg[j].start + seg[j].len; g++, k++) {
-            out->global[k] = g;
-            out->mod[k] = s->mod[g];
-            out->hidden[k] = s->hidden[g];
-            memcpy(out->pos + 3 * k, s->pos + 3 * g, 3 * sizeof(int64_t));
-            memcpy(out->time + 2 * k, s->time + 2 * g, 2 * sizeof(double));
-            if (s->mod[g] == RV_MOD_VIDEO)
-                memcpy(out->video + nv++ * vd, s->video + s->patch_of[g] * vd, sizeof(float) * vd);
-            else if (s->mod[g] == RV_MOD_AUDIO)
-                memcpy(out->audio + na++ * ad, s->audio + s->patch_of[g] * ad, sizeof(float) * ad);
-        }
-    cr_assert_eq(k, len);
-    out->t = (rv_vit_tokens){len, out->mod, out->pos, out->time, nv, out->video, na, out->audio,
-                             s->all.grid, s->all.audio_steps};
+    vit_slice_make(&s->all, s->patch_of, s->hidden, s->vdim, s->adim, p, r, out);
 }
 
 static void slice_free(slice *s)
 {
-    free(s->global), free(s->mod), free(s->hidden), free(s->pos), free(s->time);
-    free(s->video), free(s->audio);
+    vit_slice_free(s);
 }
 
 /* ---- running N local ranks ------------------------------------------------------------- */
@@ -370,6 +339,7 @@ typedef struct job {
     const seq *s;
     rv_shard_plan plan;
     rv_cp_strategy strategy;
+    int causal;             /* causal attention over a zigzag plan */
     int train;              /* also forward_train (plain, then hidden) and backward */
     const float *mask;      /* (D) mask token of the hidden tokens */
     const float *R;         /* (S, D) dL/dy, global order */
@@ -392,7 +362,7 @@ static rv_status rank_fn(rv_comm *comm, void *arg)
     float *y = ref_alloc_f(n), *dy = ref_alloc_f(n);
     rv_vit_pool_opts po = {10.0, j->s->end_s};
     rv_status st = rv_backend_cpu_create(1, &be);
-    rv_vit_run run = {be, comm, j->plan, j->strategy, 0, NULL};
+    rv_vit_run run = {be, comm, j->plan, j->strategy, j->causal, NULL};
 #define GATHER(dst)                                                                  \
     for (int64_t k = 0; k < sl.t.len; k++)                                          \
         memcpy((dst) + sl.global[k] * D, y + k * D, sizeof(float) * D)
@@ -426,12 +396,15 @@ static rv_status rank_fn(rv_comm *comm, void *arg)
     return st;
 }
 
-static void job_run(job *j, const rv_vit_model *m, const seq *s, int n, rv_cp_strategy strategy,
-                    int train, const float *mask, const float *R)
+static void job_run_causal(job *j, const rv_vit_model *m, const seq *s, int n,
+                           rv_cp_strategy strategy, int causal, int train, const float *mask,
+                           const float *R)
 {
     memset(j, 0, sizeof *j);
-    j->m = m, j->s = s, j->strategy = strategy, j->train = train, j->mask = mask, j->R = R;
-    cr_assert_eq(rv_shard_plan_make(RV_SHARD_CONTIGUOUS, n, s->all.len, &j->plan), RV_OK);
+    j->m = m, j->s = s, j->strategy = strategy, j->causal = causal;
+    j->train = train, j->mask = mask, j->R = R;
+    cr_assert_eq(rv_shard_plan_make(causal ? RV_SHARD_ZIGZAG : RV_SHARD_CONTIGUOUS, n, s->all.len,
+                                    &j->plan), RV_OK);
     const size_t D = (size_t)m->cfg.dim, SD = (size_t)s->all.len * D;
     j->y = ref_alloc_f(SD), j->y_train = ref_alloc_f(SD), j->y_hidden = ref_alloc_f(SD);
     j->pooled = calloc((size_t)n, sizeof(rv_vit_pooled));
@@ -444,8 +417,14 @@ static void job_run(job *j, const rv_vit_model *m, const seq *s, int n, rv_cp_st
     }
     j->dmask = ref_alloc_f((size_t)n * D);
     rv_status st = rv_local_run(n, rank_fn, j);
-    cr_assert_eq(st, RV_OK, "%s %s cp %d S %lld: %s", rv_vit_family_name(m->cfg.family),
-                 rv_cp_strategy_name(strategy), n, (long long)s->all.len, rv_last_error());
+    cr_assert_eq(st, RV_OK, "%s %s cp %d causal %d S %lld: %s", rv_vit_family_name(m->cfg.family),
+                 rv_cp_strategy_name(strategy), n, causal, (long long)s->all.len, rv_last_error());
+}
+
+static void job_run(job *j, const rv_vit_model *m, const seq *s, int n, rv_cp_strategy strategy,
+                    int train, const float *mask, const float *R)
+{
+    job_run_causal(j, m, s, n, strategy, 0, train, mask, R);
 }
 
 static void job_free(job *j)
@@ -588,6 +567,18 @@ static void forward_case(int k)
         fprintf(stderr, "forward %-8s S %3lld: vs double %.3g, vs cp 1 %.3g, pooled %.3g (end to "
                 "end %.3g)\n", fam_names[k], (long long)S, worst_ref, worst_cp, worst_pool,
                 worst_pool_e2e);
+        /* Causal attention over zigzag plans too (the first sequence). */
+        for (int N = 1; q == 0 && N <= 3; N += 2) {
+            ref_vit_forward(m, &s.all, 1, want);
+            job j;
+            job_run_causal(&j, m, &s, N, N == 1 ? RV_CP_RING : RV_CP_ALLGATHER, 1, 0, NULL, NULL);
+            double e = token_err(j.y, want, S, D);
+            cr_expect_leq(e, 1e-4, "%s S %lld causal cp %d: per-token error %.3g against double",
+                          fam_names[k], (long long)S, N, e);
+            fprintf(stderr, "forward %-8s S %3lld causal cp %d: vs double %.3g\n", fam_names[k],
+                    (long long)S, N, e);
+            job_free(&j);
+        }
         job_free(&base);
         free(want);
         seq_free(&s);
@@ -651,7 +642,7 @@ Test(vit_family, reference_sees_each_feature)
  * is no test of clamping, so an explicit 2 -> 3 case worked by hand:
  * src coordinate of output 0 is (0.5)(2/3) - 0.5 = -1/6 (not clamped), floor -1,
  * t = 5/6; the taps -2, -1, 0, 1 clamp to 0, 0, 0, 1. */
-Test(vit_family, bicubic_resampling_by_hand)
+Test(vit_family, reference_bicubic_and_sinusoid_by_hand)
 {
     const float src[4] = {1.0f, 2.0f, 3.0f, 5.0f}; /* 2 x 2, dim 1 */
     double dst[9];
@@ -759,10 +750,14 @@ static void grad_case(int k)
         cnt[i] = 0;
         if (i < nt && t[i].no_y)
             continue; /* checked to be zero below */
-        for (int e = 0, tries = 0; e < FD_SAMPLES && e < (int)len && tries < 100; tries++) {
-            size_t at = (size_t)(ref_rng_u64(&r) % len);
+        /* Stratified: sample e from the e-th of FD_SAMPLES equal stretches, so both
+         * special rows, every q/k/v part and the ends of the tables are visited. */
+        const int ns = len < FD_SAMPLES ? (int)len : FD_SAMPLES;
+        for (int e = 0; e < ns; e++) {
+            const size_t lo = len * (size_t)e / (size_t)ns, hi = len * (size_t)(e + 1) / (size_t)ns;
+            size_t at = lo + (size_t)(ref_rng_u64(&r) % (hi - lo));
             if (i == nt || !absent_entry(&c, &t[i], at))
-                idx[i][cnt[i]++] = (int64_t)(off + at), e++;
+                idx[i][cnt[i]++] = (int64_t)(off + at);
         }
         ref_vit_fd_grad(m, w, maskd, &s.all, 0, s.hidden, Rd, idx[i], cnt[i], 1e-6, num[i]);
     }
@@ -1008,8 +1003,42 @@ Test(vit_family, save_and_load_give_the_same_model)
         snprintf(want, sizeof want, "\"%s\"", rv_vit_family_name(c.family));
         cr_expect(strstr(meta, want) != NULL, "%s: %s", fam_names[k], meta);
         rv_st_free(&st);
+        rv_vit_free(&back);
+        /* A tubelet asked for: an image family's 2D patch weight is inflated (each of
+         * the T frames gets weight / T), everything else read as stored; a file
+         * stored with another T > 1 is refused naming both. */
+        rv_vit_load_opts lo = {0, c.tubelet == 1 ? 2 : 3};
+        rv_status ls = rv_vit_load(path, &lo, &back);
+        if (c.video && c.tubelet == 1) {
+            cr_assert_eq(ls, RV_OK, "%s tubelet 2: %s", fam_names[k], rv_last_error());
+            rv_vit_config want_c = c;
+            want_c.tubelet = 2;
+            expect_config_equal(&back->cfg, &want_c, fam_names[k]);
+            const size_t vd = (size_t)c.patch * c.patch * 3;
+            for (size_t d = 0; d < (size_t)c.dim; d++)
+                for (size_t f = 0; f < 2; f++)
+                    for (size_t e = 0; e < vd; e++)
+                        cr_assert_eq(back->video_w[(d * 2 + f) * vd + e], m->video_w[d * vd + e] / 2,
+                                     "%s: inflated video_w[%zu, frame %zu, %zu]", fam_names[k], d,
+                                     f, e);
+            tensor ti[64];
+            int ni = tensors_of(back, ti);
+            cr_assert_eq(ni, na);
+            for (int i = 0; i < na; i++)
+                if (strcmp(ta[i].name, "video_w") != 0)
+                    cr_expect(ti[i].n == ta[i].n && !memcmp(ti[i].p, ta[i].p, sizeof(float) * ta[i].n),
+                              "%s tubelet 2: %s differs", fam_names[k], ta[i].name);
+            rv_vit_free(&back);
+        } else if (c.video) {
+            cr_expect_neq(ls, RV_OK, "%s: stored T %d read as T 3", fam_names[k], c.tubelet);
+            cr_expect(strstr(rv_last_error(), "2") && strstr(rv_last_error(), "3"),
+                      "%s: '%s' names not both tubelets", fam_names[k], rv_last_error());
+            cr_expect_null(back);
+        } else {
+            rv_vit_free(&back);
+        }
         unlink(path);
-        rv_vit_free(&m), rv_vit_free(&back);
+        rv_vit_free(&m);
     }
     rmdir(dir);
 }
