@@ -8,7 +8,16 @@
  * max error of sampled forward rows against a double-precision recomputation, and
  * an OK/FAILED footer. FLOPs count 4*d per visible (query, key) pair and head
  * forward (QK^T and PV) and 10*d backward (the recomputed QK^T plus four GEMMs),
- * the flash-attention convention. */
+ * the flash-attention convention.
+ *
+ * --window W / --block B run a span mask (RV_MASK_SPAN) over a synthetic token
+ * sequence of --rate R tokens per second laid out as the tokenizer lays one out:
+ * 2 s interleaving windows, each holding its video tokens in time order (two
+ * thirds of them, 4 frames of 0.5 s: a frame's tokens start together), then its
+ * audio tokens in time order. The visible pairs are counted exactly (each query
+ * against the rows of the windows its reach touches), so GFLOP/s are over the
+ * pairs the mask keeps, comparable with a full-attention row when the kernels
+ * skip the tiles that see nothing. */
 #include <jansson.h>
 #include <math.h>
 #include <omp.h>
@@ -28,6 +37,7 @@
 
 static const char help_text[] =
     "usage: ringvit bench attention [--seq S[,S...]] [--heads H] [--dim D] [--causal]\n"
+    "                               [--window W | --block B] [--rate R]\n"
     "                               [--device cpu|cuda] [--threads T] [--backward]\n"
     "                               [--repeat N] [--json]\n"
     "\n"
@@ -39,27 +49,44 @@ static const char help_text[] =
     "  --seq S[,S...]  sequence lengths, one row each (default 4096)\n"
     "  --heads H       attention heads (default 4)\n"
     "  --dim D         head dimension (default 64)\n"
-    "  --causal        causal mask (counts only the visible half of the pairs)\n"
+    "  --causal        causal mask (counts only the visible half of the pairs); with\n"
+    "                  --window or --block the span's time-causal rule (a key starting\n"
+    "                  later than the query is not seen)\n"
+    "  --window W      span mask: a sliding window of W seconds (each token sees the\n"
+    "                  tokens starting within W/2 of its own start)\n"
+    "  --block B       span mask: blocks of B seconds (tokens see their own block)\n"
+    "  --rate R        tokens per second of the synthetic sequence of --window and\n"
+    "                  --block (default 150), laid out in 2 s interleaving windows:\n"
+    "                  a window's video tokens in time order, then its audio tokens\n"
     "  --device D      cpu (default) or cuda (tensor cores, bf16 in, f32 accumulate)\n"
     "  --threads T     threads of the CPU backend (default: every core)\n"
     "  --backward      also time the backward pass\n"
     "  --repeat N      timed repetitions per row, the fastest is reported (default 3)\n"
     "  --json          one JSON object on stdout instead of the table\n"
     "\n"
-    "Columns: ms per call, GFLOP/s, GEMM GFLOP/s, their ratio, extra MB (peak\n"
-    "resident memory added by the attention calls; host memory only), max error of\n"
-    "16 sampled query rows against a double-precision recomputation (forward rows\n"
+    "Columns: visible (query, key) pairs (counted exactly under a span mask), ms per\n"
+    "call, GFLOP/s over the visible pairs (4*d per pair and head forward, 10*d\n"
+    "backward), GEMM GFLOP/s, their ratio, extra MB (peak resident memory added by\n"
+    "the attention calls; host memory only), max error of 16 sampled query rows\n"
+    "against a double-precision recomputation under the same mask (forward rows\n"
     "only; at most 1e-4 on the CPU, 2e-2 with the GPU's bf16 inputs).\n"
     "\n"
     "examples:\n"
     "  ringvit bench attention --seq 8192 --heads 4 --dim 64 --threads 2 --backward\n"
+    "  ringvit bench attention --seq 65536 --heads 4 --dim 64 --window 16 --threads 2\n"
     "  ringvit bench attention --device cuda --seq 16384,65536 --heads 16 --dim 128 --backward\n";
 
 typedef struct bench_opts {
     int seqs[MAX_SEQS], nseq;
     int heads, dim, causal, threads, backward, repeat, json;
+    double window, block, rate; /* window, block: seconds, 0 when not given */
     const char *device;
 } bench_opts;
+
+static int span_on(const bench_opts *o)
+{
+    return o->window > 0 || o->block > 0;
+}
 
 static double now_s(void)
 {
@@ -97,7 +124,7 @@ static int parse_seqs(const char *text, bench_opts *o)
 static int parse_args(int argc, char **argv, bench_opts *o)
 {
     *o = (bench_opts){.seqs = {4096}, .nseq = 1, .heads = 4, .dim = 64, .repeat = 3,
-                      .device = "cpu"};
+                      .rate = 150.0, .device = "cpu"};
     int rc = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -116,6 +143,9 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 4096, &o->threads);
         } else if (rv_cli_flag_is(a, "--repeat")) {
             rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1000, &o->repeat);
+        } else if (rv_bench_span_flag(CMD, argc, argv, &i, &o->window, &o->block, &o->rate,
+                                      &rc)) {
+            /* taken */
         } else if (strcmp(a, "--causal") == 0) {
             o->causal = 1;
         } else if (strcmp(a, "--backward") == 0) {
@@ -128,11 +158,66 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         if (rc)
             return rc;
     }
+    if (o->window > 0 && o->block > 0)
+        return rv_cli_usage_error(CMD, "--window and --block exclude each other");
     return 0;
 }
 
-/* Max normalised error of 16 sampled query rows (all heads) against double. */
-static double sample_error(const rv_attn_fwd_args *a)
+/* ---- the synthetic sequence of a span mask ----------------------------------- */
+
+typedef rv_bench_span_seq span_seq;
+
+static void span_seq_free(span_seq *s)
+{
+    rv_bench_span_seq_free(s);
+}
+
+static rv_status span_seq_make(const bench_opts *o, int seq, span_seq *s)
+{
+    return rv_bench_span_seq_make(o->window, o->block, o->rate, seq, s);
+}
+
+static int span_sees(const span_seq *s, int causal, int i, int j)
+{
+    if (!(fabs(s->key[i] - s->key[j]) <= s->reach))
+        return 0;
+    return !causal || s->time[j] < s->time[i] || (s->time[j] == s->time[i] && j <= i);
+}
+
+/* Rows [*j0, *j1) that may hold keys query i sees: the 2 s windows its keys' times
+ * touch (a margin of one window on each side against rounding). */
+static void span_rows(const bench_opts *o, const span_seq *s, int seq, int i, int *j0, int *j1)
+{
+    double t = s->time[i], lo, hi;
+    if (o->window > 0) {
+        lo = t - s->reach;
+        hi = t + s->reach;
+    } else {
+        lo = s->key[i] * o->block;
+        hi = (s->key[i] + 1) * o->block;
+    }
+    double w0 = floor(lo / 2) - 1, w1 = floor(hi / 2) + 2;
+    *j0 = w0 <= 0 ? 0 : (w0 * s->per >= seq ? seq : (int)w0 * s->per);
+    *j1 = w1 * s->per >= seq ? seq : (w1 <= 0 ? 0 : (int)w1 * s->per);
+}
+
+/* Visible (query, key) pairs of the span mask, counted pair by pair. */
+static double span_pairs(const bench_opts *o, const span_seq *s, int seq)
+{
+    double total = 0;
+#pragma omp parallel for reduction(+ : total) schedule(dynamic, 256)
+    for (int i = 0; i < seq; i++) {
+        int j0, j1;
+        span_rows(o, s, seq, i, &j0, &j1);
+        for (int j = j0; j < j1; j++)
+            total += span_sees(s, o->causal, i, j);
+    }
+    return total;
+}
+
+/* Max normalised error of 16 sampled query rows (all heads) against double; under
+ * a span mask (sp not NULL, host copies of the keys) the keys each row sees. */
+static double sample_error(const rv_attn_fwd_args *a, const bench_opts *opt, const span_seq *sp)
 {
     const int d = a->dim, hd = a->heads * d;
     const float scale = 1.0f / sqrtf((float)d);
@@ -146,6 +231,10 @@ static double sample_error(const rv_attn_fwd_args *a)
             int nk = a->mask.kind == RV_MASK_CAUSAL ? i + 1 : a->sk;
             double mx = -INFINITY, sum = 0;
             for (int j = 0; j < nk; j++) {
+                if (sp && !span_sees(sp, opt->causal, i, j)) {
+                    p[j] = -INFINITY; /* exp gives 0 below */
+                    continue;
+                }
                 double dot = 0;
                 for (int c = 0; c < d; c++)
                     dot += (double)a->q[(size_t)i * hd + h * d + c] * a->k[(size_t)j * hd + h * d + c];
@@ -172,6 +261,7 @@ static double sample_error(const rv_attn_fwd_args *a)
 typedef struct bench_row {
     const char *pass;
     int seq;
+    double pairs; /* visible (query, key) pairs per head */
     double ms, gflops, sgemm, extra_mb, err;
 } bench_row;
 
@@ -216,6 +306,8 @@ static rv_status run_seq(rv_backend *be, const bench_opts *o, int seq, double ge
     /* host: q, k, v, o as the double check reads them; d: the backend's q, k, v, o,
      * lse, dout, dq, dk, dv. */
     float *h[4] = {0}, *d[9] = {0};
+    double *dkey = NULL, *dtime = NULL; /* the span mask's arrays in the backend's memory */
+    span_seq sp = {0};
     rv_status st = RV_OK;
     for (int i = 0; i < 4; i++)
         if (!(h[i] = malloc(sizeof(float) * n))) {
@@ -235,7 +327,20 @@ static rv_status run_seq(rv_backend *be, const bench_opts *o, int seq, double ge
         if ((st = be->copy(be, d[i], h[i], sizeof(float) * n, RV_COPY_HOST_TO_DEVICE)) != RV_OK)
             goto end;
     double pairs = o->causal ? (double)seq * (seq + 1) / 2 : (double)seq * seq;
-    rv_attn_mask mask = {o->causal ? RV_MASK_CAUSAL : RV_MASK_NONE, 0, 0};
+    rv_attn_mask mask = {.kind = o->causal ? RV_MASK_CAUSAL : RV_MASK_NONE, .q_start = 0, .k_start = 0};
+    if (span_on(o)) {
+        const size_t bytes = sizeof(double) * (size_t)seq;
+        if ((st = span_seq_make(o, seq, &sp)) != RV_OK ||
+            (st = be->alloc(be, bytes, (void **)&dkey)) != RV_OK ||
+            (st = be->alloc(be, bytes, (void **)&dtime)) != RV_OK ||
+            (st = be->copy(be, dkey, sp.key, bytes, RV_COPY_HOST_TO_DEVICE)) != RV_OK ||
+            (st = be->copy(be, dtime, sp.time, bytes, RV_COPY_HOST_TO_DEVICE)) != RV_OK)
+            goto end;
+        pairs = span_pairs(o, &sp, seq);
+        mask = (rv_attn_mask){.kind = RV_MASK_SPAN, .q_key = dkey, .k_key = dkey,
+                              .q_time = dtime, .k_time = dtime, .reach = sp.reach,
+                              .causal = o->causal};
+    }
     rv_attn_fwd_args fa = {d[0], d[1], d[2], d[3], d[4], seq, seq, o->heads, o->dim, 0.0f,
                            mask, 0};
 
@@ -246,8 +351,9 @@ static rv_status run_seq(rv_backend *be, const bench_opts *o, int seq, double ge
     rv_attn_fwd_args host = {h[0], h[1], h[2], h[3], NULL, seq, seq, o->heads, o->dim, 0.0f,
                              mask, 0};
     bench_row *fr = &rows[(*nrows)++];
-    *fr = (bench_row){"fwd", seq, best * 1e3, 4.0 * o->dim * o->heads * pairs / best * 1e-9,
-                      gemm, peak_rss_mb() - rss0, sample_error(&host)};
+    *fr = (bench_row){"fwd", seq, pairs, best * 1e3,
+                      4.0 * o->dim * o->heads * pairs / best * 1e-9, gemm,
+                      peak_rss_mb() - rss0, sample_error(&host, o, span_on(o) ? &sp : NULL)};
 
     if (o->backward) {
         if ((st = dev_alloc(be, d + 5, 4, n)) != RV_OK)
@@ -262,8 +368,9 @@ static rv_status run_seq(rv_backend *be, const bench_opts *o, int seq, double ge
         if ((st = time_calls(be, NULL, &ba, o->repeat, &best)) != RV_OK)
             goto end;
         bench_row *br = &rows[(*nrows)++];
-        *br = (bench_row){"bwd", seq, best * 1e3, 10.0 * o->dim * o->heads * pairs / best * 1e-9,
-                          gemm, peak_rss_mb() - rss0, NAN};
+        *br = (bench_row){"bwd", seq, pairs, best * 1e3,
+                          10.0 * o->dim * o->heads * pairs / best * 1e-9, gemm,
+                          peak_rss_mb() - rss0, NAN};
     }
 end:
     for (int i = 0; i < 4; i++)
@@ -271,6 +378,11 @@ end:
     for (int i = 0; i < 9; i++)
         if (d[i])
             be->free(be, d[i]);
+    if (dkey)
+        be->free(be, dkey);
+    if (dtime)
+        be->free(be, dtime);
+    span_seq_free(&sp);
     return st;
 }
 
@@ -299,13 +411,22 @@ int rv_bench_attention(int argc, char **argv)
         rc = rv_cli_fail(st, CMD);
         goto end;
     }
+    char mask_text[96];
+    if (o.window > 0)
+        snprintf(mask_text, sizeof mask_text, "span window %g s%s, %g tokens/s", o.window,
+                 o.causal ? " causal" : "", o.rate);
+    else if (o.block > 0)
+        snprintf(mask_text, sizeof mask_text, "span blocks of %g s%s, %g tokens/s", o.block,
+                 o.causal ? " causal" : "", o.rate);
+    else
+        snprintf(mask_text, sizeof mask_text, "%s", o.causal ? "causal" : "no mask");
     if (!o.json)
         printf("# ringvit bench attention: backend %s, %d threads, heads %d, dim %d, %s, "
-               "%s%s %d^3\n#\n# %8s %4s %10s %9s %9s %6s %9s %9s\n",
-               be->name, be->threads, o.heads, o.dim, o.causal ? "causal" : "no mask",
+               "%s%s %d^3\n#\n# %8s %4s %10s %10s %9s %9s %6s %9s %9s\n",
+               be->name, be->threads, o.heads, o.dim, mask_text,
                on_cpu ? "BLAS core " : "cuBLAS bf16 GEMM", on_cpu ? rv_blas_corename() : "",
-               gemm_n, "seq", "pass", "time(ms)", "GFLOP/s", on_cpu ? "sgemm" : "GEMM", "ratio",
-               "extra MB", "max err");
+               gemm_n, "seq", "pass", "pairs", "time(ms)", "GFLOP/s", on_cpu ? "sgemm" : "GEMM",
+               "ratio", "extra MB", "max err");
     for (int s = 0; s < o.nseq; s++) {
         if ((st = run_seq(be, &o, o.seqs[s], sgemm, rows, &nrows)) != RV_OK) {
             rc = rv_cli_fail(st, CMD);
@@ -326,8 +447,9 @@ int rv_bench_attention(int argc, char **argv)
         if (!isnan(w->err) && !(w->err <= tol))
             ok = 0;
         if (!o.json)
-            printf("  %8d %4s %10.2f %9.2f %9.2f %6.3f %9.1f %9.2g\n", w->seq, w->pass, w->ms,
-                   w->gflops, w->sgemm, w->gflops / w->sgemm, w->extra_mb, w->err);
+            printf("  %8d %4s %10.4g %10.2f %9.2f %9.2f %6.3f %9.1f %9.2g\n", w->seq, w->pass,
+                   w->pairs, w->ms, w->gflops, w->sgemm, w->gflops / w->sgemm, w->extra_mb,
+                   w->err);
     }
     if (o.json) {
         json_t *root = json_object(), *arr = json_array();
@@ -338,6 +460,15 @@ int rv_bench_attention(int argc, char **argv)
         json_object_set_new(root, "heads", json_integer(o.heads));
         json_object_set_new(root, "dim", json_integer(o.dim));
         json_object_set_new(root, "causal", json_boolean(o.causal));
+        json_object_set_new(root, "mask", json_string(o.window > 0  ? "window"
+                                                      : o.block > 0 ? "block"
+                                                      : o.causal    ? "causal"
+                                                                    : "none"));
+        if (span_on(&o)) {
+            json_object_set_new(root, o.window > 0 ? "window_s" : "block_s",
+                                json_real(o.window > 0 ? o.window : o.block));
+            json_object_set_new(root, "rate", json_real(o.rate));
+        }
         json_object_set_new(root, "sgemm_gflops", json_real(sgemm)); /* the GEMM reference */
         json_object_set_new(root, "gemm_gflops", json_real(sgemm));
         json_object_set_new(root, "gemm_n", json_integer(gemm_n));
@@ -346,6 +477,9 @@ int rv_bench_attention(int argc, char **argv)
             json_t *row = json_object();
             json_object_set_new(row, "seq", json_integer(rows[r].seq));
             json_object_set_new(row, "pass", json_string(rows[r].pass));
+            json_object_set_new(row, "visible_pairs", json_real(rows[r].pairs));
+            json_object_set_new(row, "visible_fraction",
+                                json_real(rows[r].pairs / ((double)rows[r].seq * rows[r].seq)));
             json_object_set_new(row, "ms", json_real(rows[r].ms));
             json_object_set_new(row, "gflops", json_real(rows[r].gflops));
             json_object_set_new(row, "ratio", json_real(rows[r].gflops / rows[r].sgemm));

@@ -2,6 +2,7 @@
  * token slices of the encoder benches (bench_common.h). */
 #include "bench_common.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -79,9 +80,53 @@ rv_status rv_bench_backend_create(const char *device, int threads, rv_backend **
     return rv_cli_backend_create(strcmp(device, "cuda") == 0, threads, 0, be);
 }
 
+void rv_bench_span_seq_free(rv_bench_span_seq *s)
+{
+    free(s->time);
+    free(s->key);
+    s->time = s->key = NULL;
+}
+
+rv_status rv_bench_span_seq_make(double window, double block, double rate, int64_t seq,
+                                 rv_bench_span_seq *s)
+{
+    s->per = (int)(2.0 * rate + 0.5);
+    s->per = s->per < 2 ? 2 : s->per;
+    s->time = malloc(sizeof(double) * (size_t)(seq > 0 ? seq : 1));
+    s->key = malloc(sizeof(double) * (size_t)(seq > 0 ? seq : 1));
+    if (!s->time || !s->key) {
+        rv_bench_span_seq_free(s);
+        return rv_fail(RV_ERR_NOMEM, "span keys for seq %lld: out of memory", (long long)seq);
+    }
+    const int nv = s->per * 2 / 3, na = s->per - nv;
+    for (int64_t i = 0; i < seq; i++) {
+        int64_t w = i / s->per;
+        int r = (int)(i % s->per);
+        s->time[i] = 2.0 * (double)w + (r < nv ? 0.5 * (4 * r / nv) : 2.0 * (r - nv) / na);
+        s->key[i] = window > 0 ? s->time[i] : floor(s->time[i] / block);
+    }
+    s->reach = window > 0 ? window / 2 : 0.0;
+    return RV_OK;
+}
+
+int rv_bench_span_flag(const char *cmd, int argc, char **argv, int *i, double *window,
+                       double *block, double *rate, int *rc)
+{
+    const char *a = argv[*i];
+    if (rv_cli_flag_is(a, "--window"))
+        *rc = rv_cli_take_double(cmd, argc, argv, i, 1e-6, 1e6, window);
+    else if (rv_cli_flag_is(a, "--block"))
+        *rc = rv_cli_take_double(cmd, argc, argv, i, 1e-6, 1e6, block);
+    else if (rv_cli_flag_is(a, "--rate"))
+        *rc = rv_cli_take_double(cmd, argc, argv, i, 1.0, 1e6, rate);
+    else
+        return 0;
+    return 1;
+}
+
 void rv_bench_slice_free(rv_bench_slice *s)
 {
-    free(s->mod), free(s->pos), free(s->time), free(s->video), free(s->audio);
+    free(s->mod), free(s->pos), free(s->time), free(s->window), free(s->video), free(s->audio);
     memset(s, 0, sizeof *s);
 }
 
@@ -103,7 +148,7 @@ static void fill_patch(float *v, size_t n, int64_t g)
 }
 
 rv_status rv_bench_slice_make(const rv_vit_config *c, const rv_shard_plan *p, int r,
-                              rv_bench_slice *s)
+                              const rv_span *span, rv_bench_slice *s)
 {
     memset(s, 0, sizeof *s);
     const int64_t len = rv_shard_len(p, r), cap = len > 0 ? len : 1;
@@ -116,7 +161,10 @@ rv_status rv_bench_slice_make(const rv_vit_config *c, const rv_shard_plan *p, in
     s->time = malloc(sizeof(double) * 2 * (size_t)cap);
     s->video = malloc(sizeof(float) * (video ? vdim : 1) * (size_t)cap);
     s->audio = malloc(sizeof(float) * (video ? 1 : adim) * (size_t)cap);
-    if (!s->mod || !s->pos || !s->time || !s->video || !s->audio) {
+    const int blocks = span && (span->kind == RV_SPAN_BLOCK || span->kind == RV_SPAN_FRAME);
+    if (blocks)
+        s->window = malloc(sizeof(int64_t) * (size_t)cap);
+    if (!s->mod || !s->pos || !s->time || !s->video || !s->audio || (blocks && !s->window)) {
         rv_bench_slice_free(s);
         return rv_fail(RV_ERR_NOMEM, "rank %d: out of memory for %lld tokens", r, (long long)len);
     }
@@ -148,11 +196,17 @@ rv_status rv_bench_slice_make(const rv_vit_config *c, const rv_shard_plan *p, in
                 ts[1] = ts[0] + (c->audio_time - 1) * 0.01 + 0.025;
                 fill_patch(s->audio + (size_t)na++ * adim, adim, g);
             }
+            if (blocks)
+                s->window[k] = span->kind == RV_SPAN_FRAME ? ps[0]
+                                                          : (int64_t)floor(ts[0] / span->seconds);
         }
+    if (blocks)
+        for (int64_t i = 0; i < k; i++)
+            if (s->mod[i] == RV_MOD_CLS)
+                s->window[i] = 0;
     int64_t nva, naa;
     rv_bench_counts(c, p->seq, &nva, &naa);
-    s->t = (rv_vit_tokens){len, s->mod, s->pos, s->time, nv, s->video, na, s->audio,
-                           RV_BENCH_GRID, (naa + bands - 1) / bands};
+    s->t = (rv_vit_tokens){.len = len, .modality = s->mod, .pos = s->pos, .time = s->time, .nvideo = nv, .video = s->video, .naudio = na, .audio = s->audio, .grid = RV_BENCH_GRID, .audio_steps = (naa + bands - 1) / bands, .window = s->window};
     return RV_OK;
 }
 
@@ -203,6 +257,12 @@ int rv_bench_model_parse(const char *cmd, int argc, char **argv, int64_t seq,
             rc = rv_cli_take_int(cmd, argc, argv, &i, 1, 4096, &o->threads);
         } else if (rv_cli_flag_is(a, "--repeat")) {
             rc = rv_cli_take_int(cmd, argc, argv, &i, 1, 100, &o->repeat);
+        } else if (rv_cli_flag_is(a, "--attention")) {
+            const char *v = rv_cli_flag_value(cmd, argc, argv, &i);
+            if (!v)
+                return RV_EXIT_USAGE;
+            if (rv_span_parse(v, &o->span) != RV_OK)
+                return rv_cli_usage_error(cmd, "%s", rv_last_error());
         } else if (strcmp(a, "--causal") == 0) {
             o->causal = 1;
         } else if (strcmp(a, "--json") == 0) {
@@ -212,4 +272,10 @@ int rv_bench_model_parse(const char *cmd, int argc, char **argv, int64_t seq,
         }
     }
     return rc;
+}
+
+rv_status rv_bench_plan(const rv_bench_model_opts *o, rv_shard_plan *plan)
+{
+    int zigzag = o->causal && o->span.kind == RV_SPAN_FULL;
+    return rv_shard_plan_make(zigzag ? RV_SHARD_ZIGZAG : RV_SHARD_CONTIGUOUS, o->cp, o->seq, plan);
 }

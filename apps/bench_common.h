@@ -36,6 +36,8 @@ typedef struct rv_bench_slice {
     uint8_t *mod;   /* (len) */
     int64_t *pos;   /* (len, 3) */
     double *time;   /* (len, 2) */
+    int64_t *window; /* (len) each token's block under a block or frame span: the
+                        tubelet (frame), floor(start / W) (block); NULL otherwise */
     float *video;   /* (nvideo, T*P*P*3) */
     float *audio;   /* (naudio, F*W) */
 } rv_bench_slice;
@@ -44,10 +46,33 @@ typedef struct rv_bench_slice {
  * tokens included) for config c, as rv_bench_slice_make lays them out. */
 void rv_bench_counts(const rv_vit_config *c, int64_t seq, int64_t *nvideo, int64_t *naudio);
 
-/* Rank r's slice under plan p for a model of config c. */
+/* Rank r's slice under plan p for a model of config c; span (NULL: full) sets the
+ * block index of every token for block and frame spans (special tokens: block 0). */
 rv_status rv_bench_slice_make(const rv_vit_config *c, const rv_shard_plan *p, int r,
-                              rv_bench_slice *s);
+                              const rv_span *span, rv_bench_slice *s);
 void rv_bench_slice_free(rv_bench_slice *s);
+
+/* The synthetic token times of the span benches (bench attention, bench ring):
+ * `rate` tokens per second laid out as the tokenizer lays a recording out, in 2 s
+ * interleaving windows of per = round(2 rate) rows: a window's video tokens first
+ * (two thirds, 4 frames of 0.5 s: a frame's tokens start together), then its
+ * audio tokens evenly over the 2 s. A window span (window > 0) keys each token by
+ * its time with reach W / 2; a block span by floor(time / block) with reach 0. */
+typedef struct rv_bench_span_seq {
+    double *time;  /* (seq) start times, s */
+    double *key;   /* (seq) span keys */
+    double reach;
+    int per;       /* tokens per 2 s window */
+} rv_bench_span_seq;
+
+rv_status rv_bench_span_seq_make(double window, double block, double rate, int64_t seq,
+                                 rv_bench_span_seq *s);
+/* --window W, --block B and --rate R of the span benches: 1 when argv[*i] is one
+ * of them (its value taken into window, block or rate, *rc 0 or an exit code
+ * after a message), 0 when not. */
+int rv_bench_span_flag(const char *cmd, int argc, char **argv, int *i, double *window,
+                       double *block, double *rate, int *rc);
+void rv_bench_span_seq_free(rv_bench_span_seq *s);
 
 /* The options of the encoder benches (bench encoder, bench train). */
 typedef struct rv_bench_model_opts {
@@ -56,7 +81,12 @@ typedef struct rv_bench_model_opts {
     int64_t seq;              /* --seq S: tokens, CLS included */
     int cp, causal, threads, repeat, json;
     rv_cp_strategy strategy;  /* --strategy (default ring) */
+    rv_span span;             /* --attention (default full) */
 } rv_bench_model_opts;
+
+/* The shard plan of the encoder benches: zigzag for causal full attention,
+ * contiguous otherwise (spans need it). */
+rv_status rv_bench_plan(const rv_bench_model_opts *o, rv_shard_plan *plan);
 
 /* The model of o (--model, else --preset; random weights seed 0 for a preset),
  * checked against o's ranks (ulysses). Returns 0 or an exit code after a message. */

@@ -30,6 +30,7 @@ static const char help_text[] =
     "usage: ringvit bench encoder [--preset tiny|small|base | --model M] [--seq S]\n"
     "                             [--cp N]\n"
     "                             [--strategy ring|allgather|ulysses] [--causal]\n"
+    "                             [--attention full|frame|block=W|window=W]\n"
     "                             [--threads T] [--repeat R] [--json]\n"
     "\n"
     "Runs the encoder forward of a preset model (random weights, seed 0) on a\n"
@@ -44,7 +45,11 @@ static const char help_text[] =
     "  --seq S        tokens, CLS included (default 16384)\n"
     "  --cp N         ranks (default 1)\n"
     "  --strategy S   ring (default), allgather or ulysses\n"
-    "  --causal       causal attention (zigzag shards; contiguous otherwise)\n"
+    "  --causal       causal attention (zigzag shards for full attention;\n"
+    "                 contiguous otherwise)\n"
+    "  --attention A  full (default), frame, block=SECONDS or window=SECONDS: the\n"
+    "                 span of the attention on the time axis (the synthetic video\n"
+    "                 runs 1 frame/s; GFLOP/s then count the visible pairs only)\n"
     "  --threads T    compute threads in all (default: every core)\n"
     "  --repeat R     timed forwards, the fastest is reported (default 1)\n"
     "  --json         one JSON object on stdout\n"
@@ -83,7 +88,7 @@ static rv_status rank_main(rv_comm *comm, void *arg)
     rv_backend *be = NULL;
     rv_bench_slice s;
     float *y = NULL;
-    rv_status st = rv_bench_slice_make(&sh->m->cfg, &sh->plan, r, &s);
+    rv_status st = rv_bench_slice_make(&sh->m->cfg, &sh->plan, r, &o->span, &s);
     if (st != RV_OK)
         return st;
     int tpr = o->threads / o->cp > 0 ? o->threads / o->cp : 1;
@@ -92,7 +97,7 @@ static rv_status rank_main(rv_comm *comm, void *arg)
     if ((st = be->alloc(be, sizeof(float) * (size_t)(s.t.len > 0 ? s.t.len : 1) * D,
                         (void **)&y)) != RV_OK)
         goto end;
-    rv_vit_run run = {be, comm, sh->plan, o->strategy, o->causal, NULL};
+    rv_vit_run run = {.be = be, .comm = comm, .plan = sh->plan, .strategy = o->strategy, .causal = o->causal, .weights = NULL, .span = o->span};
     double best = INFINITY;
     for (int rep = 0; rep < o->repeat; rep++) {
         rv_vit_stats stats;
@@ -162,8 +167,7 @@ int rv_bench_encoder(int argc, char **argv)
         rc = rv_cli_usage_error(CMD, "--seq %lld is shorter than --cp %d", (long long)o.seq, o.cp);
         goto end;
     }
-    if ((st = rv_shard_plan_make(o.causal ? RV_SHARD_ZIGZAG : RV_SHARD_CONTIGUOUS, o.cp, o.seq,
-                                 &sh.plan)) != RV_OK ||
+    if ((st = rv_bench_plan(&o, &sh.plan)) != RV_OK ||
         (st = rv_backend_cpu_create(o.threads, &be)) != RV_OK)
         goto fail;
     sh.m = m;
@@ -175,7 +179,15 @@ int rv_bench_encoder(int argc, char **argv)
 
     int64_t nvideo = 0, naudio = 0;
     rv_bench_counts(&cfg, o.seq, &nvideo, &naudio);
-    const double flops = rv_vit_forward_flops(&cfg, o.seq, nvideo, naudio, o.causal);
+    /* A span's attention FLOPs are the visible pairs the ranks counted. */
+    double flops = rv_vit_forward_flops(&cfg, o.seq, nvideo, naudio, o.causal);
+    if (o.span.kind != RV_SPAN_FULL) {
+        flops = 0;
+        for (int r = 0; r < o.cp; r++)
+            flops += sh.stats[r].flops;
+    }
+    char span_text[48];
+    rv_span_format(&o.span, span_text, sizeof span_text);
     const double gflops = flops / sh.wall * 1e-9;
     size_t peak = 0;
     int bad = 0;
@@ -194,6 +206,7 @@ int rv_bench_encoder(int argc, char **argv)
         json_object_set_new(j, "cp", json_integer(o.cp));
         json_object_set_new(j, "strategy", json_string(rv_cp_strategy_name(o.strategy)));
         json_object_set_new(j, "causal", json_boolean(o.causal));
+        json_object_set_new(j, "attention", json_string(span_text));
         json_object_set_new(j, "threads", json_integer(o.threads));
         json_object_set_new(j, "threads_per_rank", json_integer(tpr));
         json_object_set_new(j, "blas_core", json_string(rv_blas_corename()));
@@ -215,10 +228,10 @@ int rv_bench_encoder(int argc, char **argv)
         rc = rv_cli_json_print(j);
         json_decref(j);
     } else {
-        printf("# ringvit bench encoder: model %s (%s, D %d, L %d, H %d), S=%lld%s, cp %d x %d "
-               "thread(s), %s, BLAS %s\n#\n", spec, rv_vit_family_name(cfg.family), cfg.dim,
-               cfg.layers, cfg.heads,
-               (long long)o.seq, o.causal ? " causal" : "", o.cp, tpr,
+        printf("# ringvit bench encoder: model %s (%s, D %d, L %d, H %d), S=%lld%s, attention %s, "
+               "cp %d x %d thread(s), %s, BLAS %s\n#\n", spec, rv_vit_family_name(cfg.family),
+               cfg.dim, cfg.layers, cfg.heads, (long long)o.seq, o.causal ? " causal" : "",
+               span_text, o.cp, tpr,
                rv_cp_strategy_name(o.strategy), rv_blas_corename());
         printf("# %9s %10s %9s %9s %6s %12s\n", "wall(s)", "tokens/s", "GFLOP/s", "sgemm",
                "MFU", "peak act(MB)");

@@ -7,7 +7,13 @@
  * --device cuda: every rank gets its own CUDA backend (its own stream) on the one
  * GPU, and the local communicator moves messages with device-to-device copies
  * (rv_local_run_copy), so N ranks share the GPU as N streams; single-rank runs on
- * one stream of the same GPU. */
+ * one stream of the same GPU.
+ *
+ * --window W / --block B: an attention span over the synthetic token times of
+ * bench_common.h (--rate tokens per second), on both sides: the N ranks set it
+ * with rv_cp_attn_set_span (contiguous shards), single-rank runs the kernel's
+ * span mask; bytes sent are then one layer's (the keys' one-off exchange is not
+ * counted). */
 #define _GNU_SOURCE /* pthread_setaffinity_np */
 #include <jansson.h>
 #include <math.h>
@@ -30,6 +36,7 @@ static const char help_text[] =
     "usage: ringvit bench ring [--strategy ring|allgather|ulysses] [--cp N] [--seq S]\n"
     "                          [--heads H] [--dim D] [--causal] [--backward]\n"
     "                          [--shard contiguous|zigzag] [--threads-per-rank T]\n"
+    "                          [--window W | --block B] [--rate R]\n"
     "                          [--device cpu|cuda] [--repeat N] [--timeout SEC]\n"
     "                          [--json]\n"
     "\n"
@@ -43,7 +50,16 @@ static const char help_text[] =
     "  --heads H, --dim D   heads (default 4) and head size (default 64)\n"
     "  --causal             causal mask (zigzag shards by default)\n"
     "  --backward           also run and time the backward pass\n"
-    "  --shard P            contiguous (default without --causal) or zigzag\n"
+    "  --shard P            contiguous (default without --causal, and with a span) or\n"
+    "                       zigzag\n"
+    "  --window W           an attention span: each token sees those starting within\n"
+    "                       W/2 s of it, over synthetic token times (2 s windows of\n"
+    "                       video then audio tokens, --rate per second); the ring\n"
+    "                       then exchanges K/V with the ranks within reach only;\n"
+    "                       allgather and ulysses still move whole blocks\n"
+    "  --block B            an attention span of B-second blocks, likewise\n"
+    "  --rate R             tokens per second of --window and --block (default 150,\n"
+    "                       the tiny preset at 1 fps with audio)\n"
     "  --threads-per-rank T compute threads per rank (default 1)\n"
     "  --device D           cpu (default) or cuda: the N ranks are N streams on one\n"
     "                       GPU, messages move by device-to-device copies\n"
@@ -62,7 +78,8 @@ static const char help_text[] =
     "\n"
     "examples:\n"
     "  ringvit bench ring --strategy ring --cp 2 --seq 32768 --causal\n"
-    "  ringvit bench ring --device cuda --cp 4 --seq 65536 --heads 16 --dim 128\n";
+    "  ringvit bench ring --device cuda --cp 4 --seq 65536 --heads 16 --dim 128\n"
+    "  ringvit bench ring --window 16 --cp 4 --seq 262144\n";
 
 typedef struct opts {
     rv_cp_strategy strategy;
@@ -70,11 +87,18 @@ typedef struct opts {
     int shard_set, cp, heads, dim, causal, backward, tpr, json, repeat;
     int64_t seq;
     double timeout;
+    double window, block, rate; /* a span: seconds (0: none); tokens per second */
     const char *device;
 } opts;
 
+static int span_on(const opts *o)
+{
+    return o->window > 0 || o->block > 0;
+}
+
 typedef struct shared {
     const opts *o;
+    const rv_bench_span_seq *span;  /* NULL: full attention */
     const float *q, *k, *v, *dout; /* (S, H, d) global inputs */
     float *out, *dq;                /* global results */
     double t_fwd, t_bwd;            /* wall time of the slowest rank */
@@ -151,7 +175,7 @@ static rv_status rank_main(rv_comm *comm, void *arg)
     const opts *o = sh->o;
     rv_shard_plan plan;
     rv_backend *be = NULL;
-    rv_cp_attn cp;
+    rv_cp_attn cp = {0};
     float *t[9] = {0}; /* q k v o dout dq dk dv lse: host */
     float *d[9] = {0}; /* the same in the backend's memory (t itself on cpu) */
     int on_cpu = 1;
@@ -187,7 +211,17 @@ static rv_status rank_main(rv_comm *comm, void *arg)
         }
     }
     if ((st = rv_cp_attn_init(&cp, be, comm, &plan, o->strategy, o->heads, o->dim, o->causal,
-                              0.0f)) != RV_OK || (st = rv_comm_barrier(comm)) != RV_OK)
+                              0.0f)) != RV_OK)
+        goto end;
+    if (sh->span) { /* contiguous: the slice is one run of the sequence */
+        rv_shard_seg seg[RV_SHARD_MAX_SEGS];
+        const int64_t first = rv_shard_segments(&plan, r, seg) > 0 ? seg[0].start : 0;
+        if ((st = rv_cp_attn_set_span(&cp, sh->span->reach, sh->span->key + first,
+                                      sh->span->time + first)) != RV_OK)
+            goto end;
+        memset(&cp.stats, 0, sizeof cp.stats); /* the keys' one-off exchange aside */
+    }
+    if ((st = rv_comm_barrier(comm)) != RV_OK)
         goto end;
     double t0 = now_s();
     if ((st = rv_cp_attn_forward(&cp, d[0], d[1], d[2], d[3], d[8])) != RV_OK ||
@@ -216,6 +250,8 @@ static rv_status rank_main(rv_comm *comm, void *arg)
         goto end;
     rows_copy(&plan, r, row, sh->out, t[3], 0);
 end:
+    if (cp.span)
+        rv_cp_attn_free(&cp);
     for (int i = 0; i < 9 && !on_cpu; i++)
         if (d[i])
             be->free(be, d[i]);
@@ -228,7 +264,8 @@ end:
 static int parse(int argc, char **argv, opts *o)
 {
     *o = (opts){.strategy = RV_CP_RING, .cp = 2, .heads = 4, .dim = 64, .tpr = 1, .repeat = 1,
-                .seq = 32768, .timeout = RV_COMM_DEFAULT_TIMEOUT_S, .device = "cpu"};
+                .seq = 32768, .timeout = RV_COMM_DEFAULT_TIMEOUT_S, .rate = 150.0,
+                .device = "cpu"};
     int rc = 0;
     for (int i = 1; i < argc && !rc; i++) {
         const char *a = argv[i];
@@ -257,6 +294,9 @@ static int parse(int argc, char **argv, opts *o)
             rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1024, &o->tpr);
         } else if (rv_cli_flag_is(a, "--timeout")) {
             rc = rv_cli_take_double(CMD, argc, argv, &i, 0.001, 1e6, &o->timeout);
+        } else if (rv_bench_span_flag(CMD, argc, argv, &i, &o->window, &o->block, &o->rate,
+                                      &rc)) {
+            /* taken */
         } else if (strcmp(a, "--causal") == 0) {
             o->causal = 1;
         } else if (strcmp(a, "--backward") == 0) {
@@ -267,8 +307,13 @@ static int parse(int argc, char **argv, opts *o)
             return rv_cli_unknown_arg(CMD, a);
         }
     }
+    if (!rc && o->window > 0 && o->block > 0)
+        return rv_cli_usage_error(CMD, "--window and --block exclude each other");
+    if (!rc && span_on(o) && o->shard_set && o->shard != RV_SHARD_CONTIGUOUS)
+        return rv_cli_usage_error(CMD, "an attention span (--window, --block) needs "
+                                  "--shard contiguous");
     if (!rc && !o->shard_set)
-        o->shard = o->causal ? RV_SHARD_ZIGZAG : RV_SHARD_CONTIGUOUS;
+        o->shard = o->causal && !span_on(o) ? RV_SHARD_ZIGZAG : RV_SHARD_CONTIGUOUS;
     if (!rc && o->strategy == RV_CP_ULYSSES && o->heads % o->cp != 0)
         return rv_cli_usage_error(CMD, "ulysses needs --heads (%d) to be a multiple of --cp (%d)",
                                   o->heads, o->cp);
@@ -277,13 +322,18 @@ static int parse(int argc, char **argv, opts *o)
 
 /* Single-rank attention of the whole sequence: one timed forward (and backward)
  * into *t_fwd, *t_bwd. h: host q k v dout, then o and dq written back; dev: the
- * backend's q k v dout o dq lse dk dv (h's own arrays and s_* on cpu). */
+ * backend's q k v dout o dq lse dk dv (h's own arrays and s_* on cpu); key, time
+ * (NULL: full attention): a span's, in the backend's memory. */
 static rv_status single_rank(rv_backend *be, const opts *o, float *const dev[9], float *h_o,
-                             float *h_dq, double *t_fwd, double *t_bwd)
+                             float *h_dq, const double *key, const double *time, double reach,
+                             double *t_fwd, double *t_bwd)
 {
     const size_t nt = (size_t)o->seq * o->heads * o->dim;
     const int on_cpu = strcmp(be->name, "cpu") == 0;
-    rv_attn_mask m = {o->causal ? RV_MASK_CAUSAL : RV_MASK_NONE, 0, 0};
+    rv_attn_mask m = {.kind = o->causal ? RV_MASK_CAUSAL : RV_MASK_NONE, .q_start = 0, .k_start = 0};
+    if (key) /* a span: the keys and times in the backend's memory */
+        m = (rv_attn_mask){.kind = RV_MASK_SPAN, .q_key = key, .k_key = key, .q_time = time,
+                           .k_time = time, .reach = reach, .causal = o->causal};
     rv_attn_fwd_args fa = {dev[0], dev[1], dev[2], dev[4], dev[6], (int)o->seq, (int)o->seq,
                            o->heads, o->dim, 0.0f, m, 0};
     double t0 = now_s();
@@ -340,8 +390,12 @@ int rv_bench_ring(int argc, char **argv)
     double *run_ratio = calloc(2 * (size_t)o.repeat, sizeof *run_ratio);
     rv_backend *be = NULL;
     float *dev[9] = {0}; /* single rank: q k v dout o dq lse dk dv in the backend's memory */
+    rv_bench_span_seq sp = {0};
+    double *skey = NULL, *stime = NULL; /* the span's keys and times, backend's memory */
     int on_cpu = 1;
     rc = RV_EXIT_FAIL;
+    if (span_on(&o) && rv_bench_span_seq_make(o.window, o.block, o.rate, o.seq, &sp) != RV_OK)
+        goto oom;
     for (int i = 0; i < 8; i++)
         if (!(g[i] = malloc(sizeof(float) * nt)))
             goto oom;
@@ -376,6 +430,18 @@ int rv_bench_ring(int argc, char **argv)
             goto end;
         }
     }
+    if (span_on(&o)) {
+        const size_t kb = sizeof(double) * (size_t)o.seq;
+        if (on_cpu) {
+            skey = sp.key, stime = sp.time;
+        } else if ((st = be->alloc(be, kb, (void **)&skey)) != RV_OK ||
+                   (st = be->alloc(be, kb, (void **)&stime)) != RV_OK ||
+                   (st = be->copy(be, skey, sp.key, kb, RV_COPY_HOST_TO_DEVICE)) != RV_OK ||
+                   (st = be->copy(be, stime, sp.time, kb, RV_COPY_HOST_TO_DEVICE)) != RV_OK) {
+            rc = rv_cli_fail(st, CMD);
+            goto end;
+        }
+    }
     rv_comm_copy_fn move = NULL;
 #ifdef RINGVIT_HAVE_CUDA
     if (!on_cpu)
@@ -384,10 +450,13 @@ int rv_bench_ring(int argc, char **argv)
     /* Single rank and the N ranks alternate `repeat` times; the fastest of each
      * is compared, so a slow spell of the machine does not land on one side. */
     double single_fwd = INFINITY, single_bwd = INFINITY, cp_fwd = INFINITY, cp_bwd = INFINITY;
-    shared sh = {&o, g[0], g[1], g[2], g[3], g[4], g[5], 0, 0, fwd, bwd, tb, 0};
+    shared sh = {.o = &o, .span = span_on(&o) ? &sp : NULL, .q = g[0], .k = g[1], .v = g[2],
+                 .dout = g[3], .out = g[4], .dq = g[5], .fwd = fwd, .bwd = bwd,
+                 .tensor_bytes = tb};
     for (int rep = 0; rep < o.repeat; rep++) {
         double tf = 0, tb_ = 0;
-        if ((st = single_rank(be, &o, dev, g[6], g[7], &tf, &tb_)) != RV_OK) {
+        if ((st = single_rank(be, &o, dev, g[6], g[7], span_on(&o) ? skey : NULL, stime,
+                              sp.reach, &tf, &tb_)) != RV_OK) {
             rc = rv_cli_fail(st, CMD);
             goto end;
         }
@@ -413,13 +482,16 @@ int rv_bench_ring(int argc, char **argv)
     const double fwd_median = median(run_ratio, o.repeat);
     const double bwd_median = o.backward ? median(run_ratio + o.repeat, o.repeat) : NAN;
     double err_o = max_abs_diff(g[4], g[6], nt), err_dq = o.backward ? max_abs_diff(g[5], g[7], nt) : NAN;
-    double busy_min = INFINITY, busy_max = 0, sent_max = 0, mem_max = 0;
+    double busy_min = INFINITY, busy_max = 0, sent_max = 0, mem_max = 0, fwd_sent_max = 0;
+    double fwd_flops = 0;
     double flops_min = INFINITY, flops_max = 0;
     for (int r = 0; r < o.cp; r++) {
         busy_min = fmin(busy_min, busy[r]), busy_max = fmax(busy_max, busy[r]);
         flops_min = fmin(flops_min, fwd[r].flops + bwd[r].flops);
         flops_max = fmax(flops_max, fwd[r].flops + bwd[r].flops);
         sent_max = fmax(sent_max, fwd[r].bytes_sent + bwd[r].bytes_sent);
+        fwd_sent_max = fmax(fwd_sent_max, fwd[r].bytes_sent);
+        fwd_flops += fwd[r].flops;
         size_t peak = fwd[r].peak_bytes > bwd[r].peak_bytes ? fwd[r].peak_bytes : bwd[r].peak_bytes;
         mem_max = fmax(mem_max, (double)(tb[r] + peak));
     }
@@ -428,6 +500,17 @@ int rv_bench_ring(int argc, char **argv)
     /* Both sides round the same inputs; on a GPU the blocks' P goes through bf16
      * with different running maxima, so differences reach bf16's resolution. */
     const double tol = on_cpu ? 1e-3 : 2e-2;
+    /* The visible share of all (query, key) pairs, from the ranks' counted work;
+     * what a rank sends in a full ring's forward: every other rank's K and V. */
+    const double visible = fwd_flops / (4.0 * o.dim * o.heads * (double)o.seq * (double)o.seq);
+    const double full_ring = 2.0 * sizeof(float) * (double)row * (double)o.seq * (o.cp - 1) / o.cp;
+    char span_text[64];
+    if (o.window > 0)
+        snprintf(span_text, sizeof span_text, "window=%g", o.window);
+    else if (o.block > 0)
+        snprintf(span_text, sizeof span_text, "block=%g", o.block);
+    else
+        snprintf(span_text, sizeof span_text, "full");
     int ok = err_o < tol && (!o.backward || err_dq < tol);
     if (o.json) {
         json_t *j = json_object(), *ranks = json_array();
@@ -439,6 +522,12 @@ int rv_bench_ring(int argc, char **argv)
         json_object_set_new(j, "heads", json_integer(o.heads));
         json_object_set_new(j, "dim", json_integer(o.dim));
         json_object_set_new(j, "causal", json_boolean(o.causal));
+        json_object_set_new(j, "attention", json_string(span_text));
+        if (span_on(&o))
+            json_object_set_new(j, "rate", json_real(o.rate));
+        json_object_set_new(j, "visible_fraction", json_real(visible));
+        json_object_set_new(j, "fwd_sent_max_mb", json_real(fwd_sent_max / 1048576.0));
+        json_object_set_new(j, "full_ring_fwd_mb", json_real(full_ring / 1048576.0));
         json_object_set_new(j, "threads_per_rank", json_integer(o.tpr));
         json_object_set_new(j, "device", json_string(be->name));
         json_object_set_new(j, "tolerance", json_real(tol));
@@ -500,6 +589,10 @@ int rv_bench_ring(int argc, char **argv)
                    (fwd[r].bytes_sent + bwd[r].bytes_sent) / 1048576.0, (tb[r] + pk) / 1048576.0,
                    (fwd[r].flops + bwd[r].flops) * 1e-9, busy[r], fwd[r].wait_s + bwd[r].wait_s);
         }
+        if (span_on(&o))
+            printf("# attention %s at %g tokens/s: %.3f%% of the pairs visible; forward sent "
+                   "%.2f MB per rank at most (a full ring: %.1f MB)\n", span_text, o.rate,
+                   visible * 100, fwd_sent_max / 1048576.0, full_ring / 1048576.0);
         printf("# memory per rank %.3f x single-rank (%.1f MB); work spread %.1f%%, busy time "
                "spread %.1f%%%s\n",
                mem_max / single_mem, single_mem / 1048576.0, (flops_max / flops_min - 1.0) * 100,
@@ -516,6 +609,11 @@ end:
     for (int i = 0; i < 9 && !on_cpu; i++)
         if (dev[i])
             be->free(be, dev[i]);
+    if (!on_cpu && skey)
+        be->free(be, skey);
+    if (!on_cpu && stime)
+        be->free(be, stime);
+    rv_bench_span_seq_free(&sp);
     rv_backend_free(&be);
     for (int i = 0; i < 8; i++)
         free(g[i]);

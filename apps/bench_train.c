@@ -37,6 +37,7 @@ static const char help_text[] =
     "usage: ringvit bench train [--preset tiny|small|base | --model M] [--seq S]\n"
     "                             [--cp N]\n"
     "                           [--strategy ring|allgather|ulysses] [--causal]\n"
+    "                           [--attention full|frame|block=W|window=W]\n"
     "                           [--threads T] [--repeat R] [--json]\n"
     "\n"
     "Runs one training step of the encoder of a preset model (random weights, seed\n"
@@ -52,7 +53,11 @@ static const char help_text[] =
     "  --seq S        tokens, CLS included (default 8192)\n"
     "  --cp N         ranks (default 1)\n"
     "  --strategy S   ring (default), allgather or ulysses\n"
-    "  --causal       causal attention (zigzag shards; contiguous otherwise)\n"
+    "  --causal       causal attention (zigzag shards for full attention;\n"
+    "                 contiguous otherwise)\n"
+    "  --attention A  full (default), frame, block=SECONDS or window=SECONDS: the\n"
+    "                 span of the attention on the time axis (the synthetic video\n"
+    "                 runs 1 frame/s; GFLOP/s then count the visible pairs only)\n"
     "  --threads T    compute threads in all (default: every core)\n"
     "  --repeat R     timed steps, the fastest is reported (default 1)\n"
     "  --json         one JSON object on stdout\n"
@@ -75,6 +80,7 @@ typedef struct shared {
     double wall;           /* fastest step, mean of the ranks' clocks */
     double fwd_s, bwd_s;   /* rank 0's split of that step */
     rv_vit_stats fwd, bwd; /* rank 0's stats of that step */
+    double flops;          /* all ranks' counted FLOPs of that step (spans) */
     size_t *peak;          /* (N) most activation bytes of a rank */
     int *bad;              /* (N) non-finite gradients seen */
 } shared;
@@ -98,7 +104,7 @@ static rv_status rank_main(rv_comm *comm, void *arg)
     rv_vit_acts *acts = NULL;
     rv_bench_slice s;
     float *y = NULL, *dy = NULL;
-    rv_status st = rv_bench_slice_make(&sh->m->cfg, &sh->plan, r, &s);
+    rv_status st = rv_bench_slice_make(&sh->m->cfg, &sh->plan, r, &o->span, &s);
     if (st != RV_OK)
         return st;
     const size_t nd = (size_t)(s.t.len > 0 ? s.t.len : 1) * D;
@@ -114,7 +120,7 @@ static rv_status rank_main(rv_comm *comm, void *arg)
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         dy[i] = ((float)((x >> 40) & 0xFFFF) / 32768.0f - 1.0f) * 1e-3f;
     }
-    rv_vit_run run = {be, comm, sh->plan, o->strategy, o->causal, NULL};
+    rv_vit_run run = {.be = be, .comm = comm, .plan = sh->plan, .strategy = o->strategy, .causal = o->causal, .weights = NULL, .span = o->span};
     double best = INFINITY;
     for (int rep = 0; rep < o->repeat; rep++) {
         rv_vit_stats fs, bs;
@@ -128,9 +134,10 @@ static rv_status rank_main(rv_comm *comm, void *arg)
         if ((st = rv_vit_backward(sh->m, &run, &s.t, acts, dy, g, NULL, &bs)) != RV_OK ||
             (st = rv_comm_barrier(comm)) != RV_OK)
             goto end;
-        double dt = now_s() - t0, t = dt;
+        double dt = now_s() - t0, t = dt, fl = fs.flops + bs.flops, fl_all = fl;
         rv_vit_acts_free(&acts);
-        if ((st = rv_comm_allreduce(comm, &dt, &t, 1, RV_COMM_F64)) != RV_OK)
+        if ((st = rv_comm_allreduce(comm, &dt, &t, 1, RV_COMM_F64)) != RV_OK ||
+            (st = rv_comm_allreduce(comm, &fl, &fl_all, 1, RV_COMM_F64)) != RV_OK)
             goto end;
         t /= o->cp;
         if (t < best) {
@@ -142,6 +149,7 @@ static rv_status rank_main(rv_comm *comm, void *arg)
                 sh->bwd_s = dt - (t1 - t0);
                 sh->fwd = fs;
                 sh->bwd = bs;
+                sh->flops = fl_all;
             }
         }
     }
@@ -207,8 +215,7 @@ int rv_bench_train(int argc, char **argv)
         rc = rv_cli_usage_error(CMD, "--seq %lld is shorter than --cp %d", (long long)o.seq, o.cp);
         goto end;
     }
-    if ((st = rv_shard_plan_make(o.causal ? RV_SHARD_ZIGZAG : RV_SHARD_CONTIGUOUS, o.cp, o.seq,
-                                 &sh.plan)) != RV_OK ||
+    if ((st = rv_bench_plan(&o, &sh.plan)) != RV_OK ||
         (st = rv_backend_cpu_create(o.threads, &be)) != RV_OK)
         goto fail;
     sh.m = m;
@@ -221,8 +228,13 @@ int rv_bench_train(int argc, char **argv)
 
     int64_t nvideo = 0, naudio = 0;
     rv_bench_counts(&cfg, o.seq, &nvideo, &naudio);
-    const double flops = rv_vit_forward_flops(&cfg, o.seq, nvideo, naudio, o.causal) +
-                         rv_vit_backward_flops(&cfg, o.seq, nvideo, naudio, o.causal);
+    /* A span's attention FLOPs are the visible pairs the ranks counted. */
+    const double flops = o.span.kind != RV_SPAN_FULL
+                             ? sh.flops
+                             : rv_vit_forward_flops(&cfg, o.seq, nvideo, naudio, o.causal) +
+                                   rv_vit_backward_flops(&cfg, o.seq, nvideo, naudio, o.causal);
+    char span_text[48];
+    rv_span_format(&o.span, span_text, sizeof span_text);
     const double gflops = flops / sh.wall * 1e-9;
     size_t peak = 0;
     int bad = 0;
@@ -241,6 +253,7 @@ int rv_bench_train(int argc, char **argv)
         json_object_set_new(j, "cp", json_integer(o.cp));
         json_object_set_new(j, "strategy", json_string(rv_cp_strategy_name(o.strategy)));
         json_object_set_new(j, "causal", json_boolean(o.causal));
+        json_object_set_new(j, "attention", json_string(span_text));
         json_object_set_new(j, "threads", json_integer(o.threads));
         json_object_set_new(j, "threads_per_rank", json_integer(tpr));
         json_object_set_new(j, "blas_core", json_string(rv_blas_corename()));
@@ -263,10 +276,10 @@ int rv_bench_train(int argc, char **argv)
         rc = rv_cli_json_print(j);
         json_decref(j);
     } else {
-        printf("# ringvit bench train: model %s (%s, D %d, L %d, H %d), S=%lld%s, cp %d x %d "
-               "thread(s), %s, BLAS %s\n#\n", spec, rv_vit_family_name(cfg.family), cfg.dim,
-               cfg.layers, cfg.heads,
-               (long long)o.seq, o.causal ? " causal" : "", o.cp, tpr,
+        printf("# ringvit bench train: model %s (%s, D %d, L %d, H %d), S=%lld%s, attention %s, "
+               "cp %d x %d thread(s), %s, BLAS %s\n#\n", spec, rv_vit_family_name(cfg.family),
+               cfg.dim, cfg.layers, cfg.heads, (long long)o.seq, o.causal ? " causal" : "",
+               span_text, o.cp, tpr,
                rv_cp_strategy_name(o.strategy), rv_blas_corename());
         printf("# %9s %10s %9s %9s %6s %12s %12s\n", "wall(s)", "tokens/s", "GFLOP/s", "sgemm",
                "util", "peak act(MB)", "peak RSS(MB)");

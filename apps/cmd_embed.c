@@ -35,6 +35,7 @@ static const char help_text[] =
     "                     [--resume] [--model DIR|WEIGHTS.safetensors|PRESET] [--seed N]\n"
     "                     [--cp N] [--backend local|mpi|nccl] [--device cpu|cuda]\n"
     "                     [--strategy ring|allgather|ulysses] [--causal]\n"
+    "                     [--attention full|frame|block=S|window=S] [--hop S]\n"
     "                     [--fps F] [--size N] [--segment SECONDS] [--no-audio | --no-video]\n"
     "                     [--tokens] [--threads N] [--quiet] [--json]\n"
     "\n"
@@ -88,7 +89,19 @@ static const char help_text[] =
     "                      by device copies; under --backend mpi one process only\n"
     "                      (this MPI cannot move device memory)\n"
     "  --strategy S        ring (default), allgather or ulysses (heads % N == 0)\n"
-    "  --causal            causal attention (zigzag shards)\n"
+    "  --causal            causal attention (zigzag shards; with a span: by time, then\n"
+    "                      by position for equal times, over contiguous shards)\n"
+    "  --attention A       full (default), window=SECONDS (token i sees j when their start\n"
+    "                      times differ by at most SECONDS / 2), block=SECONDS (the\n"
+    "                      recording cut into blocks, each led by its own special\n"
+    "                      tokens, positions restarting: as if each block were embedded\n"
+    "                      alone; the segments default to the blocks) or frame (each\n"
+    "                      tubelet step and the audio starting within it is a block: an\n"
+    "                      image model equals itself on every frame). With a span the\n"
+    "                      ring strategy exchanges K/V only with the ranks within reach,\n"
+    "                      and a rank holds its residual, K and V (cost and memory linear\n"
+    "                      in the recording); allgather and ulysses still move every\n"
+    "                      block and hold whole-slice activations\n"
     "  --threads N         compute threads in all (local, default: every core) or per\n"
     "                      process (mpi, default: the cores over the ranks on the machine)\n"
     "  --decode-threads N  decoder threads per rank (default: its compute threads)\n"
@@ -99,7 +112,10 @@ static const char help_text[] =
     "  --size N            frame side, px (default the model's: its processor's crop, else\n"
     "                      grid x patch, 224 for the presets); positions are resampled\n"
     "                      for another size\n"
-    "  --segment SECONDS   window of the per-segment means (default 10)\n"
+    "  --segment SECONDS   window of the per-segment means (default 10; with\n"
+    "                      --attention block=W: W)\n"
+    "  --hop SECONDS       start of segment g is g x SECONDS (default: the segment;\n"
+    "                      less gives overlapping segments)\n"
     "  --no-audio, --no-video\n"
     "                      leave a modality out\n"
     "  --pad, --start S, --duration D, --audio-stream I, --video-stream I, --max-corrupt N\n"
@@ -137,7 +153,9 @@ typedef struct embed_args {
     const char **inputs;
     int ninputs;
     int cp, cp_set, threads, decode_threads, seed_set, size_set, no_audio, no_video, tokens;
-    int heads, tubelet, want_audio, want_video;
+    int heads, tubelet, want_audio, want_video, segment_set;
+    rv_span span;
+    double hop_s;
     int64_t seed;
     int resume, quiet, json, causal;
     rv_cp_strategy strategy;
@@ -206,6 +224,13 @@ static int parse_args(int argc, char **argv, embed_args *a)
                                           "got '%s'", v);
         } else if (rv_cli_flag_is(s, "--segment")) {
             rc = rv_cli_take_double(CMD, argc, argv, &i, 0.001, 1e9, &a->segment_s);
+            a->segment_set = 1;
+        } else if (rv_cli_flag_is(s, "--hop")) {
+            rc = rv_cli_take_double(CMD, argc, argv, &i, 0.001, 1e9, &a->hop_s);
+        } else if (rv_cli_flag_is(s, "--attention")) {
+            VALUE();
+            if (rv_span_parse(v, &a->span) != RV_OK)
+                return rv_cli_usage_error(CMD, "--attention: %s", rv_last_error());
         } else if (rv_cli_flag_is(s, "--threads")) {
             rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 4096, &a->threads);
         } else if (rv_cli_flag_is(s, "--decode-threads")) {
@@ -461,10 +486,18 @@ static int embed_main(int argc, char **argv)
     }
     set.strategy = a.strategy;
     set.causal = a.causal;
+    set.span = a.span;
+    /* Blocks and frames: the tokenizer's windows are the blocks, as if embedded alone. */
+    if ((rc = model_cli_span_tokens(CMD, &a.span, loud, &set.to)) != 0)
+        goto end;
     set.threads = rv_cli_threads_per_rank(a.threads, set.ranks, set.mpi);
     set.io.threads = a.decode_threads > 0 ? a.decode_threads : set.threads;
     set.timeout_s = a.timeout_s;
     set.segment_s = a.segment_s;
+    set.hop_s = a.hop_s;
+    /* With blocks the segments are the blocks unless --segment says otherwise. */
+    if (a.span.kind == RV_SPAN_BLOCK && !a.segment_set)
+        set.segment_s = a.span.seconds;
     set.tokens = a.tokens;
     set.resume = a.resume;
     set.quiet = a.quiet || !loud;

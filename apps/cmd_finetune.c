@@ -119,7 +119,9 @@ static const char help_text[] =
     "  --backend B         local (default: N x M threads of this process) or mpi (run\n"
     "                      under mpiexec -n N*M)\n"
     "  --strategy S        ring (default), allgather or ulysses (heads % N == 0)\n"
-    "  --causal            causal attention (zigzag shards)\n"
+    "  --causal            causal attention (zigzag shards; with a span: by time)\n"
+    "  --attention A       full (default), window=SECONDS, block=SECONDS or frame, as\n"
+    "                      for 'ringvit embed'\n"
     "  --device D          cpu (default) or cuda: the encoder's blocks, forward and\n"
     "                      backward, run on the GPU (rank % GPUs; bf16 tensor cores,\n"
     "                      f32 accumulation); embedding, heads and AdamW stay on the\n"
@@ -149,6 +151,7 @@ static const char help_text[] =
 typedef struct ft_args {
     const char *task, *manifest, *val, *model, *out, *log, *ckpt, *resume, *backend, *device;
     int cp, dp, cp_set, dp_set, accum, threads, causal, no_cache, quiet, json, check_sync;
+    rv_span span;
     int seed_set, size_set, model_set;
     rv_cp_strategy strategy;
     double epochs, timeout_s, mask_ratio, head_lr;
@@ -258,6 +261,12 @@ static int parse_args(int argc, char **argv, ft_args *a)
             rc = rv_cli_take_double(CMD, argc, argv, &i, 0.001, 1e7, &a->timeout_s);
         } else if (strcmp(s, "--causal") == 0) {
             a->causal = 1;
+        } else if (rv_cli_flag_is(s, "--attention")) {
+            const char *v = rv_cli_flag_value(CMD, argc, argv, &i);
+            if (!v)
+                return RV_EXIT_USAGE;
+            if (rv_span_parse(v, &a->span) != RV_OK)
+                return rv_cli_usage_error(CMD, "--attention: %s", rv_last_error());
         } else if (strcmp(s, "--no-cache") == 0) {
             a->no_cache = 1;
         } else if (strcmp(s, "--quiet") == 0 || strcmp(s, "-q") == 0) {
@@ -327,6 +336,11 @@ static int build_settings(const char *model, ft_settings *set)
     }
     if (set->task == RV_TASK_MAE)
         json_object_set_new(j, "mask_ratio", json_real(set->mask_ratio));
+    if (set->span.kind != RV_SPAN_FULL) { /* absent: full (checkpoints from before spans) */
+        char span[64];
+        rv_span_format(&set->span, span, sizeof span);
+        json_object_set_new(j, "attention", json_string(span));
+    }
     json_t *cl = json_array();
     for (int i = 0; cl && i < set->classes.n; i++)
         json_array_append_new(cl, json_string(set->classes.name[i]));
@@ -606,6 +620,10 @@ static int finetune_main(int argc, char **argv)
     set.io.threads = set.threads;
     set.strategy = a.strategy;
     set.causal = a.causal;
+    set.span = a.span;
+    /* Blocks and frames are the tokenizer's windows (embed does the same). */
+    if ((rc = model_cli_span_tokens(CMD, &a.span, 1, &set.to)) != 0)
+        goto end;
     set.cache = !a.no_cache;
     set.quiet = a.quiet || rank != 0;
     set.json = a.json && rank == 0;

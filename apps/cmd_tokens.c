@@ -1,14 +1,17 @@
 /* cmd_tokens.c: `ringvit tokens FILE`, the tokenize stage on its own. Plans the
  * token sequence from the probe (before decoding), tokenizes the recording
  * along that plan chunk by chunk, and reports the counts per modality, the
- * sequence length, tokens per recording-second and, for --cp N ranks, each
- * rank's shard: its tokens and time ranges. With -o it writes
+ * sequence length, tokens per recording-second, the attention blocks (--block,
+ * --frame: the windows, each led by its special tokens, positions restarting
+ * in each) and, for --cp N ranks, each rank's shard: its tokens and time
+ * ranges. With -o it writes
  *   video_patches   (video tokens, T*P*P*3) F32   normalised, (t, y, x, c)
  *   audio_fbank     (fbank frames, 128) F32       log-mel, before normalisation
  *   audio_patches   (audio tokens, F*W) F32       normalised, (f, w)
  *   token_modality  (seq) U8                      0 video, 1 audio, 2 cls / dist
  *   token_pos       (seq, 3) I64                  (t, y, x) | (t, f, 0) | (i, 0, 0)
  *   token_time      (seq, 2) F64                  start, end s since t0
+ *   token_window    (seq) I64                     window (attention block) index
  * plus metadata "tokens" (options and counts, JSON) and "probe". The tensors
  * are spilled to unlinked scratch files beside OUT as the batches arrive, so a
  * long recording costs disk, not memory; OUT is written atomically. */
@@ -40,7 +43,7 @@ static const char help_text[] =
     "                      [--tubelet T] [--patch P] [--mean R,G,B] [--std R,G,B]\n"
     "                      [--audio-freq F] [--audio-freq-stride K] [--audio-time W]\n"
     "                      [--audio-stride K] [--audio-mean M] [--audio-std S]\n"
-    "                      [--audio-window SEC] [--cls] [--dist]\n"
+    "                      [--audio-window SEC | --block SEC | --frame] [--cls] [--dist]\n"
     "                      [--no-audio | --audio-stream I] [--no-video | --video-stream I]\n"
     "                      [--cp N] [--shard contiguous|zigzag] [--plan-only]\n"
     "                      [--threads T] [--max-corrupt N] [--json] [-o OUT.safetensors]\n"
@@ -49,11 +52,14 @@ static const char help_text[] =
     "pixels x RGB, ImageNet-normalised) and audio patches (F mel bins x W frames of\n"
     "the AST log-mel filterbank), interleaved by time window (all video tokens of a\n"
     "window, then its audio tokens), after the special tokens asked for (a class\n"
-    "token, then a distillation token). The sequence is planned from the container's\n"
-    "duration before decoding (so every rank can compute its shard alone); the\n"
-    "recording is then tokenized chunk by chunk along that plan. Prints the counts\n"
-    "per modality, the sequence length, tokens per recording-second and, for N\n"
-    "ranks, each rank's shard length and time ranges.\n"
+    "token, then a distillation token). With --block or --frame the windows are\n"
+    "attention blocks, each embedded as if it were a recording of its own: every\n"
+    "window is led by the special tokens and time positions restart in each. The\n"
+    "sequence is planned from the container's duration before decoding (so every\n"
+    "rank can compute its shard alone); the recording is then tokenized chunk by\n"
+    "chunk along that plan. Prints the counts per modality, the sequence length,\n"
+    "tokens per recording-second and, for N ranks, each rank's shard length and\n"
+    "time ranges.\n"
     "\n"
     "  --fps F, --size N, --pad, --start S, --duration D\n"
     "                      sampling as in 'ringvit frames' (defaults 1 fps, 224 px)\n"
@@ -70,6 +76,11 @@ static const char help_text[] =
     "  --audio-mean M, --audio-std S\n"
     "                      fbank normalisation, (x - M) / (2 S) as AST (-4.2677393, 4.5689974)\n"
     "  --audio-window SEC  interleaving window (default 2)\n"
+    "  --block SEC         attention blocks of SEC seconds: the interleaving windows,\n"
+    "                      each led by the special tokens (--cls, --dist), time\n"
+    "                      positions counted from each block's start\n"
+    "  --frame             attention blocks of one tubelet each (T frames and the\n"
+    "                      audio patches starting in them), likewise; needs video\n"
     "  --cls               a leading class token\n"
     "  --dist              a distillation token after the class token (DeiT, AST);\n"
     "                      implies --cls\n"
@@ -82,13 +93,15 @@ static const char help_text[] =
     "                      decoder threads, corrupt packets skipped before failing\n"
     "  --json              one JSON object on stdout instead of the table\n"
     "  -o, --output OUT    write the tokens (video_patches, audio_fbank, audio_patches,\n"
-    "                      token_modality, token_pos, token_time) to OUT.safetensors\n"
+    "                      token_modality, token_pos, token_time, token_window) to\n"
+    "                      OUT.safetensors\n"
     "\n"
     "Exit status: 0 ok, 1 the file cannot be read or tokenized, 2 usage.\n"
     "\n"
     "examples:\n"
     "  ringvit tokens talk.mp4 --cp 4 --shard zigzag\n"
     "  ringvit tokens talk.mp4 --fps 2 --tubelet 2 --cls --json -o talk.tokens.safetensors\n"
+    "  ringvit tokens talk.mp4 --fps 4 --cls --block 8    # 8 s blocks, a CLS in each\n"
     "  ringvit tokens talk.wav --no-video --dist --audio-time 16 --audio-stride 10 \\\n"
     "      --audio-freq-stride 10      # AST's patches: 12 bands per time step\n";
 
@@ -101,6 +114,7 @@ typedef struct tokens_args {
     int cp;
     rv_shard_kind shard;
     int plan_only, json;
+    int blocks;          /* 0 none, 1 --block SEC, 2 --frame */
 } tokens_args;
 
 /* "a,b,c" -> three finite floats in [lo, hi]. */
@@ -129,6 +143,7 @@ static int parse_args(int argc, char **argv, tokens_args *a)
     a->cp = 1;
     a->shard = RV_SHARD_CONTIGUOUS;
     int rc = 0, no_audio = 0, no_video = 0, audio_set = 0, video_set = 0, stride_set = 0;
+    int window_set = 0;
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         const char *v;
@@ -163,6 +178,18 @@ static int parse_args(int argc, char **argv, tokens_args *a)
             rc = rv_cli_take_float(CMD, argc, argv, &i, 1e-6f, 1e6f, &a->to.audio_std);
         } else if (rv_cli_flag_is(s, "--audio-window")) {
             rc = rv_cli_take_double(CMD, argc, argv, &i, 0.01, 86400, &a->to.window_s);
+            window_set = 1;
+        } else if (rv_cli_flag_is(s, "--block")) {
+            if (a->blocks == 2)
+                return rv_cli_usage_error(CMD, "--block and --frame contradict each other "
+                                          "(blocks of seconds or of one tubelet)");
+            rc = rv_cli_take_double(CMD, argc, argv, &i, 0.01, 86400, &a->to.window_s);
+            a->blocks = 1;
+        } else if (strcmp(s, "--frame") == 0) {
+            if (a->blocks == 1)
+                return rv_cli_usage_error(CMD, "--block and --frame contradict each other "
+                                          "(blocks of seconds or of one tubelet)");
+            a->blocks = 2;
         } else if (rv_cli_flag_is(s, "--cp")) {
             rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 65536, &a->cp);
         } else if (rv_cli_flag_is(s, "--shard")) {
@@ -199,6 +226,19 @@ static int parse_args(int argc, char **argv, tokens_args *a)
         return rv_cli_usage_error(CMD, "--no-video and --video-stream contradict each other");
     if (no_audio && no_video)
         return rv_cli_usage_error(CMD, "--no-audio and --no-video leave nothing to tokenize");
+    if (a->blocks && window_set)
+        return rv_cli_usage_error(CMD, "--audio-window and --%s both set the windows",
+                                  a->blocks == 1 ? "block" : "frame");
+    if (a->blocks == 2 && no_video)
+        return rv_cli_usage_error(CMD, "--frame makes blocks of video tubelets, and --no-video "
+                                  "leaves the video out");
+    if (a->blocks) {
+        /* the windows become attention blocks: each led by the special tokens asked
+         * for, positions counted from its start */
+        a->to.frame_windows = a->blocks == 2;
+        a->to.cls_each_window = a->to.cls > 0;
+        a->to.window_positions = 1;
+    }
     if (no_audio) {
         a->io.audio_stream = -2;
         a->to.audio = 0;
@@ -221,7 +261,7 @@ static int parse_args(int argc, char **argv, tokens_args *a)
 /* ---- collecting the tokens --------------------------------------------------------- */
 
 
-enum { SP_VIDEO, SP_FBANK, SP_AUDIO, SP_MOD, SP_POS, SP_TIME, SP_COUNT };
+enum { SP_VIDEO, SP_FBANK, SP_AUDIO, SP_MOD, SP_POS, SP_TIME, SP_WINDOW, SP_COUNT };
 
 typedef struct collect {
     int write;                 /* spill the tensors (-o) */
@@ -247,7 +287,8 @@ static rv_status on_batch(const rv_tok_batch *b, void *user)
         (st = rv_spill_write(&c->sp[SP_FBANK], b->fbank, sizeof(float) * (size_t)(b->nfbank * RV_FBANK_BINS))) ||
         (st = rv_spill_write(&c->sp[SP_MOD], b->modality, (size_t)b->count)) ||
         (st = rv_spill_write(&c->sp[SP_POS], b->pos, sizeof(int64_t) * 3 * (size_t)b->count)) ||
-        (st = rv_spill_write(&c->sp[SP_TIME], b->time, sizeof(double) * 2 * (size_t)b->count)))
+        (st = rv_spill_write(&c->sp[SP_TIME], b->time, sizeof(double) * 2 * (size_t)b->count)) ||
+        (st = rv_spill_write(&c->sp[SP_WINDOW], b->window, sizeof(int64_t) * (size_t)b->count)))
         return st;
     return RV_OK;
 }
@@ -275,6 +316,39 @@ static json_t *json_float(float v)
     char buf[32];
     snprintf(buf, sizeof buf, "%.7g", v);
     return json_real(strtod(buf, NULL));
+}
+
+/* The block options as asked for: kind ("time", "frame" or null: plain
+ * interleaving windows) and what the blocks bring. */
+static json_t *blocks_opts_json(const tokens_args *a)
+{
+    const rv_tok_opts *o = &a->to;
+    if (!a->blocks)
+        return json_null();
+    json_t *b = json_object();
+    json_object_set_new(b, "kind", json_string(o->frame_windows ? "frame" : "time"));
+    json_object_set_new(b, "block_s", o->frame_windows ? json_null() : json_real(o->window_s));
+    json_object_set_new(b, "frame_windows", json_boolean(o->frame_windows));
+    json_object_set_new(b, "cls_each_window", json_boolean(o->cls_each_window));
+    json_object_set_new(b, "window_positions", json_boolean(o->window_positions));
+    return b;
+}
+
+/* The windows as the layout has them: what each is, how many, the special
+ * tokens leading each. */
+static json_t *blocks_json(const rv_tok_layout *L)
+{
+    const rv_tok_opts *o = &L->opts;
+    json_t *b = json_object();
+    json_object_set_new(b, "kind", json_string(o->frame_windows ? "frame" : "time"));
+    json_object_set_new(b, "window_s", o->frame_windows ? json_null() : json_real(o->window_s));
+    json_object_set_new(b, "window_frames", o->frame_windows ? json_integer(o->tubelet) : json_null());
+    json_object_set_new(b, "count", json_integer(L->windows));
+    json_object_set_new(b, "cls_each_window", json_boolean(o->cls_each_window && o->cls > 0));
+    json_object_set_new(b, "special_per_window", json_integer(o->cls_each_window ? o->cls : 0));
+    json_object_set_new(b, "special_tokens", json_integer(L->nspecial));
+    json_object_set_new(b, "window_positions", json_boolean(o->window_positions));
+    return b;
 }
 
 static json_t *options_json(const tokens_args *a)
@@ -307,6 +381,7 @@ static json_t *options_json(const tokens_args *a)
     json_object_set_new(m, "dist", json_boolean(o->cls >= 2));
     json_object_set_new(m, "video", json_boolean(o->video));
     json_object_set_new(m, "audio", json_boolean(o->audio));
+    json_object_set_new(m, "block", blocks_opts_json(a));
     return m;
 }
 
@@ -337,11 +412,12 @@ static json_t *report_json(const report *r)
     json_object_set_new(root, "seq_len", json_integer(L->seq));
     json_object_set_new(root, "tokens", json_pack("{sIsIsI}", "video", (json_int_t)L->nvideo,
                                                   "audio", (json_int_t)L->naudio, "cls",
-                                                  (json_int_t)L->opts.cls));
+                                                  (json_int_t)L->nspecial));
     double secs = covered_s(L, r->end_s);
     json_object_set_new(root, "recording_s", json_real(secs));
     json_object_set_new(root, "tokens_per_s", secs > 0 ? json_real(L->seq / secs) : json_null());
     json_object_set_new(root, "windows", json_integer(L->windows));
+    json_object_set_new(root, "blocks", blocks_json(L));
     json_object_set_new(root, "video_dim", json_integer(L->video_dim));
     json_object_set_new(root, "audio_dim", json_integer(L->audio_dim));
     json_object_set_new(root, "tubelets", json_integer(L->tubelets));
@@ -412,16 +488,27 @@ static void report_table(const report *r)
         printf("plan:       counted while decoding (the container states no duration)");
     printf(": %lld frames at %d/%d fps, %lld audio samples\n", (long long)L->nframes,
            L->ingest.fps_num, L->ingest.fps_den, (long long)L->nsamples);
-    /* "cls" counts the special tokens: the class token and the distillation one */
-    printf("sequence:   %lld tokens: %lld video, %lld audio, %d cls; %.1f per recording-second\n",
-           (long long)L->seq, (long long)L->nvideo, (long long)L->naudio, L->opts.cls,
+    /* "cls" counts the special tokens: the class token and the distillation one
+     * (of every block with --block / --frame) */
+    printf("sequence:   %lld tokens: %lld video, %lld audio, %lld cls; %.1f per recording-second\n",
+           (long long)L->seq, (long long)L->nvideo, (long long)L->naudio, (long long)L->nspecial,
            secs > 0 ? L->seq / secs : 0.0);
-    printf("layout:     %lld windows of %g s; %lld tubelets x %d patches of %lld floats; "
+    char wdesc[64];
+    if (L->opts.frame_windows)
+        snprintf(wdesc, sizeof wdesc, "of one tubelet (%d frames)", L->opts.tubelet);
+    else
+        snprintf(wdesc, sizeof wdesc, "of %g s", L->opts.window_s);
+    printf("layout:     %lld windows %s; %lld tubelets x %d patches of %lld floats; "
            "%lld audio steps x %d bands (%d mel bins apart) of %lld floats; %lld fbank frames\n",
-           (long long)L->windows, L->opts.window_s, (long long)L->tubelets, L->per_tubelet,
+           (long long)L->windows, wdesc, (long long)L->tubelets, L->per_tubelet,
            (long long)L->video_dim, (long long)L->steps, L->bands, rv_tok_audio_fstride(&L->opts),
            (long long)L->audio_dim,
            (long long)L->fbank_frames);
+    if (r->a->blocks)
+        printf("blocks:     %lld attention blocks (the windows), each led by %d special "
+               "token%s, positions counted from each block's start\n", (long long)L->windows,
+               L->opts.cls_each_window ? L->opts.cls : 0,
+               (L->opts.cls_each_window ? L->opts.cls : 0) == 1 ? "" : "s");
     if (r->decoded) {
         const rv_tok_stats *s = r->st;
         printf("recording:  ends %.3f s; %lld frames, %lld samples decoded; padded %lld frames, "
@@ -488,11 +575,12 @@ static rv_status write_output(const tokens_args *a, collect *c, const rv_tok_lay
     }
     int64_t vshape[2] = {L->nvideo, L->video_dim}, fshape[2] = {L->fbank_frames, RV_FBANK_BINS},
             ashape[2] = {L->naudio, L->audio_dim}, mshape[1] = {L->seq},
-            pshape[2] = {L->seq, 3}, tshape[2] = {L->seq, 2};
+            pshape[2] = {L->seq, 3}, tshape[2] = {L->seq, 2}, wshape[1] = {L->seq};
     /* 8-byte elements first, then 4, then 1: every tensor starts aligned. */
     if ((st = rv_st_writer_new(&w)) != RV_OK ||
         (st = rv_st_writer_add(w, "token_pos", RV_I64, 2, pshape, c->sp[SP_POS].map)) != RV_OK ||
         (st = rv_st_writer_add(w, "token_time", RV_F64, 2, tshape, c->sp[SP_TIME].map)) != RV_OK ||
+        (st = rv_st_writer_add(w, "token_window", RV_I64, 1, wshape, c->sp[SP_WINDOW].map)) != RV_OK ||
         (st = rv_st_writer_add(w, "video_patches", RV_F32, 2, vshape, c->sp[SP_VIDEO].map)) != RV_OK ||
         (st = rv_st_writer_add(w, "audio_patches", RV_F32, 2, ashape, c->sp[SP_AUDIO].map)) != RV_OK ||
         (st = rv_st_writer_add(w, "audio_fbank", RV_F32, 2, fshape, c->sp[SP_FBANK].map)) != RV_OK ||

@@ -56,12 +56,13 @@ typedef struct embed_settings {
     rv_ingest_opts io;         /* fps, size, streams */
     rv_cp_strategy strategy;
     int causal;
+    rv_span span;              /* --attention */
     int ranks;                 /* cp size */
     int mpi;                   /* 1: --backend mpi (one rank per process) */
     int threads;               /* compute threads per rank */
     int cuda;                  /* --device cuda: each rank's blocks on GPU rank % GPUs */
     double timeout_s;          /* communication deadline inside the forward */
-    double segment_s;
+    double segment_s, hop_s;   /* --segment, --hop (0: the segment) */
     int tokens;                /* --tokens: per-token outputs too */
     int resume;
     int quiet, json;

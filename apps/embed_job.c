@@ -42,23 +42,29 @@ static double peak_rss(void)
 
 /* ---- this rank's slice ----------------------------------------------------------- */
 
+/* A rank's tokens as they stream from the tokenizer: their descriptions, and
+ * their embeddings computed batch by batch (rv_vit_embed), so the patches of a
+ * long recording are never held whole. */
 typedef struct slice {
     int64_t len, nvideo, naudio;        /* expected, from the plan */
     int64_t got, got_video, got_audio;  /* collected */
-    int64_t video_dim, audio_dim;
     uint8_t *modality;                  /* (len) */
     int64_t *pos;                       /* (len, 3) */
     double *time;                       /* (len, 2) */
-    float *video;                       /* (nvideo, video_dim) */
-    float *audio;                       /* (naudio, audio_dim) */
-    float *y;                           /* (len, D) the forward's output */
+    int64_t *window;                    /* (len) the tokens' windows (blocks) */
+    float *y;                           /* (len, D) embeddings, then the forward's output */
+    const rv_vit_model *model;
+    rv_backend *hb;                     /* the host backend the embedding runs on */
+    int grid;                           /* patches per frame side */
+    int64_t audio_steps;                /* rv_vit_tokens.audio_steps */
+    double flops;                       /* the embedding's */
     embed_report *report;
     int64_t report_scale;               /* tokens the report counts per token made here */
 } slice;
 
 static void slice_free(slice *s)
 {
-    free(s->modality), free(s->pos), free(s->time), free(s->video), free(s->audio), free(s->y);
+    free(s->modality), free(s->pos), free(s->time), free(s->window), free(s->y);
     memset(s, 0, sizeof *s);
 }
 
@@ -79,25 +85,21 @@ static rv_status slice_alloc(slice *s, const rv_tok_layout *L, const rv_shard_pl
         s->naudio += rv_tok_audio_before(L, seg[i].start + seg[i].len) -
                      rv_tok_audio_before(L, seg[i].start);
     }
-    s->video_dim = L->video_dim;
-    s->audio_dim = L->audio_dim;
     s->modality = alloc_rows(s->len, 1, 1);
     s->pos = alloc_rows(s->len, 3, sizeof(int64_t));
     s->time = alloc_rows(s->len, 2, sizeof(double));
-    s->video = alloc_rows(s->nvideo, L->video_dim, sizeof(float));
-    s->audio = alloc_rows(s->naudio, L->audio_dim, sizeof(float));
+    s->window = alloc_rows(s->len, 1, sizeof(int64_t));
     s->y = alloc_rows(s->len, dim, sizeof(float));
-    if (!s->modality || !s->pos || !s->time || !s->video || !s->audio || !s->y)
-        return rv_fail(RV_ERR_NOMEM, "rank %d: out of memory for its %lld tokens (%lld video "
-                       "of %lld floats, %lld audio)", rank, (long long)s->len,
-                       (long long)s->nvideo, (long long)L->video_dim, (long long)s->naudio);
+    if (!s->modality || !s->pos || !s->time || !s->window || !s->y)
+        return rv_fail(RV_ERR_NOMEM, "rank %d: out of memory for its %lld tokens (%lld video, "
+                       "%lld audio)", rank, (long long)s->len, (long long)s->nvideo,
+                       (long long)s->naudio);
     return RV_OK;
 }
 
 static size_t slice_bytes(const slice *s, int dim)
 {
-    return (size_t)s->len * (1 + 3 * sizeof(int64_t) + 2 * sizeof(double) + dim * sizeof(float)) +
-           sizeof(float) * (size_t)(s->nvideo * s->video_dim + s->naudio * s->audio_dim);
+    return (size_t)s->len * (1 + 4 * sizeof(int64_t) + 2 * sizeof(double) + dim * sizeof(float));
 }
 
 /* memcpy that accepts n == 0 with NULL pointers (empty batches have them). */
@@ -120,15 +122,36 @@ static rv_status on_batch(const rv_tok_batch *b, void *user)
     copy(s->modality + s->got, b->modality, c);
     copy(s->pos + 3 * s->got, b->pos, sizeof(int64_t) * 3 * c);
     copy(s->time + 2 * s->got, b->time, sizeof(double) * 2 * c);
-    copy(s->video + s->got_video * s->video_dim, b->video,
-         sizeof(float) * (size_t)(b->nvideo * s->video_dim));
-    copy(s->audio + s->got_audio * s->audio_dim, b->audio,
-         sizeof(float) * (size_t)(b->naudio * s->audio_dim));
+    copy(s->window + s->got, b->window, sizeof(int64_t) * c);
+    /* The batch's embeddings now; its patches die with the batch. */
+    const int D = s->model->cfg.dim;
+    rv_vit_tokens bt = {.len = b->count, .modality = b->modality, .pos = b->pos, .time = b->time,
+                        .nvideo = b->nvideo, .video = b->video, .naudio = b->naudio,
+                        .audio = b->audio, .grid = s->grid, .audio_steps = s->audio_steps,
+                        .window = b->window};
+    rv_status st = rv_vit_embed(s->model, s->hb, &bt, s->y + (size_t)s->got * D, &s->flops);
+    if (st != RV_OK)
+        return st;
     s->got += b->count;
     s->got_video += b->nvideo;
     s->got_audio += b->naudio;
     embed_report_tokens(s->report, b->count * s->report_scale);
     return RV_OK;
+}
+
+/* The audio steps a token's positions are resampled to (AST): the sequence's,
+ * or with blocks (positions restart in each) the longest block's. */
+static int64_t audio_steps_of(const rv_tok_layout *L)
+{
+    if (!L->opts.window_positions)
+        return L->steps;
+    int64_t most = 0;
+    for (int64_t w = 0; w < L->windows; w++) {
+        int64_t g0, g1, p0, p1;
+        rv_tok_window_items(L, w, &g0, &g1, &p0, &p1);
+        most = p1 - p0 > most ? p1 - p0 : most;
+    }
+    return most;
 }
 
 /* ---- counting a file that states no duration (rank 0) --------------------------- */
@@ -269,6 +292,7 @@ int embed_job_run(embed_rank *k, int index, embed_result *res)
     rv_tok_stats ts;
     slice s;
     rv_spill tok_spill = {.fd = -1};
+    rv_backend *hb = NULL;
     double *tok_time = NULL;
     int64_t *tok_pos = NULL;
     uint8_t *tok_mod = NULL;
@@ -347,12 +371,23 @@ int embed_job_run(embed_rank *k, int index, embed_result *res)
         out = failed(AGREE_FAILED, res);
         goto end;
     }
-    if ((st = rv_tok_shard_plan(&L, set->causal ? RV_SHARD_ZIGZAG : RV_SHARD_CONTIGUOUS,
-                                k->size, &sp)) != RV_OK) {
+    /* Zigzag balances causal full attention; a span wants contiguous slices (its
+     * ranks talk only to those its keys reach). */
+    const rv_shard_kind kind = set->causal && set->span.kind == RV_SPAN_FULL ? RV_SHARD_ZIGZAG
+                                                                          : RV_SHARD_CONTIGUOUS;
+    if ((st = rv_tok_shard_plan(&L, kind, k->size, &sp)) != RV_OK) {
         out = failed(AGREE_FAILED, res);
         goto end;
     }
     st = slice_alloc(&s, &L, &sp, k->rank, D);
+    s.model = set->model;
+    s.grid = L.grid;
+    s.audio_steps = audio_steps_of(&L);
+    /* The embedding runs on the host: this rank's backend, or one of its own
+     * beside a GPU. */
+    if (st == RV_OK && strcmp(k->be->name, "cpu") != 0)
+        st = rv_backend_cpu_create(set->threads, &hb);
+    s.hb = hb ? hb : k->be;
     res->probe_s = now_s() - t0;
 
     /* 2. decode and tokenize this rank's slice */
@@ -362,6 +397,7 @@ int embed_job_run(embed_rank *k, int index, embed_result *res)
     s.report_scale = set->mpi ? k->size : 1;
     if (st == RV_OK)
         st = rv_tokenize_rank(in->path, &L, &sp, k->rank, on_batch, &s, &ts);
+    rv_backend_free(&hb);
     if (st == RV_OK && (s.got != s.len || s.got_video != s.nvideo || s.got_audio != s.naudio))
         st = rv_fail(RV_ERR_INTERNAL, "rank %d: %lld tokens made, the plan gives it %lld",
                      k->rank, (long long)s.got, (long long)s.len);
@@ -378,22 +414,24 @@ int embed_job_run(embed_rank *k, int index, embed_result *res)
 
     /* 3. encode and pool */
     t = now_s();
-    embed_report_flops(rep, rv_vit_forward_flops(cfg, L.seq, L.nvideo, L.naudio, set->causal));
+    embed_report_flops(rep, set->span.kind == RV_SPAN_FULL
+                                ? rv_vit_forward_flops(cfg, L.seq, L.nvideo, L.naudio, set->causal)
+                                : 0);
     embed_report_stage(rep, index, in->path, "encode", end_s, L.seq);
-    rv_vit_tokens tok = {s.len, s.modality, s.pos, s.time, s.nvideo, s.video, s.naudio, s.audio,
-                         L.grid, L.steps};
-    rv_vit_run run = {k->be, k->comm, sp, set->strategy, set->causal, k->dev_weights};
-    rv_vit_pool_opts po = {set->segment_s, end_s};
+    rv_vit_tokens tok = {.len = s.len, .modality = s.modality, .pos = s.pos, .time = s.time,
+                         .nvideo = s.nvideo, .naudio = s.naudio, .grid = L.grid,
+                         .audio_steps = s.audio_steps, .window = s.window};
+    rv_vit_run run = {.be = k->be, .comm = k->comm, .plan = sp, .strategy = set->strategy,
+                      .causal = set->causal, .weights = k->dev_weights, .span = set->span};
+    rv_vit_pool_opts po = {.segment_s = set->segment_s, .end_s = end_s, .hop_s = set->hop_s};
     rv_clear_error();
-    st = rv_vit_forward(set->model, &run, &tok, s.y, &vs);
+    st = rv_vit_forward_embedded(set->model, &run, &tok, s.y, &vs);
+    vs.flops += s.flops;
     if (st == RV_OK)
         st = rv_vit_pool(k->comm, &tok, s.y, D, &po, &pooled);
     if (st == RV_OK) /* every rank: the same sums give the same pooled output */
         st = rv_vit_pool_head(set->model, &pooled);
     size_t held = slice_bytes(&s, D) + vs.peak_bytes;
-    /* The patches are no longer needed. */
-    free(s.video), free(s.audio);
-    s.video = NULL, s.audio = NULL;
     double v4[4] = {now_s() - t, vs.flops, (double)held, peak_rss()};
     /* A rank that failed inside the collectives leaves the others timing out
      * there: the communicator is then broken and the vote says so. */
@@ -466,6 +504,7 @@ end:
     free(tok_time), free(tok_pos), free(tok_mod), free(probe_text);
     rv_vit_pooled_free(&pooled);
     slice_free(&s);
+    rv_backend_free(&hb);
     rv_probe_free(&probe);
     return out;
 }

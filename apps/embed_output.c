@@ -17,7 +17,8 @@
  *   token_modality  (S) U8       0 video, 1 audio, 2 cls
  *   token_pos       (S, 3) I64   video (tubelet, row, column), audio (step, band, 0)
  * Metadata (strings): format, source, probe (JSON), model, model_hash, config
- * (JSON), family, random_weights, cp, strategy, causal, fps, size, segment_s,
+ * (JSON), family, random_weights, cp, strategy, attention, hop_s, causal, fps, size,
+ * segment_s,
  * recording_s, tokens, video_tokens, audio_tokens, ringvit_version.
  *
  * Writing goes through rv_st_writer_write, which writes "<path>.tmp.<pid>" and
@@ -61,6 +62,8 @@ rv_status embed_output_write(const embed_output *o)
     snprintf(fps, sizeof fps, "%d/%d", L->ingest.fps_num, L->ingest.fps_den);
     rv_st_writer *w = NULL;
     rv_status st;
+    char attention[64];
+    rv_span_format(&s->span, attention, sizeof attention);
     /* 8-byte elements first, then 4, then 1: every tensor starts aligned. */
     if ((st = rv_st_writer_new(&w)) != RV_OK ||
         (st = rv_st_writer_add(w, "segment_start", RV_F64, 1, g1, p->segment_start)) != RV_OK ||
@@ -100,6 +103,8 @@ rv_status embed_output_write(const embed_output *o)
         (st = rv_st_writer_meta(w, "random_weights", s->random_weights ? "true" : "false")) != RV_OK ||
         (st = meta_int(w, "cp", s->ranks)) != RV_OK ||
         (st = rv_st_writer_meta(w, "strategy", rv_cp_strategy_name(s->strategy))) != RV_OK ||
+        (st = rv_st_writer_meta(w, "attention", attention)) != RV_OK ||
+        (st = meta_num(w, "hop_s", s->hop_s > 0 ? s->hop_s : s->segment_s)) != RV_OK ||
         (st = rv_st_writer_meta(w, "causal", s->causal ? "true" : "false")) != RV_OK ||
         (st = rv_st_writer_meta(w, "fps", fps)) != RV_OK ||
         (st = meta_int(w, "size", L->ingest.size)) != RV_OK ||

@@ -99,15 +99,17 @@ typedef struct ft_slice {
     uint8_t *modality;            /* (len) */
     int64_t *pos;                 /* (len, 3) */
     double *time;                 /* (len, 2) */
+    int64_t *window;              /* (len) the tokens' windows (blocks) */
     float *video;                 /* (nvideo, L.video_dim) */
     float *audio;                 /* (naudio, L.audio_dim) */
 } ft_slice;
 
-/* Probes path, plans its sequence over ranks (zigzag when causal) and decodes
+/* Probes path, plans its sequence over ranks (zigzag when causal without a span,
+ * else contiguous) and decodes
  * and tokenizes rank's slice. A file that states no duration is counted first
  * (every rank alike). */
 rv_status ft_slice_load(const char *path, const rv_tok_opts *to, const rv_ingest_opts *io,
-                        int causal, int ranks, int rank, ft_slice **out);
+                        int zigzag, int ranks, int rank, ft_slice **out);
 rv_vit_tokens ft_slice_tokens(const ft_slice *s);
 /* Bytes it holds. */
 size_t ft_slice_bytes(const ft_slice *s);
@@ -126,6 +128,7 @@ typedef struct ft_settings {
     int cuda;                /* --device cuda: the blocks on GPU rank % GPUs */
     rv_cp_strategy strategy;
     int causal, cache, quiet, json, check_sync;
+    rv_span span;            /* --attention */
     double timeout_s;
     int64_t steps;           /* total steps of the schedule */
     int64_t save_every;      /* 0: no periodic checkpoint */

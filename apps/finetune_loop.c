@@ -155,7 +155,8 @@ static rv_status get_slice(ft_rank *k, ft_slice **cache, const ft_item *it, ft_s
     *owned = 0;
     if (!s) {
         rv_clear_error();
-        st = ft_slice_load(it->path, &k->set->to, &k->set->io, k->set->causal, k->set->cp,
+        st = ft_slice_load(it->path, &k->set->to, &k->set->io,
+                           k->set->causal && k->set->span.kind == RV_SPAN_FULL, k->set->cp,
                            k->cpr, &s);
         if (st != RV_OK)
             own_fail(k, st);
@@ -190,7 +191,8 @@ static rv_status run_one(ft_rank *k, const ft_slice *s, int label, int64_t pos, 
     const ft_settings *set = k->set;
     const int D = k->m->cfg.dim, mae = set->task == RV_TASK_MAE;
     rv_vit_tokens tok = ft_slice_tokens(s);
-    rv_vit_run run = {k->be, k->cp, s->plan, set->strategy, set->causal, k->wdev};
+    rv_vit_run run = {.be = k->be, .comm = k->cp, .plan = s->plan, .strategy = set->strategy,
+                      .causal = set->causal, .weights = k->wdev, .span = set->span};
     const size_t nd = (size_t)(tok.len > 0 ? tok.len : 1) * D;
     float *y = NULL, *dy = NULL;
     uint8_t *hidden = NULL;
@@ -227,7 +229,7 @@ static rv_status run_one(ft_rank *k, const ft_slice *s, int label, int64_t pos, 
         st = rv_mae_loss(k->cp, k->h, &tok, hidden, y, scale, loss, &htot, train ? dy : NULL,
                          train ? k->dh : NULL);
     } else {
-        rv_vit_pool_opts po = {1e12, s->end_s > 0 ? s->end_s : 1.0};
+        rv_vit_pool_opts po = {.segment_s = 1e12, .end_s = s->end_s > 0 ? s->end_s : 1.0};
         if ((st = rv_vit_pool(k->cp, &tok, y, D, &po, &pooled)) != RV_OK)
             goto end;
         st = rv_classify_loss(k->cp, k->h, &tok, &pooled, label, scale, loss, pred,

@@ -2,7 +2,7 @@
  * as `ringvit embed` makes them (embed_job.c): the sequence is planned from the
  * file's headers (rv_tok_layout_from_probe; a file that states no duration is
  * counted with a whole pass first), split over the cp group by a shard plan
- * (zigzag with --causal, else contiguous), and only this rank's slice is decoded
+ * (zigzag with --causal over full attention, else contiguous), and only this rank's slice is decoded
  * and tokenized, into arrays sized from the plan. Every rank of the group finds
  * the same plan from the same file without communicating. The loop keeps the
  * slices in a per-rank cache so later epochs do not decode again. */
@@ -34,6 +34,7 @@ static rv_status on_batch(const rv_tok_batch *b, void *user)
     copy(s->modality + s->got, b->modality, c);
     copy(s->pos + 3 * s->got, b->pos, sizeof(int64_t) * 3 * c);
     copy(s->time + 2 * s->got, b->time, sizeof(double) * 2 * c);
+    copy(s->window + s->got, b->window, sizeof(int64_t) * c);
     copy(s->video + s->got_video * s->L.video_dim, b->video,
          sizeof(float) * (size_t)(b->nvideo * s->L.video_dim));
     copy(s->audio + s->got_audio * s->L.audio_dim, b->audio,
@@ -57,7 +58,7 @@ static rv_status on_chunk(const rv_ingest_chunk *c, void *user)
 }
 
 rv_status ft_slice_load(const char *path, const rv_tok_opts *to, const rv_ingest_opts *io,
-                        int causal, int ranks, int rank, ft_slice **out)
+                        int zigzag, int ranks, int rank, ft_slice **out)
 {
     rv_probe *probe = NULL;
     ft_slice *s = calloc(1, sizeof *s);
@@ -90,7 +91,7 @@ rv_status ft_slice_load(const char *path, const rv_tok_opts *to, const rv_ingest
                      (long long)s->L.nframes, (long long)s->L.nsamples);
         goto end;
     }
-    if ((st = rv_tok_shard_plan(&s->L, causal ? RV_SHARD_ZIGZAG : RV_SHARD_CONTIGUOUS, ranks,
+    if ((st = rv_tok_shard_plan(&s->L, zigzag ? RV_SHARD_ZIGZAG : RV_SHARD_CONTIGUOUS, ranks,
                                 &s->plan)) != RV_OK)
         goto end;
     rv_shard_seg seg[RV_SHARD_MAX_SEGS];
@@ -105,9 +106,10 @@ rv_status ft_slice_load(const char *path, const rv_tok_opts *to, const rv_ingest
     s->modality = alloc_rows(s->len, 1, 1);
     s->pos = alloc_rows(s->len, 3, sizeof(int64_t));
     s->time = alloc_rows(s->len, 2, sizeof(double));
+    s->window = alloc_rows(s->len, 1, sizeof(int64_t));
     s->video = alloc_rows(s->nvideo, s->L.video_dim, sizeof(float));
     s->audio = alloc_rows(s->naudio, s->L.audio_dim, sizeof(float));
-    if (!s->modality || !s->pos || !s->time || !s->video || !s->audio) {
+    if (!s->modality || !s->pos || !s->time || !s->window || !s->video || !s->audio) {
         st = rv_fail(RV_ERR_NOMEM, "%s: rank %d: out of memory for its %lld tokens", path, rank,
                      (long long)s->len);
         goto end;
@@ -127,8 +129,10 @@ end:
 
 rv_vit_tokens ft_slice_tokens(const ft_slice *s)
 {
-    rv_vit_tokens t = {s->len, s->modality, s->pos, s->time, s->nvideo, s->video,
-                       s->naudio, s->audio, s->L.grid, s->L.steps};
+    rv_vit_tokens t = {.len = s->len, .modality = s->modality, .pos = s->pos, .time = s->time,
+                       .nvideo = s->nvideo, .video = s->video, .naudio = s->naudio,
+                       .audio = s->audio, .grid = s->L.grid, .audio_steps = s->L.steps,
+                       .window = s->window};
     return t;
 }
 
@@ -143,7 +147,8 @@ void ft_slice_free(ft_slice **p)
     if (!p || !*p)
         return;
     ft_slice *s = *p;
-    free(s->modality), free(s->pos), free(s->time), free(s->video), free(s->audio);
+    free(s->modality), free(s->pos), free(s->time), free(s->window);
+    free(s->video), free(s->audio);
     free(s);
     *p = NULL;
 }

@@ -187,6 +187,7 @@ rv_status rv_comm_isend(rv_comm *c, const void *buf, size_t bytes, int peer, int
     rv_status st = check_p2p(c, "isend to", buf, bytes, peer, tag, req);
     if (st != RV_OK)
         return st;
+    c->sent_bytes += (double)bytes;
     return c->isend(c, buf, bytes, peer, tag, req);
 }
 
@@ -270,6 +271,7 @@ rv_status rv_comm_sendrecv(rv_comm *c, const void *sendbuf, size_t send_bytes, i
         st = check_p2p(c, "irecv from", recvbuf, recv_bytes, src, tag, &dummy);
     if (st != RV_OK)
         return st;
+    c->sent_bytes += (double)send_bytes;
     return c->sendrecv(c, sendbuf, send_bytes, dst, recvbuf, recv_bytes, src, tag,
                        deadline_of(c));
 }
@@ -289,6 +291,7 @@ rv_status rv_comm_allreduce(rv_comm *c, const void *sendbuf, void *recvbuf, size
     rv_status st = check_coll(c, "allreduce", sendbuf, recvbuf, count * es, 0);
     if (st != RV_OK)
         return st;
+    c->sent_bytes += (double)(count * es) * (c->size - 1);
     return c->allreduce(c, sendbuf, recvbuf, count, dtype, deadline_of(c));
 }
 
@@ -297,6 +300,7 @@ rv_status rv_comm_allgather(rv_comm *c, const void *sendbuf, void *recvbuf, size
     rv_status st = check_coll(c, "allgather", sendbuf, recvbuf, bytes, 1);
     if (st != RV_OK)
         return st;
+    c->sent_bytes += (double)bytes * (c->size - 1);
     return c->allgather(c, sendbuf, recvbuf, bytes, deadline_of(c));
 }
 
@@ -308,6 +312,7 @@ rv_status rv_comm_alltoall(rv_comm *c, const void *sendbuf, void *recvbuf, size_
     if (bytes && sendbuf == recvbuf)
         return rv_fail(RV_ERR_INVALID, "rank %d: alltoall: sendbuf and recvbuf must differ",
                        c->rank);
+    c->sent_bytes += (double)bytes * (c->size - 1);
     return c->alltoall(c, sendbuf, recvbuf, bytes, deadline_of(c));
 }
 

@@ -559,6 +559,7 @@ static const rv_comm local_table = {
     /* .split         = */ local_split,
     /* .abort         = */ local_abort,
     /* .destroy       = */ local_destroy,
+    /* .sent_bytes    = */ 0,
 };
 
 static rv_status local_make_comm(local_world *w, local_group *g, int rank, int world_rank,

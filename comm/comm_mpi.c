@@ -423,6 +423,7 @@ static const rv_comm mpi_table = {
     /* .split         = */ mpi_split,
     /* .abort         = */ mpi_abort,
     /* .destroy       = */ mpi_destroy,
+    /* .sent_bytes    = */ 0,
 };
 
 static rv_status mpi_make_comm(MPI_Comm comm, size_t chunk, int world_rank, double timeout_s,

@@ -474,6 +474,7 @@ static const rv_comm nccl_table = {
     /* .split         = */ nccl_split,
     /* .abort         = */ nccl_abort,
     /* .destroy       = */ nccl_destroy,
+    /* .sent_bytes    = */ 0,
 };
 
 /* Wraps an initialised NCCL communicator; on failure the caller still owns comm. */

@@ -89,6 +89,10 @@ struct rv_comm {
     /* Ends the whole run at once (every rank's blocking calls fail; MPI_Abort). */
     rv_status (*abort)(rv_comm *c, int code);
     void (*destroy)(rv_comm *c);
+    /* Payload bytes this rank has handed to others through the rv_comm_* calls
+     * since creation (or since the caller last set it to 0): point-to-point sends,
+     * and (size - 1) times its share of an allgather, alltoall or allreduce. */
+    double sent_bytes;
 };
 
 /* ---- creation ------------------------------------------------------------------- */

@@ -82,7 +82,7 @@ rv_status cp_allgather_forward(rv_cp_attn *cp, const float *q, const float *k,
         if ((st = cp->be->attn_fwd(cp->be, &a)) != RV_OK ||
             (st = cp_lse_to_slice(cp, lse_seg[i], me.seg[i].len, lse, me.len, me.off[i])) != RV_OK)
             goto end;
-        cp->stats.flops += 4.0 * d * H * rv_cp_visible_pairs(me.seg[i], all, cp->causal);
+        cp->stats.flops += 4.0 * d * H * cp_pairs_all(cp, i, me.seg[i]);
     }
     st = cp_busy_end(cp, t0);
 end:
@@ -153,7 +153,7 @@ rv_status cp_allgather_backward(rv_cp_attn *cp, const float *q, const float *k,
                               cp_mask(cp, me.seg[i], all), 1};
         if ((st = cp->be->attn_bwd(cp->be, &a)) != RV_OK)
             goto end;
-        cp->stats.flops += 10.0 * d * H * rv_cp_visible_pairs(me.seg[i], all, cp->causal);
+        cp->stats.flops += 10.0 * d * H * cp_pairs_all(cp, i, me.seg[i]);
     }
     if ((st = cp_busy_end(cp, t0)) != RV_OK)
         goto end;

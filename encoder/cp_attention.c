@@ -22,8 +22,16 @@ cp_segs cp_segs_of(const rv_shard_plan *p, int rank)
 
 rv_attn_mask cp_mask(const rv_cp_attn *cp, rv_shard_seg q, rv_shard_seg k)
 {
-    rv_attn_mask m = {cp->causal ? RV_MASK_CAUSAL : RV_MASK_NONE, q.start, k.start};
+    if (cp->span)
+        return cp_span_mask_global(cp, q, k);
+    rv_attn_mask m = {.kind = cp->causal ? RV_MASK_CAUSAL : RV_MASK_NONE, .q_start = q.start, .k_start = k.start};
     return m;
+}
+
+double cp_pairs_all(const rv_cp_attn *cp, int i, rv_shard_seg q)
+{
+    rv_shard_seg all = {0, cp->plan.seq};
+    return cp->span ? cp_span_pairs_of(cp, i) : rv_cp_visible_pairs(q, all, cp->causal);
 }
 
 int cp_fully_masked(const rv_cp_attn *cp, rv_shard_seg q, rv_shard_seg k)
@@ -186,11 +194,13 @@ rv_status rv_cp_attn_forward(rv_cp_attn *cp, const float *q, const float *k, con
         rv_status st = cp->be->attn_fwd(cp->be, &a);
         rv_status st2 = cp_busy_end(cp, t0);
         st = st != RV_OK ? st : st2;
-        cp->stats.flops += 4.0 * cp->dim * cp->heads * rv_cp_visible_pairs(all, all, cp->causal);
+        cp->stats.flops += 4.0 * cp->dim * cp->heads * cp_pairs_all(cp, 0, all);
         return st;
     }
     switch (cp->strategy) {
-    case RV_CP_RING: return cp_ring_forward(cp, q, k, v, o, lse);
+    case RV_CP_RING:
+        return cp->span ? cp_span_ring_forward(cp, q, k, v, o, lse)
+                        : cp_ring_forward(cp, q, k, v, o, lse);
     case RV_CP_ALLGATHER: return cp_allgather_forward(cp, q, k, v, o, lse);
     case RV_CP_ULYSSES: return cp_ulysses_forward(cp, q, k, v, o, lse);
     }
@@ -210,11 +220,13 @@ rv_status rv_cp_attn_backward(rv_cp_attn *cp, const float *q, const float *k, co
         rv_status st = cp->be->attn_bwd(cp->be, &a);
         rv_status st2 = cp_busy_end(cp, t0);
         st = st != RV_OK ? st : st2;
-        cp->stats.flops += 10.0 * cp->dim * cp->heads * rv_cp_visible_pairs(all, all, cp->causal);
+        cp->stats.flops += 10.0 * cp->dim * cp->heads * cp_pairs_all(cp, 0, all);
         return st;
     }
     switch (cp->strategy) {
-    case RV_CP_RING: return cp_ring_backward(cp, q, k, v, o, lse, dout, dq, dk, dv);
+    case RV_CP_RING:
+        return cp->span ? cp_span_ring_backward(cp, q, k, v, o, lse, dout, dq, dk, dv)
+                        : cp_ring_backward(cp, q, k, v, o, lse, dout, dq, dk, dv);
     case RV_CP_ALLGATHER: return cp_allgather_backward(cp, q, k, v, o, lse, dout, dq, dk, dv);
     case RV_CP_ULYSSES: return cp_ulysses_backward(cp, q, k, v, o, lse, dout, dq, dk, dv);
     }

@@ -16,8 +16,34 @@ typedef struct cp_segs {
 
 cp_segs cp_segs_of(const rv_shard_plan *p, int rank);
 
-/* The mask of query segment q against key segment k. */
+/* The mask of query segment q against key segment k (global positions); with a
+ * span, over the span's global keys (cp_span.c), which allgather, ulysses and a
+ * single rank have. */
 rv_attn_mask cp_mask(const rv_cp_attn *cp, rv_shard_seg q, rv_shard_seg k);
+
+/* Visible pairs of a strategy's call for the statistics: my segment i (or, i < 0,
+ * the whole sequence) against every key. */
+double cp_pairs_all(const rv_cp_attn *cp, int i, rv_shard_seg q);
+
+/* cp_span.c: exactly the pairs a span mask lets through (host arrays); the span
+ * mask over global keys; the cached counts of cp_pairs_all; the span ring. */
+double cp_span_pairs(const double *qk, const double *qt, int64_t q_start, int64_t n,
+                     const double *kk, const double *kt, int64_t k_start, int64_t m,
+                     double reach, int causal);
+rv_attn_mask cp_span_mask_global(const rv_cp_attn *cp, rv_shard_seg q, rv_shard_seg k);
+double cp_span_pairs_of(const rv_cp_attn *cp, int seg);
+/* The span ring in query rows, for a forward that keeps only K and V of its whole
+ * slice: exchange receives the peers' runs of this call's K/V (and sends ours),
+ * completely; rows computes o, lse (n, heads, dim), (heads, n) of my query rows
+ * [r0, r0 + n) (q holds those rows) against my k, v and the received runs. */
+rv_status cp_span_exchange(rv_cp_attn *cp, const float *k, const float *v);
+rv_status cp_span_rows(rv_cp_attn *cp, const float *q, int64_t r0, int64_t n, const float *k,
+                       const float *v, float *o, float *lse);
+rv_status cp_span_ring_forward(rv_cp_attn *cp, const float *q, const float *k, const float *v,
+                               float *o, float *lse);
+rv_status cp_span_ring_backward(rv_cp_attn *cp, const float *q, const float *k,
+                                const float *v, const float *o, const float *lse,
+                                const float *dout, float *dq, float *dk, float *dv);
 
 /* 1 when no query of q sees any key of k. */
 int cp_fully_masked(const rv_cp_attn *cp, rv_shard_seg q, rv_shard_seg k);

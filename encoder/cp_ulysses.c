@@ -175,7 +175,7 @@ rv_status cp_ulysses_forward(rv_cp_attn *cp, const float *q, const float *k, con
     double t0 = cp_now();
     if ((st = cp->be->attn_fwd(cp->be, &a)) != RV_OK || (st = cp_busy_end(cp, t0)) != RV_OK)
         goto end;
-    cp->stats.flops += 4.0 * cp->dim * u.hg * rv_cp_visible_pairs(all, all, cp->causal);
+    cp->stats.flops += 4.0 * cp->dim * u.hg * cp_pairs_all(cp, -1, all);
     if ((st = uly_from_heads(&u, g[3], o)) != RV_OK)
         goto end;
     if ((st = uly_lse_from_heads(&u, lseg, lse)) == RV_OK)
@@ -212,7 +212,7 @@ rv_status cp_ulysses_backward(rv_cp_attn *cp, const float *q, const float *k,
     double t0 = cp_now();
     if ((st = cp->be->attn_bwd(cp->be, &a)) != RV_OK || (st = cp_busy_end(cp, t0)) != RV_OK)
         goto end;
-    cp->stats.flops += 10.0 * cp->dim * u.hg * rv_cp_visible_pairs(all, all, cp->causal);
+    cp->stats.flops += 10.0 * cp->dim * u.hg * cp_pairs_all(cp, -1, all);
     if ((st = uly_from_heads(&u, g[5], dq)) != RV_OK ||
         (st = uly_from_heads(&u, g[6], dk)) != RV_OK)
         goto end;

@@ -14,6 +14,17 @@
  *              attention on heads/N heads, all-to-all back; needs heads % N == 0.
  * Causal attention wants the zigzag plan (equal work per rank); any plan is exact.
  *
+ * Attention spans (rv_cp_attn_set_span): every token carries a key (its start
+ * time for a sliding window, its block's index for blocks and frames) and a
+ * start time; a query sees the keys within `reach` of its own key (and, when
+ * causal, only keys that start earlier, or at the same time and position). The
+ * kernels skip what a span cannot see. With a span, `ring` no longer circulates
+ * every block: over a contiguous plan each rank exchanges K/V only with the
+ * ranks whose keys its queries can reach, and only the rows within reach (so a
+ * short window moves O(window) rows per layer, not O(sequence)); in the backward
+ * the gradients of those rows go back to their owners. `allgather` and `ulysses`
+ * still move whole blocks, and mask and skip in the kernels.
+ *
  * Local layouts: q, k, v, o, dout, dq, dk, dv are (len, heads, dim) with len the
  * rank's token count (rv_shard_len), tokens in slice order (segment 0 first); lse
  * is (heads, len), natural log. */
@@ -46,6 +57,8 @@ typedef struct rv_cp_stats {
                            flight, gathered or re-sharded tensors, partial results) */
 } rv_cp_stats;
 
+typedef struct rv_cp_span_state rv_cp_span_state; /* cp_span.c */
+
 typedef struct rv_cp_attn {
     rv_backend *be;          /* compute backend (not owned) */
     rv_comm *comm;           /* the context-parallel group (not owned); size == plan.ranks */
@@ -55,6 +68,7 @@ typedef struct rv_cp_attn {
     int causal;              /* 1: key at global position kp seen by query qp iff kp <= qp */
     float scale;             /* softmax scale; 0 selects 1/sqrt(dim) */
     rv_cp_stats stats;
+    rv_cp_span_state *span;  /* NULL: full attention (rv_cp_attn_set_span) */
 } rv_cp_attn;
 
 /* Checks the combination (communicator size = plan ranks, ulysses divisibility,
@@ -62,6 +76,16 @@ typedef struct rv_cp_attn {
 rv_status rv_cp_attn_init(rv_cp_attn *cp, rv_backend *be, rv_comm *comm,
                           const rv_shard_plan *plan, rv_cp_strategy strategy, int heads,
                           int dim, int causal, float scale);
+
+/* An attention span for this rank's slice: key and time (len) host arrays (not
+ * kept: copied into the backend's memory), reach >= 0 (cp->causal then means the
+ * time-causal rule of rv_attn_mask). Collective: the ranks exchange their key
+ * ranges (and, for allgather and ulysses, every key). The ring strategy over more
+ * than one rank needs the contiguous plan. Free with rv_cp_attn_free. */
+rv_status rv_cp_attn_set_span(rv_cp_attn *cp, double reach, const double *key,
+                              const double *time);
+/* Releases what set_span holds; cp stays usable without a span. */
+void rv_cp_attn_free(rv_cp_attn *cp);
 
 /* o (len, heads, dim) and lse (heads, len) of this rank's queries against every key. */
 rv_status rv_cp_attn_forward(rv_cp_attn *cp, const float *q, const float *k, const float *v,

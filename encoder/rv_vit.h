@@ -378,9 +378,44 @@ typedef struct rv_vit_tokens {
                                  (size / P); positions are resampled when it
                                  differs from cfg.grid */
     int64_t audio_steps;      /* audio time steps of the whole sequence (the
-                                 layout's steps): RV_APOS_GRID resamples its
-                                 positions to it when it exceeds audio_grid_t */
+                                 layout's steps; of one block with block spans):
+                                 RV_APOS_GRID resamples its positions to it when
+                                 it exceeds audio_grid_t */
+    const int64_t *window;    /* (len) each token's window (block) index, as the
+                                 tokenizer hands it out; required by block and
+                                 frame spans, else may be NULL */
 } rv_vit_tokens;
+
+/* Attention spans on the time axis that audio and video tokens share (issue:
+ * hour-long recordings at linear cost). A token's time is its start, s.
+ *   full         every token sees every token (the default)
+ *   window=W     token i sees token j when |t_i - t_j| <= W / 2
+ *   block=W      the recording is cut into consecutive W-second blocks (the
+ *                tokenizer's windows, each led by its own special tokens) and
+ *                tokens see only their own block: the same as embedding each
+ *                block on its own
+ *   frame        each tubelet time step (and the audio patches starting within
+ *                it) is its own block: an image model so equals itself on every
+ *                frame
+ * With causal attention a span also needs t_j <= t_i (by sequence position for
+ * equal times). Blocks and frames read each token's block from the tokens'
+ * window index (rv_vit_tokens.window). */
+typedef enum rv_span_kind {
+    RV_SPAN_FULL = 0,
+    RV_SPAN_WINDOW = 1,
+    RV_SPAN_BLOCK = 2,
+    RV_SPAN_FRAME = 3,
+} rv_span_kind;
+
+typedef struct rv_span {
+    rv_span_kind kind;
+    double seconds;    /* W of window and block (> 0) */
+} rv_span;
+
+/* "full", "frame", "block=SECONDS", "window=SECONDS" -> span; RV_ERR_INVALID naming
+ * the text. format writes the same form ("window=16"). */
+rv_status rv_span_parse(const char *text, rv_span *out);
+void rv_span_format(const rv_span *s, char *buf, size_t cap);
 
 typedef struct rv_vit_run {
     rv_backend *be;           /* compute backend (not owned) */
@@ -391,6 +426,8 @@ typedef struct rv_vit_run {
     /* For a backend other than "cpu": the model's weights in its memory
      * (rv_vit_to_backend); the forward then runs the blocks there. NULL on cpu. */
     const rv_vit_model *weights;
+    rv_span span;             /* attention span (zero: full); a span over more
+                                 than one rank needs the contiguous plan */
 } rv_vit_run;
 
 typedef struct rv_vit_stats {
@@ -416,6 +453,19 @@ void rv_vit_backend_free(rv_backend *be, rv_vit_model **dm);
 rv_status rv_vit_forward(const rv_vit_model *m, const rv_vit_run *run,
                          const rv_vit_tokens *in, float *y, rv_vit_stats *stats);
 
+/* x (in->len, D): the embedding of every token of in, on a host backend (be
+ * "cpu"): what the forward starts from. in may be any run of tokens of a
+ * sequence (a tokenizer batch), so a long recording is embedded while it is
+ * tokenized and its patches never held whole. Adds the GEMM FLOPs to *flops (may
+ * be NULL). */
+rv_status rv_vit_embed(const rv_vit_model *m, rv_backend *be, const rv_vit_tokens *in,
+                       float *x, double *flops);
+
+/* As rv_vit_forward from embeddings: y (len, D) holds rv_vit_embed's output on
+ * entry and the outputs on return; in->video and in->audio are not read. */
+rv_status rv_vit_forward_embedded(const rv_vit_model *m, const rv_vit_run *run,
+                                  const rv_vit_tokens *in, float *y, rv_vit_stats *stats);
+
 /* FLOPs of the whole sequence's forward (all ranks), for rates. */
 double rv_vit_forward_flops(const rv_vit_config *c, int64_t seq, int64_t nvideo,
                             int64_t naudio, int causal);
@@ -425,18 +475,21 @@ double rv_vit_forward_flops(const rv_vit_config *c, int64_t seq, int64_t nvideo,
 typedef struct rv_vit_pool_opts {
     double segment_s;  /* window length, s (default 10) */
     double end_s;      /* the recording's end, s since t0: segments cover [0, end_s) */
+    double hop_s;      /* start of segment g is g * hop_s (0: segment_s, adjacent
+                          windows; less: overlapping ones) */
 } rv_vit_pool_opts;
 
 typedef struct rv_vit_pooled {
     int dim;
     int64_t tokens;           /* tokens pooled (all but CLS) */
     float *global;            /* (D) mean of every token's output but CLS */
-    int64_t segments;         /* G = max(1, ceil(end_s / segment_s)) */
-    float *segment;           /* (G, D) means of the tokens starting in each window;
-                                 a token starting at or after G * segment_s counts in
-                                 the last; an empty window is zeros */
-    double *segment_start;    /* (G) g * segment_s */
-    double *segment_end;      /* (G) min((g + 1) * segment_s, end_s) (the last: end_s) */
+    int64_t segments;         /* G = max(1, ceil(end_s / hop_s)) */
+    float *segment;           /* (G, D) means of the tokens starting in each window
+                                 [g hop_s, g hop_s + segment_s); a token starting
+                                 after every window counts in the last; an empty
+                                 window is zeros */
+    double *segment_start;    /* (G) g * hop_s */
+    double *segment_end;      /* (G) min(g * hop_s + segment_s, end_s) */
     int64_t *segment_tokens;  /* (G) */
     float *modality_mean;     /* (2, D) video, audio (zeros when none) */
     int64_t modality_tokens[2];

@@ -96,7 +96,7 @@ rv_status rv_vit_backward(const rv_vit_model *m, const rv_vit_run *run,
                           const rv_vit_tokens *in, const rv_vit_acts *acts, const float *dy,
                           rv_vit_model *grad, float *dmask_token, rv_vit_stats *stats)
 {
-    rv_status st = vit_check_args(m, run, in, dy, 1);
+    rv_status st = vit_check_args(m, run, in, dy, 1, 1);
     if (st != RV_OK || (st = check_backward(m, in, acts, grad, dmask_token)) != RV_OK)
         return st;
     const rv_vit_config *c = &m->cfg;
@@ -118,7 +118,7 @@ rv_status rv_vit_backward(const rv_vit_model *m, const rv_vit_run *run,
                        "backend is %s (use the forward_train of the same backend)",
                        a->be ? a->be->name : "host", be->name);
     rv_vit_stats s = {0};
-    rv_cp_attn cp;
+    rv_cp_attn cp = {0};
     float *dx = NULL, *t1 = NULL, *t2 = NULL, *t3 = NULL, *dqkv = NULL, *big = NULL, *ms = NULL;
     double t0 = vit_now(), t1s;
     size_t bytes = a->bytes + sizeof(float) * (6 * nd + (size_t)cap * M + 2 * (size_t)cap);
@@ -143,6 +143,8 @@ rv_status rv_vit_backward(const rv_vit_model *m, const rv_vit_run *run,
     }
     if ((st = rv_cp_attn_init(&cp, be, run->comm, &run->plan, run->strategy, H, D / H,
                               run->causal, 0.0f)) != RV_OK)
+        goto end;
+    if ((st = vit_span_setup(&cp, run, in)) != RV_OK)
         goto end;
 
     /* Final LayerNorm (a family without one passes dy straight on). */
@@ -274,6 +276,7 @@ rv_status rv_vit_backward(const rv_vit_model *m, const rv_vit_run *run,
     if (stats)
         *stats = s;
 end:
+    rv_cp_attn_free(&cp);
     be->free(be, dx);
     be->free(be, t1);
     be->free(be, t2);

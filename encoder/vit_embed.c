@@ -45,7 +45,7 @@ void vit_time_codes(const rv_vit_tokens *in, int dim, float *codes)
     }
 }
 
-rv_status vit_tokens_check(const rv_vit_model *m, const rv_vit_tokens *in)
+rv_status vit_tokens_check(const rv_vit_model *m, const rv_vit_tokens *in, int patches)
 {
     const rv_vit_config *c = &m->cfg;
     const int bands = rv_vit_bands(c);
@@ -56,7 +56,7 @@ rv_status vit_tokens_check(const rv_vit_model *m, const rv_vit_tokens *in)
     if (in->len > 0 && (!in->modality || !in->pos || !in->time))
         return rv_fail(RV_ERR_INVALID, "vit forward: %lld tokens without modality, pos or time",
                        (long long)in->len);
-    if ((in->nvideo > 0 && !in->video) || (in->naudio > 0 && !in->audio))
+    if (patches && ((in->nvideo > 0 && !in->video) || (in->naudio > 0 && !in->audio)))
         return rv_fail(RV_ERR_INVALID, "vit forward: %lld video / %lld audio tokens but no "
                        "patches", (long long)in->nvideo, (long long)in->naudio);
     if (in->nvideo > 0 && !c->video)

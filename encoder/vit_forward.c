@@ -17,6 +17,7 @@
  * backend these buffers and the residual stream are device memory; the embedding
  * is computed on the host into y, uploaded, and the result copied back to y. */
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -49,7 +50,7 @@ double rv_vit_forward_flops(const rv_vit_config *c, int64_t seq, int64_t nvideo,
 }
 
 rv_status vit_check_args(const rv_vit_model *m, const rv_vit_run *run, const rv_vit_tokens *in,
-                         const float *y, int y_on_device_ok)
+                         const float *y, int y_on_device_ok, int patches)
 {
     if (!m || !run || !in || !run->be || !run->comm)
         return rv_fail(RV_ERR_INVALID, "vit forward: model, run (backend, communicator) and "
@@ -77,105 +78,134 @@ rv_status vit_check_args(const rv_vit_model *m, const rv_vit_run *run, const rv_
                        (long long)in->len);
     if (in->len > 0 && !y)
         return rv_fail(RV_ERR_INVALID, "vit forward: y is NULL");
-    return vit_tokens_check(m, in);
+    return vit_tokens_check(m, in, patches);
 }
 
-rv_status rv_vit_forward(const rv_vit_model *m, const rv_vit_run *run,
-                         const rv_vit_tokens *in, float *y, rv_vit_stats *stats)
+rv_status rv_vit_embed(const rv_vit_model *m, rv_backend *be, const rv_vit_tokens *in,
+                       float *x, double *flops)
 {
-    rv_status st = vit_check_args(m, run, in, y, 1);
+    if (!m || !be || !in || (in->len > 0 && !x))
+        return rv_fail(RV_ERR_INVALID, "vit embed: model, backend, tokens and x are required");
+    if (strcmp(be->name, "cpu") != 0)
+        return rv_fail(RV_ERR_UNSUPPORTED, "vit embed: the embedding runs on a host backend, "
+                       "not %s", be->name);
+    rv_status st = vit_tokens_check(m, in, 1);
+    if (st != RV_OK || in->len == 0)
+        return st;
+    const rv_vit_config *c = &m->cfg;
+    const size_t D = (size_t)c->dim;
+    const int grid_pos = c->pos == RV_POS_GRID_BILINEAR || c->pos == RV_POS_GRID_BICUBIC;
+    const int resample = grid_pos && in->nvideo > 0 && in->grid != c->grid;
+    const size_t codes = c->time_code ? (size_t)in->len * D : 0;
+    const size_t vf = (size_t)in->nvideo * D, af = (size_t)in->naudio * D;
+    const size_t pf = resample ? (size_t)in->grid * in->grid * D : 0;
+    float *scratch = malloc(sizeof(float) * (codes + vf + af + pf + 1));
+    if (!scratch)
+        return rv_fail(RV_ERR_NOMEM, "vit embed: out of memory for %lld tokens",
+                       (long long)in->len);
+    float *pos = resample ? scratch + codes + vf + af : NULL;
+    if (resample)
+        vit_pos_resample(m, in->grid, pos);
+    vit_embed_scratch es = {scratch, scratch + codes, scratch + codes + vf, pos};
+    double fl = 0;
+    st = vit_embed(m, be, in, NULL, NULL, &es, x, &fl);
+    if (flops)
+        *flops += fl;
+    free(scratch);
+    return st;
+}
+
+/* The forward of rv_vit_forward (embedded 0: y is the output only) and of
+ * rv_vit_forward_embedded (1: y holds the embeddings on entry). */
+static rv_status forward(const rv_vit_model *m, const rv_vit_run *run, const rv_vit_tokens *in,
+                         float *y, rv_vit_stats *stats, int embedded)
+{
+    rv_status st = vit_check_args(m, run, in, y, 1, !embedded);
     if (st != RV_OK)
         return st;
     const rv_vit_config *c = &m->cfg;
     rv_backend *be = run->be;
     /* On a device: the weights and the residual stream (yd) in its memory, and a
-     * host backend with host scratch for the embedding. */
+     * host backend for the embedding. */
     const int on_host = strcmp(be->name, "cpu") == 0;
     const rv_vit_model *wm = on_host ? m : run->weights;
+    /* Under a span on the ring (or one rank) the blocks run in query rows
+     * (vit_forward_rows.c): a rank holds its residual, K and V, no more. */
+    const int rows = run->span.kind != RV_SPAN_FULL &&
+                     (run->plan.ranks == 1 || run->strategy == RV_CP_RING);
     rv_backend *hb = NULL;
-    float *yd = on_host ? y : NULL, *hscratch = NULL;
+    float *yd = on_host ? y : NULL;
     const int D = c->dim, H = c->heads, M = c->mlp, len = (int)in->len;
     const int cap = len > 0 ? len : 1; /* buffers stay valid pointers on an empty rank */
     const size_t nd = (size_t)cap * D;
     rv_vit_stats s = {0};
-    rv_cp_attn cp;
-    float *h = NULL, *qkv = NULL, *lse = NULL, *mean = NULL, *rstd = NULL, *hid = NULL,
-          *pos = NULL;
+    rv_cp_attn cp = {0};
+    float *h = NULL, *qkv = NULL, *lse = NULL, *mean = NULL, *rstd = NULL, *hid = NULL;
     double t0 = vit_now(), t1;
+    size_t bytes = sizeof(float) * nd; /* y */
 
-    /* The MLP's hidden rows borrow qkv when a worthwhile chunk fits there. */
-    int chunk = (int)(3 * nd / (size_t)M < (size_t)cap ? 3 * nd / (size_t)M : (size_t)cap);
-    int own_hidden = chunk < (cap < MLP_MIN_ROWS ? cap : MLP_MIN_ROWS);
-    if (own_hidden)
-        chunk = cap < MLP_OWN_ROWS ? cap : MLP_OWN_ROWS;
-    const int grid_pos = c->pos == RV_POS_GRID_BILINEAR || c->pos == RV_POS_GRID_BICUBIC;
-    int resample = grid_pos && in->nvideo > 0 && in->grid != c->grid;
-    size_t pos_floats = resample ? (size_t)in->grid * in->grid * D : 0;
-    size_t bytes = sizeof(float) * (nd /* y */ + nd + 3 * nd + (size_t)H * cap + 2 * (size_t)cap +
-                                    (own_hidden ? (size_t)chunk * M : 0) + pos_floats);
-    if ((st = be->alloc(be, sizeof(float) * nd, (void **)&h)) != RV_OK ||
-        (st = be->alloc(be, sizeof(float) * 3 * nd, (void **)&qkv)) != RV_OK ||
-        (st = be->alloc(be, sizeof(float) * (size_t)H * cap, (void **)&lse)) != RV_OK ||
-        (st = be->alloc(be, sizeof(float) * cap, (void **)&mean)) != RV_OK ||
-        (st = be->alloc(be, sizeof(float) * cap, (void **)&rstd)) != RV_OK)
-        goto end;
-    if (own_hidden && (st = be->alloc(be, sizeof(float) * (size_t)chunk * M, (void **)&hid)) != RV_OK)
-        goto end;
-    if (!own_hidden)
-        hid = qkv;
-    float *q = qkv, *k = qkv + nd, *v = qkv + 2 * nd;
     if ((st = rv_cp_attn_init(&cp, be, run->comm, &run->plan, run->strategy, H, D / H,
-                              run->causal, 0.0f)) != RV_OK)
+                              run->causal, 0.0f)) != RV_OK ||
+        (st = vit_span_setup(&cp, run, in)) != RV_OK)
         goto end;
-
-    if (on_host) {
-        if (resample) {
-            if ((st = be->alloc(be, sizeof(float) * pos_floats, (void **)&pos)) != RV_OK)
-                goto end;
-            vit_pos_resample(m, in->grid, pos);
-        }
-        vit_embed_scratch es = {q, k, v, pos};
-        if ((st = vit_embed(m, be, in, NULL, NULL, &es, y, &s.flops)) != RV_OK)
+    if (!embedded) {
+        if (!on_host && (st = rv_backend_cpu_create(0, &hb)) != RV_OK)
             goto end;
-    } else {
-        /* The embedding gathers and scatters by token on the host; the blocks,
-         * nearly all of the work, then run on the device from yd. */
-        hscratch = malloc(sizeof(float) * (3 * nd + (pos_floats ? pos_floats : 1)));
-        if (!hscratch) {
-            st = rv_fail(RV_ERR_NOMEM, "vit forward: no host memory for the embedding of %d "
-                         "tokens", len);
+        if ((st = rv_vit_embed(m, on_host ? be : hb, in, y, &s.flops)) != RV_OK)
             goto end;
-        }
-        float *hpos = resample ? hscratch + 3 * nd : NULL;
-        if (resample)
-            vit_pos_resample(m, in->grid, hpos);
-        vit_embed_scratch es = {hscratch, hscratch + nd, hscratch + 2 * nd, hpos};
-        if ((st = rv_backend_cpu_create(0, &hb)) != RV_OK ||
-            (st = vit_embed(m, hb, in, NULL, NULL, &es, y, &s.flops)) != RV_OK ||
-            (st = be->alloc(be, sizeof(float) * nd, (void **)&yd)) != RV_OK ||
-            (st = be->copy(be, yd, y, sizeof(float) * (size_t)len * D, RV_COPY_HOST_TO_DEVICE)) != RV_OK)
-            goto end;
-        free(hscratch);
-        hscratch = NULL;
+        /* the embedding's scratch is gone before the blocks' buffers come */
+        bytes += sizeof(float) * ((c->time_code ? nd : 0) +
+                                  (size_t)(in->nvideo + in->naudio) * D);
     }
+    if (!on_host &&
+        ((st = be->alloc(be, sizeof(float) * nd, (void **)&yd)) != RV_OK ||
+         (st = be->copy(be, yd, y, sizeof(float) * (size_t)len * D, RV_COPY_HOST_TO_DEVICE)) != RV_OK))
+        goto end;
+    if ((st = be->alloc(be, sizeof(float) * cap, (void **)&mean)) != RV_OK)
+        goto end;
+    if ((st = be->alloc(be, sizeof(float) * cap, (void **)&rstd)) != RV_OK)
+        goto end;
     if (c->pre_norm && (st = be->layernorm_fwd(be, yd, wm->pre_ln_w, wm->pre_ln_b, len, D, c->eps,
                                                yd, mean, rstd)) != RV_OK)
         goto end;
     t1 = vit_now();
     s.embed_s = t1 - t0, t0 = t1;
 
-    /* The residual stream yd is updated in place; the attention output goes to
-     * h, the MLP's rows to hid; a layer scale's scratch is q (free once the
-     * attention has run) and h. */
-    const vit_block_io io = {
-        .x = yd, .xmid = yd, .xout = yd, .h = h, .q = q, .k = k, .v = v, .o = h, .lse = lse,
-        .ln1_mean = mean, .ln1_rstd = rstd, .ln2_mean = mean, .ln2_rstd = rstd,
-        .pre = hid, .act = hid, .chunk = chunk, .pre_all_rows = 0,
-        .tmp_attn = c->layer_scale ? q : NULL, .tmp_mlp = c->layer_scale ? h : NULL,
-    };
-    for (int l = 0; l < c->layers; l++)
-        if ((st = vit_block_forward(be, &cp, c, &wm->layer[l], len, &io, &s)) != RV_OK)
+    if (rows) {
+        size_t rb = 0;
+        if ((st = vit_blocks_rows(be, &cp, c, wm, yd, len, &s, &rb)) != RV_OK)
             goto end;
+        bytes += rb;
+    } else {
+        /* The MLP's hidden rows borrow qkv when a worthwhile chunk fits there. */
+        int chunk = (int)(3 * nd / (size_t)M < (size_t)cap ? 3 * nd / (size_t)M : (size_t)cap);
+        int own_hidden = chunk < (cap < MLP_MIN_ROWS ? cap : MLP_MIN_ROWS);
+        if (own_hidden)
+            chunk = cap < MLP_OWN_ROWS ? cap : MLP_OWN_ROWS;
+        bytes += sizeof(float) * (nd + 3 * nd + (size_t)H * cap + 2 * (size_t)cap +
+                                  (own_hidden ? (size_t)chunk * M : 0));
+        if ((st = be->alloc(be, sizeof(float) * nd, (void **)&h)) != RV_OK ||
+            (st = be->alloc(be, sizeof(float) * 3 * nd, (void **)&qkv)) != RV_OK ||
+            (st = be->alloc(be, sizeof(float) * (size_t)H * cap, (void **)&lse)) != RV_OK)
+            goto end;
+        if (own_hidden &&
+            (st = be->alloc(be, sizeof(float) * (size_t)chunk * M, (void **)&hid)) != RV_OK)
+            goto end;
+        float *q = qkv, *k = qkv + nd, *v = qkv + 2 * nd;
+        float *hrows = own_hidden ? hid : qkv;
+        /* The residual stream yd is updated in place; the attention output goes to
+         * h, the MLP's rows to hrows; a layer scale's scratch is q (free once the
+         * attention has run) and h. */
+        const vit_block_io io = {
+            .x = yd, .xmid = yd, .xout = yd, .h = h, .q = q, .k = k, .v = v, .o = h, .lse = lse,
+            .ln1_mean = mean, .ln1_rstd = rstd, .ln2_mean = mean, .ln2_rstd = rstd,
+            .pre = hrows, .act = hrows, .chunk = chunk, .pre_all_rows = 0,
+            .tmp_attn = c->layer_scale ? q : NULL, .tmp_mlp = c->layer_scale ? h : NULL,
+        };
+        for (int l = 0; l < c->layers; l++)
+            if ((st = vit_block_forward(be, &cp, c, &wm->layer[l], len, &io, &s)) != RV_OK)
+                goto end;
+    }
     t0 = vit_now();
     if (c->final_norm &&
         (st = be->layernorm_fwd(be, yd, wm->ln_w, wm->ln_b, len, D, c->eps, yd, mean, rstd)) != RV_OK)
@@ -192,11 +222,11 @@ rv_status rv_vit_forward(const rv_vit_model *m, const rv_vit_run *run,
     if (stats)
         *stats = s;
 end:
+    rv_cp_attn_free(&cp);
     if (!on_host) {
         be->synchronize(be); /* after an error kernels may still use the buffers */
         if (yd)
             be->free(be, yd);
-        free(hscratch);
         rv_backend_free(&hb);
     }
     be->free(be, h);
@@ -204,8 +234,18 @@ end:
     be->free(be, lse);
     be->free(be, mean);
     be->free(be, rstd);
-    if (own_hidden)
-        be->free(be, hid);
-    be->free(be, pos);
+    be->free(be, hid);
     return st;
+}
+
+rv_status rv_vit_forward(const rv_vit_model *m, const rv_vit_run *run,
+                         const rv_vit_tokens *in, float *y, rv_vit_stats *stats)
+{
+    return forward(m, run, in, y, stats, 0);
+}
+
+rv_status rv_vit_forward_embedded(const rv_vit_model *m, const rv_vit_run *run,
+                                  const rv_vit_tokens *in, float *y, rv_vit_stats *stats)
+{
+    return forward(m, run, in, y, stats, 1);
 }

@@ -57,6 +57,10 @@ rv_status vit_hub_load(const char *dir, const rv_vit_load_opts *opts, rv_vit_mod
 rv_status vit_apply_load_opts(const rv_vit_load_opts *opts, const char *label, int file_T,
                               const char *video_name, rv_vit_config *c);
 
+/* The attention span of run over this rank's slice, handed to cp (vit_span.c):
+ * nothing for full attention. Every rank of the CP group calls it together. */
+rv_status vit_span_setup(rv_cp_attn *cp, const rv_vit_run *run, const rv_vit_tokens *in);
+
 /* Monotonic wall clock, s. */
 double vit_now(void);
 
@@ -64,7 +68,7 @@ double vit_now(void);
  * len > 0), with messages naming the numbers. y_on_device_ok: the caller runs on
  * a device backend when run->weights is set (the forward); 0: host backends only. */
 rv_status vit_check_args(const rv_vit_model *m, const rv_vit_run *run, const rv_vit_tokens *in,
-                         const float *y, int y_on_device_ok);
+                         const float *y, int y_on_device_ok, int patches);
 
 /* What one block's forward reads and writes besides its weights (vit_block.c);
  * every buffer (len, .) of this rank's slice, in the backend's memory. */
@@ -92,6 +96,13 @@ rv_status vit_block_forward(rv_backend *be, rv_cp_attn *cp, const rv_vit_config 
                             const rv_vit_layer *w, int len, const vit_block_io *io,
                             rv_vit_stats *s);
 
+/* The blocks of an inference forward under a span, in query rows
+ * (vit_forward_rows.c): y (len, D) the residual stream in the backend's memory,
+ * updated in place; *bytes gets the buffers it held. */
+rv_status vit_blocks_rows(rv_backend *be, rv_cp_attn *cp, const rv_vit_config *c,
+                          const rv_vit_model *wm, float *y, int len, rv_vit_stats *s,
+                          size_t *bytes);
+
 /* Scratch the embedding borrows from the forward's buffers (each (len, D) floats
  * of this rank's slice; they are overwritten). */
 typedef struct vit_embed_scratch {
@@ -103,8 +114,9 @@ typedef struct vit_embed_scratch {
 } vit_embed_scratch;
 
 /* Checks the slice against the model (modalities, counts, positions in range),
- * naming the first bad token. */
-rv_status vit_tokens_check(const rv_vit_model *m, const rv_vit_tokens *in);
+ * naming the first bad token; patches: the video and audio patches must be there
+ * too (0: an embedded forward, which does not read them). */
+rv_status vit_tokens_check(const rv_vit_model *m, const rv_vit_tokens *in, int patches);
 
 /* x (len, D) = embed(token i) for every token of the slice (rv_vit.h). hidden
  * (len, may be NULL): 1 replaces token i's patch projection (weights and bias) by

@@ -63,16 +63,17 @@ rv_status rv_vit_pool(rv_comm *comm, const rv_vit_tokens *in, const float *y, in
         return rv_fail(RV_ERR_INVALID, "vit pool: communicator, tokens, outputs and dim > 0 "
                        "(got %d) are required", dim);
     double seg_s = opts && opts->segment_s > 0 ? opts->segment_s : DEFAULT_SEGMENT_S;
+    double hop_s = opts && opts->hop_s > 0 ? opts->hop_s : seg_s;
     double end_s = opts ? opts->end_s : 0;
-    if (!isfinite(seg_s) || !isfinite(end_s))
-        return rv_fail(RV_ERR_INVALID, "vit pool: segment_s %g and end_s %g must be finite",
-                       seg_s, end_s);
+    if (!isfinite(seg_s) || !isfinite(end_s) || !isfinite(hop_s))
+        return rv_fail(RV_ERR_INVALID, "vit pool: segment_s %g, hop_s %g and end_s %g must be "
+                       "finite", seg_s, hop_s, end_s);
     if (end_s <= 0 && (st = latest_end(comm, in, &end_s)) != RV_OK)
         return st;
-    double gd = ceil(end_s / seg_s);
+    double gd = ceil(end_s / hop_s);
     if (gd > 1e7)
-        return rv_fail(RV_ERR_INVALID, "vit pool: %g s in segments of %g s is too many segments",
-                       end_s, seg_s);
+        return rv_fail(RV_ERR_INVALID, "vit pool: %g s in segments every %g s is too many "
+                       "segments", end_s, hop_s);
     const int64_t G = gd < 1 ? 1 : (int64_t)gd;
     const size_t D = (size_t)dim;
 
@@ -97,23 +98,43 @@ rv_status rv_vit_pool(rv_comm *comm, const rv_vit_tokens *in, const float *y, in
     for (int64_t i = 0; i < in->len; i++) {
         const float *row = y + (size_t)i * D;
         int mod = in->modality[i];
-        size_t targets[3], nt = 0;
+        size_t fixed[2];
+        int nf = 0;
+        int64_t g_lo = 0, g_hi = -1;
         if (mod == RV_MOD_CLS) {
             /* special token 0 is the CLS, 1 AST's distillation token */
-            targets[nt++] = in->pos && in->pos[3 * i] == 1 ? rows - 1 : rows - 2;
+            fixed[nf++] = in->pos && in->pos[3 * i] == 1 ? rows - 1 : rows - 2;
         } else {
+            /* The windows [g hop, g hop + seg) holding t; one starting after every
+             * window's start counts in the last. Window floor(t / hop) always holds t
+             * when hop <= seg (so rounding in the lower bound cannot lose a token);
+             * with gaps between windows (hop > seg) a token may be in none. */
             double t = in->time[2 * i];
-            int64_t g = t > 0 ? (int64_t)floor(t / seg_s) : 0;
-            g = g < G ? g : G - 1;
-            targets[nt++] = 0;
-            targets[nt++] = 1 + (size_t)g;
-            targets[nt++] = 1 + (size_t)G + (mod == RV_MOD_AUDIO);
+            double hi = t > 0 ? floor(t / hop_s) : 0;
+            int clamped = hi >= (double)(G - 1);
+            g_hi = clamped ? G - 1 : (int64_t)hi;
+            if (hop_s < seg_s) {
+                double lo = floor((t - seg_s) / hop_s) + 1;
+                g_lo = lo > 0 ? (lo < (double)g_hi ? (int64_t)lo : g_hi) : 0;
+            } else {
+                g_lo = g_hi;
+                if (hop_s > seg_s && !clamped && t >= g_hi * hop_s + seg_s)
+                    g_lo = g_hi + 1; /* in a gap */
+            }
+            fixed[nf++] = 0;
+            fixed[nf++] = 1 + (size_t)G + (mod == RV_MOD_AUDIO);
         }
-        for (size_t j = 0; j < nt; j++) {
-            double *a = acc + targets[j] * D;
+        for (int j = 0; j < nf; j++) {
+            double *a = acc + fixed[j] * D;
             for (size_t c = 0; c < D; c++)
                 a[c] += row[c];
-            cnt[targets[j]] += 1;
+            cnt[fixed[j]] += 1;
+        }
+        for (int64_t g = g_lo; g <= g_hi; g++) {
+            double *a = acc + (1 + (size_t)g) * D;
+            for (size_t c = 0; c < D; c++)
+                a[c] += row[c];
+            cnt[1 + g] += 1;
         }
     }
     if ((st = rv_comm_allreduce(comm, acc, acc, nacc, RV_COMM_F64)) != RV_OK)
@@ -134,9 +155,9 @@ rv_status rv_vit_pool(rv_comm *comm, const rv_vit_tokens *in, const float *y, in
     out->tokens = (int64_t)cnt[0];
     for (int64_t g = 0; g < G; g++) {
         out->segment_tokens[g] = (int64_t)cnt[1 + g];
-        out->segment_start[g] = g * seg_s;
-        double e = (g + 1) * seg_s;
-        out->segment_end[g] = g == G - 1 || e > end_s ? end_s : e;
+        out->segment_start[g] = g * hop_s;
+        double e = g * hop_s + seg_s;
+        out->segment_end[g] = e > end_s || (g == G - 1 && hop_s == seg_s) ? end_s : e;
     }
     out->modality_tokens[0] = (int64_t)cnt[1 + G];
     out->modality_tokens[1] = (int64_t)cnt[2 + G];

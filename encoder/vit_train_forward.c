@@ -93,7 +93,7 @@ rv_status rv_vit_forward_train(const rv_vit_model *m, const rv_vit_run *run,
     if (!acts)
         return rv_fail(RV_ERR_INVALID, "vit forward_train: acts is NULL");
     *acts = NULL;
-    rv_status st = vit_check_args(m, run, in, y, 1);
+    rv_status st = vit_check_args(m, run, in, y, 1, 1);
     if (st != RV_OK)
         return st;
     const rv_vit_config *c = &m->cfg;
@@ -109,7 +109,7 @@ rv_status rv_vit_forward_train(const rv_vit_model *m, const rv_vit_run *run,
     const size_t nd = (size_t)cap * D;
     rv_vit_stats s = {0};
     rv_vit_acts *a = NULL;
-    rv_cp_attn cp;
+    rv_cp_attn cp = {0};
     float *h = NULL, *act = NULL, *pos = NULL;
     double t0 = vit_now(), t1;
 
@@ -134,6 +134,8 @@ rv_status rv_vit_forward_train(const rv_vit_model *m, const rv_vit_run *run,
         goto end;
     if ((st = rv_cp_attn_init(&cp, be, run->comm, &run->plan, run->strategy, H, D / H,
                               run->causal, 0.0f)) != RV_OK)
+        goto end;
+    if ((st = vit_span_setup(&cp, run, in)) != RV_OK)
         goto end;
 
     /* The embedding goes to x[0], or, before a pre-norm, to emb (kept for the
@@ -214,6 +216,7 @@ rv_status rv_vit_forward_train(const rv_vit_model *m, const rv_vit_run *run,
     *acts = a;
     a = NULL;
 end:
+    rv_cp_attn_free(&cp);
     rv_vit_acts_free(&a);
     if (!on_host) {
         be->synchronize(be); /* after an error kernels may still use the buffers */

@@ -178,10 +178,37 @@ rv_status rv_attn_check_dims(int sq, int sk, int heads, int dim, const char *op)
     return RV_OK;
 }
 
+rv_status rv_args_attn_mask(const rv_attn_mask *m, int sq, int sk, const char *op)
+{
+    switch (m->kind) {
+    case RV_MASK_NONE:
+    case RV_MASK_CAUSAL:
+        return RV_OK;
+    case RV_MASK_SPAN:
+        break;
+    default:
+        return rv_fail(RV_ERR_INVALID,
+                       "%s: unknown mask kind %d (known: %d none, %d causal, %d span)", op,
+                       (int)m->kind, (int)RV_MASK_NONE, (int)RV_MASK_CAUSAL, (int)RV_MASK_SPAN);
+    }
+    if (!(m->reach >= 0.0) || isinf(m->reach))
+        return rv_fail(RV_ERR_INVALID, "%s: span mask reach=%g must be finite and >= 0", op,
+                       m->reach);
+    if (sq > 0 && (!m->q_key || (m->causal && !m->q_time)))
+        return rv_fail(RV_ERR_INVALID, "%s: span mask %s is NULL with sq=%d", op,
+                       !m->q_key ? "q_key" : "q_time (causal)", sq);
+    if (sk > 0 && (!m->k_key || (m->causal && !m->k_time)))
+        return rv_fail(RV_ERR_INVALID, "%s: span mask %s is NULL with sk=%d", op,
+                       !m->k_key ? "k_key" : "k_time (causal)", sk);
+    return RV_OK;
+}
+
 rv_status rv_args_attn_fwd(const rv_attn_fwd_args *a, int *none)
 {
     *none = 0;
     rv_status st = rv_attn_check_dims(a->sq, a->sk, a->heads, a->dim, "attn_fwd");
+    if (st == RV_OK)
+        st = rv_args_attn_mask(&a->mask, a->sq, a->sk, "attn_fwd");
     if (st != RV_OK)
         return st;
     if (a->sq == 0) {

@@ -44,6 +44,9 @@ rv_status rv_args_colsum_mul_add(const float *a, const float *b, int rows, int c
                                  const float *dst, int *none);
 /* Attention shapes: sq, sk >= 0, heads, dim > 0, heads * dim at most 2^20. */
 rv_status rv_attn_check_dims(int sq, int sk, int heads, int dim, const char *op);
+/* The mask: a known kind; RV_MASK_SPAN wants a finite reach >= 0, q_key when sq > 0
+ * and k_key when sk > 0 (and the times with causal). */
+rv_status rv_args_attn_mask(const rv_attn_mask *m, int sq, int sk, const char *op);
 rv_status rv_args_attn_fwd(const rv_attn_fwd_args *a, int *none);
 rv_status rv_args_attn_merge(const float *o, const float *lse, const float *o2,
                              const float *lse2, int sq, int heads, int dim, int *none);

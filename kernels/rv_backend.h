@@ -37,14 +37,31 @@ typedef enum rv_act {
 typedef enum rv_mask_kind {
     RV_MASK_NONE = 0,
     RV_MASK_CAUSAL = 1, /* key at global position kp is seen by query qp iff kp <= qp */
+    RV_MASK_SPAN = 2,   /* per-token keys and times (rv_attn_mask's span fields) */
 } rv_mask_kind;
 
 /* A mask with the global positions of the first query and key rows, so a causal
- * mask stays right when the query and key chunks come from different ranks. */
+ * mask stays right when the query and key chunks come from different ranks.
+ *
+ * RV_MASK_SPAN (attention spans on the time axis, rv_vit.h): query row i sees key
+ * row j when
+ *     |q_key[i] - k_key[j]| <= reach
+ * and, with causal, also
+ *     k_time[j] < q_time[i], or k_time[j] == q_time[i] and k_start + j <= q_start + i.
+ * A key is a token's start time in seconds (a sliding window: reach = W / 2) or
+ * its block's index (blocks and frames: reach = 0); the times are start times.
+ * The arrays are the backend's memory; their values need not be sorted (tokens
+ * of one interleaving window are not), but kernels are fastest when nearby rows
+ * hold nearby values, since they skip tiles whose ranges cannot meet. */
 typedef struct rv_attn_mask {
     rv_mask_kind kind;
     int64_t q_start; /* global position of query row 0 */
     int64_t k_start; /* global position of key row 0 */
+    /* RV_MASK_SPAN only: */
+    const double *q_key, *k_key;   /* (sq), (sk) */
+    const double *q_time, *k_time; /* (sq), (sk): read with causal only; may be the keys */
+    double reach;                  /* >= 0, finite */
+    int causal;                    /* 1: the time-causal rule too */
 } rv_attn_mask;
 
 typedef struct rv_attn_fwd_args {

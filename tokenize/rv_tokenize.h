@@ -35,13 +35,16 @@
 extern "C" {
 #endif
 
-/* A run of consecutive tokens of the sequence (one window's, or part of one). */
+/* A run of consecutive tokens of the sequence (one window's, or part of one;
+ * the leading special tokens come with the first window's). */
 typedef struct rv_tok_batch {
     int64_t first;            /* global index of the first token */
     int64_t count;            /* tokens (may be 0) */
     const uint8_t *modality;  /* (count) rv_modality */
     const int64_t *pos;       /* (count, 3) */
     const double *time;       /* (count, 2) start, end; s since t0 */
+    const int64_t *window;    /* (count) each token's window (rv_token.window):
+                                 with blocks (rv_tokens.h) its attention block */
     int64_t nvideo;           /* video tokens among them */
     const float *video;       /* (nvideo, video_dim) their patches, in order */
     int64_t naudio;
@@ -61,7 +64,8 @@ typedef struct rv_tok_stats {
     rv_tok_layout layout;     /* the sequence: the plan, or (open) the recording's */
     int64_t first, tokens;    /* tokens handed out: [first, first + tokens) */
     int64_t video_tokens, audio_tokens;
-    int64_t cls_tokens;       /* special tokens (class and distillation) handed out */
+    int64_t cls_tokens;       /* special tokens (class and distillation) handed out,
+                                 those of every window with cls_each_window */
     int64_t fbank_frames;     /* fbank frames computed */
     int64_t padded_frames, padded_samples;   /* made up: the recording ended early */
     int64_t dropped_frames, dropped_samples; /* ignored: after the plan's end */
@@ -76,7 +80,7 @@ typedef struct rv_tokenizer rv_tokenizer;
 /* plan != NULL: planned, tokens [first, first + count) of plan (to and io are
  * then ignored). plan == NULL: open, the whole sequence; has_video / has_audio
  * say whether frames / audio will come at all (so the other modality is not
- * held back waiting for them). */
+ * held back waiting for them); frame windows without video are refused. */
 rv_status rv_tokenizer_new(const rv_tok_layout *plan, int64_t first, int64_t count,
                            const rv_tok_opts *to, const rv_ingest_opts *io, int has_video,
                            int has_audio, rv_tok_batch_fn fn, void *user, rv_tokenizer **out);

@@ -27,11 +27,14 @@
  *                     0..125). Only whole patches are made: the fbank frames
  *                     after the last time step, and the mel bins above the last
  *                     band, are read by no token.
- *   RV_MOD_CLS   (2)  the optional leading special tokens, cls of them (0, 1 or
- *                     2): token i (i < cls) is the class token (i = 0) or the
- *                     distillation token (i = 1, as DeiT and AST have), with
- *                     position (i, 0, 0), item -1, part 0, no patch, time
- *                     [start, start] (start = the first grid frame's time).
+ *   RV_MOD_CLS   (2)  the optional special tokens, cls of them (0, 1 or 2) in
+ *                     front of the sequence, or in front of every window with
+ *                     cls_each_window: special token i (i < cls) is the class
+ *                     token (i = 0) or the distillation token (i = 1, as DeiT
+ *                     and AST have), with position (i, 0, 0), item -1, part 0,
+ *                     no patch, time [t, t]: t = start (the first grid frame's
+ *                     time) in front of the sequence; t = t_w, the start of its
+ *                     window w (below), with cls_each_window.
  *
  * Times (seconds since t0, the time origin of rv_ingest.h): a tubelet spans
  * [t_gT, t_{gT+T}) with t_k = rv_ingest_frame_time(k), so its start is exactly
@@ -39,15 +42,42 @@
  * samples its fbank frames read, [start + j0 / 16000, start + j1 / 16000) with
  * j0 = p * stride * 160 and j1 = j0 + (W - 1) * 160 + 400.
  *
- * Order: the time after the grid start (ingest's start_s) is cut into windows
- * of window_s seconds; window w holds every tubelet whose first frame and every
- * audio patch whose first sample falls in [w * window_s, (w + 1) * window_s),
- * decided in exact integer arithmetic (window_s is rounded to the microsecond).
- * The sequence is: the cls special tokens (class, then distillation), then
- * for w = 0, 1, ...: the video tokens of w (tubelet by tubelet, each row by
- * row, column by column), then the audio tokens of w (time step by time step,
- * each band from low to high frequency). Token times are therefore
- * non-decreasing within each modality; window 0 starts at token cls.
+ * Order: the time after the grid start (ingest's start_s) is cut into windows.
+ * Time windows (frame_windows 0, the default): window w is [w * window_s,
+ * (w + 1) * window_s) after the grid start, window_s rounded to the
+ * microsecond; it holds every tubelet whose first frame and every audio patch
+ * whose first sample falls in it; t_w = start + w * window_s, i.e. (start_us +
+ * w * window_us) / 1e6 s. Frame windows (frame_windows 1, needs video): window
+ * w is tubelet w's time range [t_wT, t_(w+1)T) (t_k the sampled frame times,
+ * unbounded: tubelets after the last frame still have their ranges), so it
+ * holds tubelet w and every audio patch whose first sample (sample j is at
+ * start + j / 16000 s) falls in that range; t_w = t_wT. Every decision is made
+ * on exact integers (fps_num / fps_den, samples, microseconds): no floating
+ * point. windows = one past the last window holding a video or audio token
+ * (windows in between may hold none).
+ * The sequence: the cls special tokens (class, then distillation), then for
+ * w = 0, 1, ...: the video tokens of w (tubelet by tubelet, each row by row,
+ * column by column), then the audio tokens of w (time step by time step, each
+ * band from low to high frequency). With cls_each_window the special tokens
+ * lead every window instead: for w = 0 .. windows - 1: the cls special tokens
+ * of w, the video tokens of w, the audio tokens of w; every window gets them,
+ * one without video or audio tokens too, so seq = windows * cls + nvideo +
+ * naudio (else cls + nvideo + naudio). Token times are therefore
+ * non-decreasing within each modality.
+ *
+ * Windows are attention blocks: a caller that lets tokens attend only within
+ * their window (rv_token.window, rv_tok_batch.window) sees each block as if it
+ * had been embedded on its own. With window_positions a token's time position
+ * restarts in each window: video pos[0] = g - g0(w), audio pos[0] = p - p0(w),
+ * g0(w) / p0(w) the first tubelet / audio step of window w (rows, columns and
+ * bands unchanged; item keeps g / p). With cls_each_window too, window w's
+ * tokens are exactly those of the recording cut at the block (a layout whose
+ * grid starts at t_w and holds the block's frames and the audio its patches
+ * read) whenever t_w is a tubelet edge and an audio step edge: the same
+ * patches, positions, times and special tokens. The cut keeps what the
+ * block's tokens read after its end: the frames of a tubelet that starts in
+ * the block and ends after it, and the samples its last audio patches read
+ * after it (an audio patch is in the block when its first sample is).
  *
  * The layout (rv_tok_layout) is that order as arithmetic: from the options and
  * two numbers, the sampled frames and audio samples the sequence covers, every
@@ -98,16 +128,25 @@ typedef struct rv_tok_opts {
     int audio_fstride;    /* mel bins between the first bins of neighbouring bands,
                              0..128; 0 (default) means F: bands side by side */
     float audio_mean, audio_std; /* AST: -4.2677393, 4.5689974 */
-    double window_s;      /* interleaving window, s (default 2) */
+    double window_s;      /* interleaving window, s (default 2); unused with
+                             frame_windows */
     int cls;              /* leading special tokens (default 0): 1 a class token,
                              2 a class then a distillation token */
     int video, audio;     /* 0 leaves that modality out (default 1, 1) */
+    /* windows as attention blocks (rv_tokens.h's header; all 0 by default, which
+     * is the sequence as it was before them) */
+    int frame_windows;    /* 1: window w is tubelet w's time range, not window_s
+                             seconds (window_s is then unused); needs video */
+    int cls_each_window;  /* 1: the cls special tokens lead every window */
+    int window_positions; /* 1: video / audio pos[0] counts from the window's
+                             first tubelet / audio step */
 } rv_tok_opts;
 
 void rv_tok_opts_default(rv_tok_opts *o);
 
-/* Checks the options on their own (ranges, std > 0, cls 0..2); the layout
- * checks what depends on the frame size. */
+/* Checks the options on their own (ranges, std > 0, cls 0..2, the window flags
+ * 0 or 1, frame windows only with video); the layout checks what depends on
+ * the frame size. */
 rv_status rv_tok_opts_check(const rv_tok_opts *o);
 
 /* The mel bins between neighbouring bands (audio_fstride, or F when it is 0)
@@ -119,10 +158,12 @@ int rv_tok_audio_bands(const rv_tok_opts *o);
 typedef struct rv_token {
     int modality;      /* rv_modality */
     int64_t pos[3];    /* video (g, y, x); audio (p, band, 0); special token i:
-                          (i, 0, 0), 0 the class token, 1 the distillation token */
+                          (i, 0, 0), 0 the class token, 1 the distillation token;
+                          with window_positions g - g0(w) and p - p0(w) */
     double time[2];    /* start, end, s since t0 */
     int64_t item;      /* tubelet g or audio time step p (-1 for special tokens) */
     int part;          /* patch y * grid + x, or band (0 for special tokens) */
+    int64_t window;    /* its window w (the leading special tokens: 0) */
 } rv_token;
 
 /* The layout of one sequence. Plain data: copy it, send it to other ranks. */
@@ -140,10 +181,13 @@ typedef struct rv_tok_layout {
     int64_t tubelets;       /* ceil(nframes / T) */
     int64_t fbank_frames;   /* 1 + (nsamples - 400) / 160, 0 under 400 samples */
     int64_t steps;          /* audio time steps: 1 + (fbank_frames - W) / stride */
-    int64_t window_us;      /* window_s in microseconds */
-    int64_t windows;        /* windows holding at least one token */
+    int64_t window_us;      /* window_s in microseconds (0 with frame_windows) */
+    int64_t windows;        /* one past the last window holding a video or audio
+                               token (0: none) */
     int64_t nvideo, naudio; /* tokens per modality */
-    int64_t seq;            /* all tokens, the cls special tokens included */
+    int64_t seq;            /* all tokens, the special tokens included */
+    int64_t nspecial;       /* special tokens: cls, or windows * cls with
+                               cls_each_window */
 } rv_tok_layout;
 
 /* The layout of a sequence covering nframes sampled frames and nsamples audio
@@ -164,10 +208,15 @@ rv_status rv_tok_layout_from_probe(const rv_probe *p, const rv_tok_opts *to,
                                    const rv_ingest_opts *io, rv_tok_layout *out,
                                    double *end_s);
 
-/* Window w's first global token index (w in [0, windows]; windows gives seq). */
+/* Window w's first global token index (w in [0, windows]; windows gives seq):
+ * its first special token with cls_each_window, else its first video or audio
+ * token (window 0 starts at cls, after the leading special tokens). */
 int64_t rv_tok_window_start(const rv_tok_layout *L, int64_t w);
-/* The window holding global token i (0 <= i < seq; special tokens are in 0). */
+/* The window holding global token i (0 <= i < seq; the leading special tokens
+ * are in 0, those of cls_each_window in the window they lead). */
 int64_t rv_tok_window_of(const rv_tok_layout *L, int64_t i);
+/* t_w, window w's start, s since t0 (the time of its special tokens). */
+double rv_tok_window_time(const rv_tok_layout *L, int64_t w);
 /* Windows of tubelet g and of audio step p. */
 int64_t rv_tok_window_of_tubelet(const rv_tok_layout *L, int64_t g);
 int64_t rv_tok_window_of_step(const rv_tok_layout *L, int64_t p);
@@ -176,7 +225,7 @@ void rv_tok_window_items(const rv_tok_layout *L, int64_t w, int64_t *g0, int64_t
                          int64_t *p0, int64_t *p1);
 
 /* Describes global token i (0 <= i < seq); RV_ERR_INVALID out of range.
- * Tokens 0 .. cls-1 are the special tokens. */
+ * Tokens 0 .. cls-1 are special tokens (with cls_each_window those of window 0). */
 rv_status rv_tok_info(const rv_tok_layout *L, int64_t i, rv_token *out);
 /* Global index of video token (g, part) / audio token (p, band). */
 int64_t rv_tok_index_video(const rv_tok_layout *L, int64_t g, int part);
@@ -192,8 +241,8 @@ void rv_tok_step_time(const rv_tok_layout *L, int64_t p, double t[2]);
 /* What a run of global tokens [first, first + count) needs. */
 typedef struct rv_tok_span {
     int64_t first, count;     /* the tokens */
-    int cls;                  /* special tokens among them: those of [0, opts.cls)
-                                 inside [first, first + count) */
+    int64_t cls;              /* special tokens among them (any number with
+                                 cls_each_window, else those of [0, opts.cls)) */
     int64_t tubelet0, tubelet1; /* tubelets with a token in the run, [0, 0) none */
     int64_t step0, step1;     /* audio steps with a token in the run */
     int64_t frame0, frame1;   /* sampled frames those tubelets read (< nframes) */
@@ -201,7 +250,8 @@ typedef struct rv_tok_span {
     int64_t sample0, sample1; /* audio samples those fbank frames read */
     int64_t grid0, grid1;     /* grid indices to ingest so frames and samples are
                                  all handed out: [grid0, grid1) (rv_ingest_range) */
-    double t0, t1;            /* earliest token start, latest token end (0, 0 empty) */
+    double t0, t1;            /* earliest token start, latest token end (0, 0 empty);
+                                 special tokens count with their time */
 } rv_tok_span;
 
 rv_status rv_tok_span_of(const rv_tok_layout *L, int64_t first, int64_t count,

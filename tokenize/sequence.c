@@ -5,10 +5,18 @@
  * only inside the pass's interest: tubelets [gA, gB), audio steps [pA, pB),
  * fbank frames [fA, fB), so a rank's pass touches only what its tokens read.
  *
+ * Every window goes out as one batch (the sequence's leading special tokens
+ * with the first), each token with its window index; with cls_each_window the
+ * window's own special tokens lead it, also in a window without items, and a
+ * pass whose range starts or ends inside a window hands out its part of them.
+ *
  * Open pass: the counts are RV_TOK_OPEN until finish; a window is only handed
  * out once the items up to the next window exist, and then its start index and
  * contents are the same in the closed layout (every earlier window is full),
- * so the running order is the final one. */
+ * so the running order is the final one. With cls_each_window a window is
+ * also held back until an item of it or of a later window exists: an empty
+ * window after the last item is not in the sequence, and its special tokens
+ * must not go out. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,8 +36,9 @@ struct rv_tokenizer {
     int64_t kA, kB;            /* frames they read */
     int64_t jA, jB;            /* samples they read */
     int64_t w_next, w_end;     /* windows still to hand out */
-    int64_t cls_first;         /* the special tokens still to hand out: */
-    int cls_pending;           /* [cls_first, cls_first + cls_pending) */
+    int64_t lead;              /* special tokens leading each window (cls_each_window) */
+    int64_t cls_first;         /* the leading special tokens of the sequence still to */
+    int cls_pending;           /* hand out: [cls_first, cls_first + cls_pending) */
     rv_tok_batch_fn fn;
     void *user;
     float lut[3][256];
@@ -57,6 +66,7 @@ struct rv_tokenizer {
     uint8_t *mod;
     int64_t *pos;
     double *time;
+    int64_t *win;
     int64_t meta_cap;
     rv_tok_stats st;
     double cb_s;               /* CPU time spent in the callback */
@@ -138,14 +148,20 @@ rv_status rv_tokenizer_new(const rv_tok_layout *plan, int64_t first, int64_t cou
             t->fA = sp.fbank0;
             t->fB = sp.fbank1;
         }
+        t->lead = tok_lead(plan);
         t->cls_first = first;
-        t->cls_pending = sp.cls;
+        t->cls_pending = t->lead ? 0 : (int)sp.cls;
         t->w_next = count > 0 ? rv_tok_window_of(plan, first) : 0;
         t->w_end = count > 0 ? rv_tok_window_of(plan, first + count - 1) + 1 : 0;
     } else {
         rv_tok_layout check;
         if ((st = rv_tok_layout_make(to, io, 0, 0, &check)) != RV_OK)
             goto end;
+        if (to->frame_windows && !has_video) {
+            st = rv_fail(RV_ERR_INVALID, "tokenize: frame windows (window w = tubelet w) need "
+                         "video, and the recording has none");
+            goto end;
+        }
         tok_layout_fill(&t->L, to, io, has_video ? RV_TOK_OPEN : 0, has_audio ? RV_TOK_OPEN : 0);
         t->open = t->L.seq == RV_TOK_OPEN;
         t->tok_a = 0;
@@ -153,7 +169,8 @@ rv_status rv_tokenizer_new(const rv_tok_layout *plan, int64_t first, int64_t cou
         t->gB = t->L.tubelets;
         t->pB = t->L.steps;
         t->fB = t->L.fbank_frames;
-        t->cls_pending = to->cls;
+        t->lead = tok_lead(&t->L);
+        t->cls_pending = t->lead ? 0 : to->cls;
         t->w_end = t->L.windows;
     }
     set_needs(t);
@@ -198,6 +215,7 @@ void rv_tokenizer_free(rv_tokenizer **pt)
     free(t->mod);
     free(t->pos);
     free(t->time);
+    free(t->win);
     free(t);
     *pt = NULL;
 }
@@ -373,7 +391,10 @@ static rv_status ensure_meta(rv_tokenizer *t, int64_t count)
     double *d = realloc(t->time, sizeof(double) * 2 * (size_t)cap);
     if (d)
         t->time = d;
-    if (!m || !p || !d)
+    int64_t *wi = realloc(t->win, sizeof(int64_t) * (size_t)cap);
+    if (wi)
+        t->win = wi;
+    if (!m || !p || !d || !wi)
         return rv_fail(RV_ERR_NOMEM, "tokenize: out of memory for %lld tokens", (long long)cap);
     t->meta_cap = cap;
     return RV_OK;
@@ -383,14 +404,19 @@ static rv_status emit(rv_tokenizer *t, int64_t w, int last)
 {
     const rv_tok_layout *L = &t->L;
     const int64_t Q = L->per_tubelet, B = L->bands;
-    int64_t g0 = 0, g1 = 0, p0 = 0, p1 = 0, ws = 0, nv = 0, na = 0, a = 0, b = 0;
+    const int rel = L->opts.window_positions;
+    /* window w: its special tokens [ws, vs) (cls_each_window), video tokens
+     * [vs, vs + nv), audio tokens [vs + nv, vs + nv + na); this pass's part of
+     * them is [a, b) */
+    int64_t g0 = 0, g1 = 0, p0 = 0, p1 = 0, ws = 0, vs = 0, nv = 0, na = 0, a = 0, b = 0;
     if (w >= 0) {
         rv_tok_window_items(L, w, &g0, &g1, &p0, &p1);
         ws = rv_tok_window_start(L, w);
+        vs = ws + t->lead;
         nv = Q * (g1 - g0);
         na = B * (p1 - p0);
         a = tok_max(ws, t->tok_a);
-        b = tok_min(ws + nv + na, t->tok_b);
+        b = tok_min(vs + nv + na, t->tok_b);
         if (b < a)
             b = a;
     }
@@ -399,10 +425,10 @@ static rv_status emit(rv_tokenizer *t, int64_t w, int last)
     if (st != RV_OK)
         return st;
     rv_tok_batch bt = {.first = w >= 0 ? a : t->tok_b, .modality = t->mod, .pos = t->pos,
-                       .time = t->time};
+                       .time = t->time, .window = t->win};
     int64_t n = 0;
-    /* The special tokens come first: they go out with the first window (a
-     * range starting at 1 of cls = 2 has only the distillation token). */
+    /* The leading special tokens come first: they go out with the first window
+     * (a range starting at 1 of cls = 2 has only the distillation token). */
     if (t->cls_pending) {
         double t0 = rv_ingest_frame_time(&L->ingest, 0);
         for (; n < t->cls_pending; n++) {
@@ -410,21 +436,35 @@ static rv_status emit(rv_tokenizer *t, int64_t w, int last)
             t->pos[3 * n] = t->cls_first + n;
             t->pos[3 * n + 1] = t->pos[3 * n + 2] = 0;
             t->time[2 * n] = t->time[2 * n + 1] = t0;
+            t->win[n] = 0;
         }
         bt.first = t->cls_first;
         t->st.cls_tokens += t->cls_pending;
         t->cls_pending = 0;
     }
-    /* video tokens [a, min(b, ws + nv)) */
-    int64_t ve = tok_min(b, ws + nv);
-    if (ve > a) {
-        int64_t off = a - ws, g = g0 + off / Q;
+    /* the window's special tokens [a, min(b, vs)) (cls_each_window) */
+    int64_t se = tok_min(b, vs);
+    if (se > a) {
+        double tw = rv_tok_window_time(L, w);
+        for (int64_t i = a; i < se; i++, n++) {
+            t->mod[n] = RV_MOD_CLS;
+            t->pos[3 * n] = i - ws;
+            t->pos[3 * n + 1] = t->pos[3 * n + 2] = 0;
+            t->time[2 * n] = t->time[2 * n + 1] = tw;
+            t->win[n] = w;
+        }
+        t->st.cls_tokens += se - a;
+    }
+    /* video tokens [max(a, vs), min(b, vs + nv)) */
+    int64_t va = tok_max(a, vs), ve = tok_min(b, vs + nv);
+    if (ve > va) {
+        int64_t off = va - vs, g = g0 + off / Q;
         bt.video = t->vp + ((g - t->vp_g0) * Q + off % Q) * L->video_dim;
-        bt.nvideo = ve - a;
+        bt.nvideo = ve - va;
         double tt[2];
         int64_t tg = -1;
-        for (int64_t i = a; i < ve; i++, n++) {
-            off = i - ws;
+        for (int64_t i = va; i < ve; i++, n++) {
+            off = i - vs;
             g = g0 + off / Q;
             int part = (int)(off % Q);
             if (g != tg) {
@@ -432,34 +472,36 @@ static rv_status emit(rv_tokenizer *t, int64_t w, int last)
                 tg = g;
             }
             t->mod[n] = RV_MOD_VIDEO;
-            t->pos[3 * n] = g;
+            t->pos[3 * n] = rel ? g - g0 : g;
             t->pos[3 * n + 1] = part / L->grid;
             t->pos[3 * n + 2] = part % L->grid;
             t->time[2 * n] = tt[0];
             t->time[2 * n + 1] = tt[1];
+            t->win[n] = w;
         }
     }
-    /* audio tokens [max(a, ws + nv), b) */
-    int64_t as = tok_max(a, ws + nv);
+    /* audio tokens [max(a, vs + nv), b) */
+    int64_t as = tok_max(a, vs + nv);
     if (b > as) {
-        int64_t off = as - ws - nv, p = p0 + off / B;
+        int64_t off = as - vs - nv, p = p0 + off / B;
         bt.audio = t->ap + ((p - t->ap_p0) * B + off % B) * L->audio_dim;
         bt.naudio = b - as;
         double tt[2];
         int64_t tp = -1;
         for (int64_t i = as; i < b; i++, n++) {
-            off = i - ws - nv;
+            off = i - vs - nv;
             p = p0 + off / B;
             if (p != tp) {
                 rv_tok_step_time(L, p, tt);
                 tp = p;
             }
             t->mod[n] = RV_MOD_AUDIO;
-            t->pos[3 * n] = p;
+            t->pos[3 * n] = rel ? p - p0 : p;
             t->pos[3 * n + 1] = off % B;
             t->pos[3 * n + 2] = 0;
             t->time[2 * n] = tt[0];
             t->time[2 * n + 1] = tt[1];
+            t->win[n] = w;
         }
     }
     bt.count = n;
@@ -480,6 +522,19 @@ static rv_status emit(rv_tokenizer *t, int64_t w, int last)
     return RV_OK;
 }
 
+/* Open pass, cls_each_window: whether window w is sure to be in the final
+ * sequence, i.e. a video or audio token of window w or later exists (a
+ * tubelet once its first frame came, an audio step once it is made); an
+ * empty window is only in the sequence when a later one holds a token, and
+ * it brings its own special tokens. */
+static int window_exists(const rv_tokenizer *t, int64_t w)
+{
+    const rv_tok_layout *L = &t->L;
+    if (t->k_seen > 0 && rv_tok_window_of_tubelet(L, (t->k_seen - 1) / L->opts.tubelet) >= w)
+        return 1;
+    return t->p_next > 0 && rv_tok_window_of_step(L, t->p_next - 1) >= w;
+}
+
 /* Hands out every window whose items are all made. */
 static rv_status emit_ready(rv_tokenizer *t)
 {
@@ -487,6 +542,8 @@ static rv_status emit_ready(rv_tokenizer *t)
         int64_t g0, g1, p0, p1;
         rv_tok_window_items(&t->L, t->w_next, &g0, &g1, &p0, &p1);
         if (t->g_next < clamp64(g1, t->gA, t->gB) || t->p_next < clamp64(p1, t->pA, t->pB))
+            break;
+        if (t->open && t->lead && !window_exists(t, t->w_next))
             break;
         rv_status st = emit(t, t->w_next, 0);
         if (st != RV_OK)

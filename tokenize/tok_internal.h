@@ -19,6 +19,11 @@ void tok_layout_fill(rv_tok_layout *L, const rv_tok_opts *to, const rv_ingest_op
 int64_t tok_tubelet_lo(const rv_tok_layout *L, int64_t w);
 int64_t tok_step_lo(const rv_tok_layout *L, int64_t w);
 
+/* Special tokens leading each window (cls with cls_each_window, else 0), and
+ * the special tokens among the global tokens [0, i). */
+int64_t tok_lead(const rv_tok_layout *L);
+int64_t tok_specials_before(const rv_tok_layout *L, int64_t i);
+
 /* Largest grid index k with J(k) <= j, and smallest with J(k) >= j, where J(k)
  * = rv_ingest_audio_index(io, k), the first audio sample of grid index k. */
 int64_t tok_grid_at_or_before(const rv_ingest_opts *io, int64_t j);

@@ -1,6 +1,6 @@
-/* tok_opts.c: the tokenizer options: defaults (AST audio, ImageNet video),
- * the checks that need nothing but the options themselves, and the audio band
- * count they imply. */
+/* tok_opts.c: the tokenizer options: defaults (AST audio, ImageNet video, no
+ * blocks), the checks that need nothing but the options themselves, and the
+ * audio band count they imply. */
 #include <math.h>
 
 #include "rv_tokens.h"
@@ -32,6 +32,9 @@ void rv_tok_opts_default(rv_tok_opts *o)
         .cls = 0,
         .video = 1,
         .audio = 1,
+        .frame_windows = 0,
+        .cls_each_window = 0,
+        .window_positions = 0,
     };
 }
 
@@ -65,7 +68,16 @@ rv_status rv_tok_opts_check(const rv_tok_opts *o)
     if (!isfinite(o->audio_mean) || !(o->audio_std > 0) || !isfinite(o->audio_std))
         return rv_fail(RV_ERR_INVALID, "tokenize: audio mean %g / std %g: need finite, std > 0",
                        o->audio_mean, o->audio_std);
-    if (!(o->window_s >= 0.01 && o->window_s <= 86400.0))
+    if ((unsigned)o->frame_windows > 1 || (unsigned)o->cls_each_window > 1 ||
+        (unsigned)o->window_positions > 1)
+        return rv_fail(RV_ERR_INVALID, "tokenize: frame_windows %d, cls_each_window %d, "
+                       "window_positions %d: each must be 0 or 1", o->frame_windows,
+                       o->cls_each_window, o->window_positions);
+    if (o->frame_windows && !o->video)
+        return rv_fail(RV_ERR_INVALID, "tokenize: frame windows (window w = tubelet w) need "
+                       "video, and video is left out");
+    /* frame windows do not use window_s */
+    if (!o->frame_windows && !(o->window_s >= 0.01 && o->window_s <= 86400.0))
         return rv_fail(RV_ERR_INVALID, "tokenize: window %g s must be in [0.01, 86400]",
                        o->window_s);
     if (o->cls < 0 || o->cls > 2)

@@ -1,8 +1,11 @@
 /* token_layout.c: the sequence order of rv_tokens.h as arithmetic. Windows are
  * decided on exact integers: tubelet g starts g*T*fps_den/fps_num seconds after
- * the grid start and audio step p starts p*stride*10000 microseconds after it,
- * and window w is [w*window_us, (w+1)*window_us) microseconds, so every rank and
- * every pass puts a token in the same window, whatever the chunking. */
+ * the grid start and audio step p starts p*stride*10000 microseconds after it
+ * (its first sample, p*stride*160, at 1/16000 s each); a time window w is
+ * [w*window_us, (w+1)*window_us) microseconds, a frame window w is tubelet w's
+ * [w*T*fps_den/fps_num, (w+1)*T*fps_den/fps_num) seconds, so every rank and
+ * every pass puts a token in the same window, whatever the chunking. With
+ * cls_each_window each window starts with its cls special tokens ("lead"). */
 #include <math.h>
 
 #include "tok_internal.h"
@@ -18,17 +21,26 @@ static int64_t clamp_i128(i128 v)
     return v > INT64_MAX ? INT64_MAX : (int64_t)v;
 }
 
-/* first g with g*T*fps_den*US >= w*window_us*fps_num */
+/* first g with g*T*fps_den*US >= w*window_us*fps_num (frame windows: w) */
 int64_t tok_tubelet_lo(const rv_tok_layout *L, int64_t w)
 {
+    if (L->opts.frame_windows)
+        return w;
     i128 num = (i128)w * L->window_us * L->ingest.fps_num;
     i128 den = (i128)L->opts.tubelet * L->ingest.fps_den * US;
     return clamp_i128(ceil_div(num, den));
 }
 
-/* first p with p*stride*10000 >= w*window_us */
+/* first p with p*stride*10000 >= w*window_us; frame windows: first p with
+ * p*stride*160 / 16000 >= w*T*fps_den / fps_num, i.e.
+ * p*stride*fps_num >= w*T*fps_den*100 */
 int64_t tok_step_lo(const rv_tok_layout *L, int64_t w)
 {
+    if (L->opts.frame_windows) {
+        i128 num = (i128)w * L->opts.tubelet * L->ingest.fps_den * 100;
+        i128 den = (i128)L->opts.audio_stride * L->ingest.fps_num;
+        return clamp_i128(ceil_div(num, den));
+    }
     i128 num = (i128)w * L->window_us;
     i128 den = (i128)L->opts.audio_stride * 10000;
     return clamp_i128(ceil_div(num, den));
@@ -36,6 +48,8 @@ int64_t tok_step_lo(const rv_tok_layout *L, int64_t w)
 
 int64_t rv_tok_window_of_tubelet(const rv_tok_layout *L, int64_t g)
 {
+    if (L->opts.frame_windows)
+        return g;
     i128 num = (i128)g * L->opts.tubelet * L->ingest.fps_den * US;
     i128 den = (i128)L->window_us * L->ingest.fps_num;
     return clamp_i128(num / den);
@@ -43,8 +57,29 @@ int64_t rv_tok_window_of_tubelet(const rv_tok_layout *L, int64_t g)
 
 int64_t rv_tok_window_of_step(const rv_tok_layout *L, int64_t p)
 {
+    if (L->opts.frame_windows) {
+        i128 num = (i128)p * L->opts.audio_stride * L->ingest.fps_num;
+        i128 den = (i128)L->opts.tubelet * L->ingest.fps_den * 100;
+        return clamp_i128(num / den);
+    }
     i128 num = (i128)p * L->opts.audio_stride * 10000;
     return clamp_i128(num / L->window_us);
+}
+
+/* Special tokens leading each window: cls with cls_each_window, else none
+ * (the leading cls of the sequence are before window 0's start). */
+int64_t tok_lead(const rv_tok_layout *L)
+{
+    return L->opts.cls_each_window ? L->opts.cls : 0;
+}
+
+double rv_tok_window_time(const rv_tok_layout *L, int64_t w)
+{
+    if (L->opts.frame_windows)
+        return rv_ingest_frame_time(&L->ingest, w * L->opts.tubelet);
+    /* exact integers (< 2^53 us, 285 years), so one correctly rounded division */
+    int64_t start_us = llround(L->ingest.start_s * US);
+    return (double)(start_us + w * L->window_us) / (double)US;
 }
 
 static int64_t mul_or_open(int64_t a, int64_t n)
@@ -67,9 +102,13 @@ void tok_layout_fill(rv_tok_layout *L, const rv_tok_opts *to, const rv_ingest_op
     L->bands = rv_tok_audio_bands(to);
     L->video_dim = (int64_t)to->tubelet * to->patch * to->patch * 3;
     L->audio_dim = (int64_t)to->audio_freq * to->audio_time;
-    L->window_us = llround(to->window_s * US);
-    if (L->window_us < 1)
-        L->window_us = 1;
+    if (to->frame_windows) {
+        L->window_us = 0;
+    } else {
+        L->window_us = llround(to->window_s * US);
+        if (L->window_us < 1)
+            L->window_us = 1;
+    }
     if (L->nframes == RV_TOK_OPEN)
         L->tubelets = RV_TOK_OPEN;
     else
@@ -87,12 +126,14 @@ void tok_layout_fill(rv_tok_layout *L, const rv_tok_opts *to, const rv_ingest_op
     if (open || L->nvideo == RV_TOK_OPEN || L->naudio == RV_TOK_OPEN) {
         L->windows = RV_TOK_OPEN;
         L->seq = RV_TOK_OPEN;
+        L->nspecial = to->cls_each_window && to->cls ? RV_TOK_OPEN : to->cls;
         return;
     }
     int64_t wv = L->tubelets > 0 ? rv_tok_window_of_tubelet(L, L->tubelets - 1) + 1 : 0;
     int64_t wa = L->steps > 0 ? rv_tok_window_of_step(L, L->steps - 1) + 1 : 0;
     L->windows = tok_max(wv, wa);
-    L->seq = to->cls + L->nvideo + L->naudio;
+    L->nspecial = to->cls_each_window ? L->windows * to->cls : to->cls;
+    L->seq = L->nspecial + L->nvideo + L->naudio;
 }
 
 rv_status rv_tok_layout_make(const rv_tok_opts *to, const rv_ingest_opts *io,
@@ -119,11 +160,13 @@ rv_status rv_tok_layout_make(const rv_tok_opts *to, const rv_ingest_opts *io,
 
 int64_t rv_tok_window_start(const rv_tok_layout *L, int64_t w)
 {
+    const int64_t lead = tok_lead(L);
     if (w <= 0)
-        return L->opts.cls;
+        return lead ? 0 : L->opts.cls;
     int64_t g = tok_min(tok_tubelet_lo(L, w), L->tubelets);
     int64_t p = tok_min(tok_step_lo(L, w), L->steps);
-    return L->opts.cls + (int64_t)L->per_tubelet * g + (int64_t)L->bands * p;
+    int64_t specials = lead ? lead * w : L->opts.cls;
+    return specials + (int64_t)L->per_tubelet * g + (int64_t)L->bands * p;
 }
 
 void rv_tok_window_items(const rv_tok_layout *L, int64_t w, int64_t *g0, int64_t *g1,
@@ -138,7 +181,8 @@ void rv_tok_window_items(const rv_tok_layout *L, int64_t w, int64_t *g0, int64_t
 int64_t rv_tok_window_of(const rv_tok_layout *L, int64_t i)
 {
     /* The largest w with start(w) <= i: empty windows share their start with
-     * the next one, and the largest picks the window that holds i. */
+     * the next one, and the largest picks the window that holds i. (With
+     * cls_each_window no window is empty unless cls is 0.) */
     int64_t lo = 0, hi = L->windows > 0 ? L->windows - 1 : 0;
     if (i < rv_tok_window_start(L, 0))
         return 0;
@@ -152,12 +196,15 @@ int64_t rv_tok_window_of(const rv_tok_layout *L, int64_t i)
     return lo;
 }
 
+/* Token i's window w, its offset off from the window's first video token
+ * (negative: special token off + lead of w), the window's first tubelet g0,
+ * its video tokens nv and its first audio step p0. */
 static void window_split(const rv_tok_layout *L, int64_t i, int64_t *w, int64_t *off,
                          int64_t *g0, int64_t *nv, int64_t *p0)
 {
     int64_t g1, p1;
     *w = rv_tok_window_of(L, i);
-    *off = i - rv_tok_window_start(L, *w);
+    *off = i - rv_tok_window_start(L, *w) - tok_lead(L);
     rv_tok_window_items(L, *w, g0, &g1, p0, &p1);
     *nv = (int64_t)L->per_tubelet * (g1 - *g0);
 }
@@ -170,7 +217,7 @@ int64_t rv_tok_video_before(const rv_tok_layout *L, int64_t i)
         return 0;
     int64_t w, off, g0, nv, p0;
     window_split(L, i, &w, &off, &g0, &nv, &p0);
-    return (int64_t)L->per_tubelet * g0 + tok_min(off, nv);
+    return (int64_t)L->per_tubelet * g0 + tok_min(tok_max(off, 0), nv);
 }
 
 int64_t rv_tok_audio_before(const rv_tok_layout *L, int64_t i)
@@ -184,18 +231,31 @@ int64_t rv_tok_audio_before(const rv_tok_layout *L, int64_t i)
     return (int64_t)L->bands * p0 + tok_max(0, off - nv);
 }
 
+int64_t tok_specials_before(const rv_tok_layout *L, int64_t i)
+{
+    const int64_t lead = tok_lead(L);
+    if (!lead)
+        return tok_max(0, tok_min(i, L->opts.cls));
+    if (i <= 0)
+        return 0;
+    if (i >= L->seq)
+        return L->nspecial;
+    int64_t w = rv_tok_window_of(L, i);
+    return lead * w + tok_min(i - rv_tok_window_start(L, w), lead);
+}
+
 int64_t rv_tok_index_video(const rv_tok_layout *L, int64_t g, int part)
 {
     int64_t w = rv_tok_window_of_tubelet(L, g);
     int64_t glo = tok_min(tok_tubelet_lo(L, w), L->tubelets);
-    return rv_tok_window_start(L, w) + (int64_t)L->per_tubelet * (g - glo) + part;
+    return rv_tok_window_start(L, w) + tok_lead(L) + (int64_t)L->per_tubelet * (g - glo) + part;
 }
 
 int64_t rv_tok_index_audio(const rv_tok_layout *L, int64_t p, int band)
 {
     int64_t w = rv_tok_window_of_step(L, p), g0, g1, p0, p1;
     rv_tok_window_items(L, w, &g0, &g1, &p0, &p1);
-    return rv_tok_window_start(L, w) + (int64_t)L->per_tubelet * (g1 - g0) +
+    return rv_tok_window_start(L, w) + tok_lead(L) + (int64_t)L->per_tubelet * (g1 - g0) +
            (int64_t)L->bands * (p - p0) + band;
 }
 
@@ -226,25 +286,32 @@ rv_status rv_tok_info(const rv_tok_layout *L, int64_t i, rv_token *out)
     if (i < 0 || i >= L->seq)
         return rv_fail(RV_ERR_INVALID, "tokenize: token %lld outside the sequence of %lld",
                        (long long)i, (long long)L->seq);
-    if (i < L->opts.cls) { /* the class (0) or distillation (1) token */
+    if (!tok_lead(L) && i < L->opts.cls) { /* the class (0) or distillation (1) token */
         double t0 = rv_ingest_frame_time(&L->ingest, 0);
         *out = (rv_token){.modality = RV_MOD_CLS, .pos = {i, 0, 0}, .time = {t0, t0}, .item = -1};
         return RV_OK;
     }
     int64_t w, off, g0, nv, p0;
     window_split(L, i, &w, &off, &g0, &nv, &p0);
-    if (off < nv) {
+    const int rel = L->opts.window_positions;
+    if (off < 0) { /* special token off + lead of window w */
+        double tw = rv_tok_window_time(L, w);
+        *out = (rv_token){.modality = RV_MOD_CLS, .pos = {off + tok_lead(L), 0, 0},
+                          .time = {tw, tw}, .item = -1, .window = w};
+    } else if (off < nv) {
         int64_t g = g0 + off / L->per_tubelet;
         int part = (int)(off % L->per_tubelet);
         *out = (rv_token){.modality = RV_MOD_VIDEO,
-                          .pos = {g, part / L->grid, part % L->grid},
+                          .pos = {rel ? g - g0 : g, part / L->grid, part % L->grid},
                           .item = g,
-                          .part = part};
+                          .part = part,
+                          .window = w};
         rv_tok_tubelet_time(L, g, out->time);
     } else {
         int64_t a = off - nv, p = p0 + a / L->bands;
         int band = (int)(a % L->bands);
-        *out = (rv_token){.modality = RV_MOD_AUDIO, .pos = {p, band, 0}, .item = p, .part = band};
+        *out = (rv_token){.modality = RV_MOD_AUDIO, .pos = {rel ? p - p0 : p, band, 0},
+                          .item = p, .part = band, .window = w};
         rv_tok_step_time(L, p, out->time);
     }
     return RV_OK;

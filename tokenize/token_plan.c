@@ -42,6 +42,9 @@ rv_status rv_tok_layout_from_probe(const rv_probe *p, const rv_tok_opts *to,
         vs = NULL;
     if (as && as->kind != RV_STREAM_AUDIO)
         as = NULL;
+    if (to->frame_windows && !vs)
+        return rv_fail(RV_ERR_INVALID, "%s: frame windows (window w = tubelet w) need video, "
+                       "and there is no video stream to tokenize", p->path);
     /* The stream whose first frame is t0 and whose end ends the recording. */
     const rv_probe_stream *ref = vs ? vs : as;
     if (!ref)
@@ -118,13 +121,26 @@ rv_status rv_tok_span_of(const rv_tok_layout *L, int64_t first, int64_t count,
     rv_tok_span s = {.first = first, .count = count};
     const int64_t end = first + count;
     const rv_tok_opts *o = &L->opts;
-    s.cls = (int)tok_max(0, tok_min(end, o->cls) - first); /* special tokens [0, cls) */
     int64_t v0 = rv_tok_video_before(L, first), v1 = rv_tok_video_before(L, end);
     int64_t a0 = rv_tok_audio_before(L, first), a1 = rv_tok_audio_before(L, end);
     int have = 0;
     double t[2];
-    if (s.cls) {
-        s.t0 = s.t1 = rv_ingest_frame_time(&L->ingest, 0);
+    const int64_t lead = tok_lead(L);
+    if (!lead) {
+        s.cls = tok_max(0, tok_min(end, o->cls) - first); /* special tokens [0, cls) */
+        if (s.cls) {
+            s.t0 = s.t1 = rv_ingest_frame_time(&L->ingest, 0);
+            have = 1;
+        }
+    } else if ((s.cls = tok_specials_before(L, end) - tok_specials_before(L, first)) > 0) {
+        /* window w's special tokens are [start(w), start(w) + lead), at t_w: the
+         * first one in the run is first's window's, or the next window's when
+         * first is past them; the last one is end - 1's window's */
+        int64_t wa = rv_tok_window_of(L, first), wb = rv_tok_window_of(L, end - 1);
+        if (first >= rv_tok_window_start(L, wa) + lead)
+            wa++;
+        s.t0 = rv_tok_window_time(L, wa);
+        s.t1 = rv_tok_window_time(L, wb);
         have = 1;
     }
     int64_t kmin = INT64_MAX, kmax = INT64_MIN;

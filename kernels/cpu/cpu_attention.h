@@ -18,9 +18,17 @@
 #endif
 #define RV_BWD_BQ 64
 #define RV_BWD_BK 128
+/* Span masks: the forward computes a key tile it meets partly in runs of sub-tiles
+ * of this many keys (a multiple of 32, the score kernels' column block). */
+#define RV_SPAN_SUB 32
+/* Span masks: the most key tiles a forward thread keeps packed (the candidates of
+ * one query tile, plus one: 16 MB a thread at dim 64); where a query tile may meet
+ * more, or every key tile, the keys are packed once for all threads. */
+#define RV_SPAN_SLOTS_MAX 32
 
 /* Number of keys of the chunk that query row i (chunk-local) sees: a prefix of the
- * key chunk, since causal visibility is kp <= qp with kp = k_start + j. */
+ * key chunk, since causal visibility is kp <= qp with kp = k_start + j. Every key
+ * for no mask, and for a span mask (no prefix: cpu_attn_span.h decides). */
 static inline int rv_mask_visible(const rv_attn_mask *m, int sk, int64_t i)
 {
     if (m->kind != RV_MASK_CAUSAL)

@@ -17,7 +17,9 @@
  *   dV  += P^T dO,  dK += dS^T Q      pv kernel, dK scaled once at the end
  *   dQ^T += (scale K^T) dS^T          pv kernel into a per-split (dim, sq) buffer
  * The dQ^T buffers are summed into dq in split order at the end, so results are
- * deterministic for a given thread count. */
+ * deterministic for a given thread count. Span masks (RV_MASK_SPAN): a key tile
+ * walks only the query tiles its box meets (cpu_attn_span.h), and the probabilities
+ * of invisible pairs are masked to 0 where the boxes partly meet. */
 #if defined(__x86_64__) && defined(__GNUC__)
 #pragma GCC target("avx512f,avx512vl,avx512dq,avx512bw,fma")
 
@@ -27,6 +29,7 @@
 #include <string.h>
 
 #include "cpu_attention.h"
+#include "cpu_attn_span.h"
 #include "cpu_attn_tiles.h"
 #include "cpu_exp.h"
 #include "cpu_tile_kernels.h"
@@ -87,15 +90,39 @@ static void dqt_tile(const float *kt, int dpad, const float *dst, int bk, int co
     }
 }
 
+/* Span mask of key row j (chunk-local) against the query columns i0..i0+bq-1:
+ * vis[c] = -1 where query i0 + c sees the key, else 0 (and 0 on to BQ). The rule
+ * of span_sees (attn_span.h), written as loops GCC vectorizes. */
+static void span_cols(const rv_attn_mask *m, int64_t j, int i0, int bq, int32_t *vis)
+{
+    const double kk = m->k_key[j], r = m->reach, *qk = m->q_key + i0;
+    int c = 0;
+    if (!m->causal) {
+        for (; c < bq; c++)
+            vis[c] = -(int32_t)(fabs(qk[c] - kk) <= r);
+    } else {
+        const double kt = m->k_time[j], *qt = m->q_time + i0;
+        const int64_t first = m->k_start + j - m->q_start - i0; /* columns no earlier */
+        for (; c < bq; c++)
+            vis[c] = -(int32_t)((fabs(qk[c] - kk) <= r) &
+                                ((kt < qt[c]) | ((kt == qt[c]) & (c >= first))));
+    }
+    for (; c < BQ; c++)
+        vis[c] = 0;
+}
+
 /* P^T and dS^T of one (key tile, query tile) pair, in place of S^T and dP^T. Key
- * row j sees the query columns [lo_j, bq); every other entry becomes exactly 0. */
+ * row j sees the query columns [lo_j, bq) (causal or no mask; span = 0), all of
+ * them (SPAN_ALL) or those of its span mask (SPAN_SOME); every other entry becomes
+ * exactly 0. */
 static void bwd_probs(const rv_attn_bwd_args *a, int j0, int bk, int bkp, int i0, int bq,
-                      const float *lse2, const float *lse2lo, const float *delta,
+                      int span, const float *lse2, const float *lse2lo, const float *delta,
                       float *st, float *dpt)
 {
     const rv_v16 ninf = rv_v16_splat(-INFINITY);
     const rv_i16 iota = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
     const int cols = round_up(bq, 16);
+    int32_t vis[BQ] __attribute__((aligned(64)));
     for (int j = 0; j < bkp; j++) {
         float *s = st + (size_t)j * BQ, *ds = dpt + (size_t)j * BQ;
         int64_t lo = 0;
@@ -107,11 +134,15 @@ static void bwd_probs(const rv_attn_bwd_args *a, int j0, int bk, int bkp, int i0
                 RV_V16(s + c) = RV_V16(ds + c) = (rv_v16){0};
             continue;
         }
+        if (span == SPAN_SOME)
+            span_cols(&a->mask, (int64_t)j0 + j, i0, bq, vis);
         const rv_i16 vlo = (rv_i16){0} + (int32_t)lo, vhi = (rv_i16){0} + bq;
         int c = 0;
         for (; c < cols; c += 16) {
             rv_i16 idx = iota + c;
             rv_i16 live = (idx >= vlo) & (idx < vhi);
+            if (span == SPAN_SOME)
+                live &= *(const rv_i16 *)(vis + c);
             rv_v16 t = (RV_CV16(s + c) - RV_CV16(lse2 + c)) - RV_CV16(lse2lo + c);
             t = rv_v16_select(live, t, ninf);
             rv_v16 p = rv_exp2_v16(t);
@@ -123,10 +154,35 @@ static void bwd_probs(const rv_attn_bwd_args *a, int j0, int bk, int bkp, int i0
     }
 }
 
-static void bwd_key_tile(const rv_attn_bwd_args *a, const bwd_pack *pk, int h, int s,
-                         int j0, int bk, bwd_ws *w)
+/* One (key tile, query tile t) pair into the key tile's dK, dV and split s's dQ^T.
+ * span: 0 (causal or no mask), SPAN_ALL or SPAN_SOME. */
+static void bwd_pair(const rv_attn_bwd_args *a, const bwd_pack *pk, int h, int s, int j0,
+                     int bk, int t, int span, bwd_ws *w)
 {
     const int d = a->dim, dpad = pk->dpad, bkp = round_up(bk, 8);
+    float *dqt = pk->dqt + ((size_t)h * pk->ns + s) * dpad * pk->sqpad;
+    const int i0 = t * BQ, bq = a->sq - i0 < BQ ? a->sq - i0 : BQ;
+    const size_t tile = ((size_t)h * pk->qtiles + t) * d * BQ;
+    const size_t row = (size_t)h * pk->sqpad + i0;
+    const int cols = round_up(bq, 32);
+    rv_qk_tile(w->kp, d, pk->qt + tile, BQ, bkp, cols, w->st, BQ);
+    rv_qk_tile(w->vp, d, pk->dot + tile, BQ, bkp, cols, w->dpt, BQ);
+    bwd_probs(a, j0, bk, bkp, i0, bq, span, pk->lse2 + row, pk->lse2lo + row,
+              pk->delta + row, w->st, w->dpt);
+    rv_pv_tile(w->st, BQ, pk->dop + row * dpad, dpad, bq, bkp, w->dv);
+    rv_pv_tile(w->dpt, BQ, pk->qp + row * dpad, dpad, bq, bkp, w->dk);
+    dqt_tile(w->kt, dpad, w->dpt, bk, round_up(bq, 16), dqt + i0, pk->sqpad);
+}
+
+/* Key tile j0 of head h against every query tile that sees it (split s); its dK,
+ * dV are written (or added) at the end. Returns the query tiles computed; *boxes
+ * grows by the query tile boxes compared. */
+static int bwd_key_tile(const rv_attn_bwd_args *a, const bwd_pack *pk,
+                        const rv_span_tiles *qtl, const rv_span_tiles *ktl, int h, int s,
+                        int j0, int bk, bwd_ws *w, uint64_t *boxes)
+{
+    const int d = a->dim, dpad = pk->dpad;
+    int steps = 0;
     for (int j = 0; j < BK; j++) {
         float *kp = w->kp + (size_t)j * d, *vp = w->vp + (size_t)j * d;
         if (j >= bk) {
@@ -149,25 +205,28 @@ static void bwd_key_tile(const rv_attn_bwd_args *a, const bwd_pack *pk, int h, i
     memset(w->dk, 0, sizeof(float) * (size_t)BK * dpad);
     memset(w->dv, 0, sizeof(float) * (size_t)BK * dpad);
 
-    /* First query row that sees key j0 under a causal mask. */
-    int i_first = 0;
-    if (a->mask.kind == RV_MASK_CAUSAL) {
-        int64_t f = a->mask.k_start + j0 - a->mask.q_start;
-        i_first = f < 0 ? 0 : (f > a->sq ? a->sq : (int)f);
-    }
-    float *dqt = pk->dqt + ((size_t)h * pk->ns + s) * dpad * pk->sqpad;
-    for (int t = i_first / BQ; t < pk->qtiles; t++) {
-        const int i0 = t * BQ, bq = a->sq - i0 < BQ ? a->sq - i0 : BQ;
-        const size_t tile = ((size_t)h * pk->qtiles + t) * d * BQ;
-        const size_t row = (size_t)h * pk->sqpad + i0;
-        const int cols = round_up(bq, 32);
-        rv_qk_tile(w->kp, d, pk->qt + tile, BQ, bkp, cols, w->st, BQ);
-        rv_qk_tile(w->vp, d, pk->dot + tile, BQ, bkp, cols, w->dpt, BQ);
-        bwd_probs(a, j0, bk, bkp, i0, bq, pk->lse2 + row, pk->lse2lo + row, pk->delta + row,
-                  w->st, w->dpt);
-        rv_pv_tile(w->st, BQ, pk->dop + row * dpad, dpad, bq, bkp, w->dv);
-        rv_pv_tile(w->dpt, BQ, pk->qp + row * dpad, dpad, bq, bkp, w->dk);
-        dqt_tile(w->kt, dpad, w->dpt, bk, round_up(bq, 16), dqt + i0, pk->sqpad);
+    if (qtl) {
+        /* Span mask: the query tiles the key tile's box meets (cpu_attn_span.h). */
+        const span_box *kb = &ktl->box[j0 / BK];
+        int first, end;
+        rv_span_candidates(qtl, kb, a->mask.reach, &first, &end);
+        *boxes += (uint64_t)(end - first);
+        for (int t = first; t < end; t++) {
+            int how = span_meet(&qtl->box[t], kb, a->mask.reach, a->mask.causal);
+            if (how == SPAN_NONE)
+                continue;
+            bwd_pair(a, pk, h, s, j0, bk, t, how, w);
+            steps++;
+        }
+    } else {
+        /* First query row that sees key j0 under a causal mask. */
+        int i_first = 0;
+        if (a->mask.kind == RV_MASK_CAUSAL) {
+            int64_t f = a->mask.k_start + j0 - a->mask.q_start;
+            i_first = f < 0 ? 0 : (f > a->sq ? a->sq : (int)f);
+        }
+        for (int t = i_first / BQ; t < pk->qtiles; t++, steps++)
+            bwd_pair(a, pk, h, s, j0, bk, t, 0, w);
     }
 
     for (int j = 0; j < bk; j++) {
@@ -185,6 +244,7 @@ static void bwd_key_tile(const rv_attn_bwd_args *a, const bwd_pack *pk, int h, i
             memcpy(dv, sv, sizeof(float) * (size_t)d);
         }
     }
+    return steps;
 }
 
 /* Packs the query-side tensors; (head, row) pairs are spread over the threads. */
@@ -250,7 +310,8 @@ static void bwd_dq_reduce(const rv_attn_bwd_args *a, const bwd_pack *pk, int thr
     }
 }
 
-rv_status rv_attn_bwd_avx512(rv_backend *be, const rv_attn_bwd_args *a)
+rv_status rv_attn_bwd_avx512(rv_backend *be, const rv_attn_bwd_args *a,
+                             const rv_span_tiles *qtl, const rv_span_tiles *ktl)
 {
     const int d = a->dim, ktiles = (a->sk + BK - 1) / BK;
     bwd_pack pk = {.qtiles = (a->sq + BQ - 1) / BQ, .dpad = round_up(d, 16)};
@@ -291,6 +352,7 @@ rv_status rv_attn_bwd_avx512(rv_backend *be, const rv_attn_bwd_args *a)
         w.dk = alloc64((size_t)BK * pk.dpad);
         w.dv = alloc64((size_t)BK * pk.dpad);
         int ok = w.kp && w.vp && w.kt && w.st && w.dpt && w.dk && w.dv;
+        uint64_t steps = 0, boxes = 0;
         if (!ok) {
 #pragma omp atomic write
             failed = 1;
@@ -302,9 +364,10 @@ rv_status rv_attn_bwd_avx512(rv_backend *be, const rv_attn_bwd_args *a)
             int h = it / pk.ns, s = it % pk.ns;
             for (int t = s; t < ktiles; t += pk.ns) {
                 int j0 = t * BK, bk = a->sk - j0 < BK ? a->sk - j0 : BK;
-                bwd_key_tile(a, &pk, h, s, j0, bk, &w);
+                steps += bwd_key_tile(a, &pk, qtl, ktl, h, s, j0, bk, &w, &boxes);
             }
         }
+        rv_cpu_attn_tiles_add(1, steps, boxes);
         free(w.kp);
         free(w.vp);
         free(w.kt);

@@ -38,7 +38,11 @@ const rv_attn_tile_ops *rv_attn_tiles_select(void);
 
 /* The attention backward on the AVX-512 tile kernels (cpu_attn_bwd_tiles_avx512.c),
  * for arguments cpu_attn_bwd has checked and found non-empty; call it only where
- * rv_attn_tiles_select() returns &rv_attn_tiles_avx512. */
-rv_status rv_attn_bwd_avx512(rv_backend *be, const rv_attn_bwd_args *a);
+ * rv_attn_tiles_select() returns &rv_attn_tiles_avx512. Under a span mask qt and
+ * kt are the query tiles of RV_BWD_BQ and key tiles of RV_BWD_BK (cpu_attn_span.h),
+ * else qt is NULL. */
+struct rv_span_tiles;
+rv_status rv_attn_bwd_avx512(rv_backend *be, const rv_attn_bwd_args *a,
+                             const struct rv_span_tiles *qt, const struct rv_span_tiles *kt);
 
 #endif

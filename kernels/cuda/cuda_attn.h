@@ -40,9 +40,93 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../attn_span.h"
 #include "cuda_internal.h"
 
 typedef __nv_bfloat16 bf16;
+
+/* ---- span masks (RV_MASK_SPAN) --------------------------------------------------
+ * The kernels skip (query tile, key tile) pairs whose boxes cannot meet and mask
+ * pair by pair where they partly meet, with the CPU kernels' rules (attn_span.h).
+ * A tiling's boxes live on the device, built by cuda_span_tiles_make. */
+typedef struct cuda_span_tiles {
+    const span_box *box;  /* (n) */
+    const double *pre_hi; /* (n) prefix maxima of box[].hi */
+    const double *suf_lo; /* (n) suffix minima of box[].lo */
+    int n, size;          /* tiles of size rows */
+} cuda_span_tiles;
+
+/* The span mask's arrays and tilings as the kernels take them (zero when the
+ * mask is no span). */
+typedef struct cuda_span {
+    const double *q_key, *k_key, *q_time, *k_time; /* times only with causal */
+    double reach;
+    int on, causal;
+    cuda_span_tiles qt, kt; /* query and key tilings of the kernel's tile sizes */
+} cuda_span;
+
+/* The boxes of the tiles of `size` rows of key (and time, NULL unless causal),
+ * enqueued on the backend's stream in one scratch block (*mem, which the caller
+ * frees with cuda_scratch_free, also after an error). */
+rv_status cuda_span_tiles_make(rv_backend *be, const double *key, const double *time, int rows,
+                               int size, void **mem, cuda_span_tiles *t);
+
+/* The span part of a kernel's parameters for mask m: the arrays, and query tiles
+ * of qsize rows and key tiles of ksize rows in *qmem, *kmem (freed by the caller). */
+static inline rv_status cuda_span_make(rv_backend *be, const rv_attn_mask *m, int sq, int sk,
+                                       int qsize, int ksize, void **qmem, void **kmem,
+                                       cuda_span *sp)
+{
+    memset(sp, 0, sizeof *sp);
+    *qmem = *kmem = NULL;
+    if (m->kind != RV_MASK_SPAN)
+        return RV_OK;
+    sp->on = 1;
+    sp->causal = m->causal != 0;
+    sp->reach = m->reach;
+    sp->q_key = m->q_key;
+    sp->k_key = m->k_key;
+    sp->q_time = sp->causal ? m->q_time : NULL;
+    sp->k_time = sp->causal ? m->k_time : NULL;
+    rv_status st = cuda_span_tiles_make(be, m->q_key, sp->q_time, sq, qsize, qmem, &sp->qt);
+    if (st == RV_OK)
+        st = cuda_span_tiles_make(be, m->k_key, sp->k_time, sk, ksize, kmem, &sp->kt);
+    return st;
+}
+
+/* Whether query i sees key j (chunk-local; off = q_start - k_start). */
+__device__ static __forceinline__ int cuda_span_pair(const cuda_span &sp, int64_t off, int i,
+                                                     int j)
+{
+    return span_sees(sp.q_key[i], sp.causal ? sp.q_time[i] : 0.0, (int64_t)i + off,
+                     sp.k_key[j], sp.causal ? sp.k_time[j] : 0.0, (int64_t)j, sp.reach,
+                     sp.causal);
+}
+
+/* The box of one row (a query or key alone). */
+__device__ static __forceinline__ span_box cuda_span_row_box(const double *key,
+                                                             const double *time, int r)
+{
+    span_box b = span_box_empty();
+    span_box_add(&b, key[r], time ? time[r] : 0.0);
+    return b;
+}
+
+/* Next tile u >= from of tiling t, before end, whose box meets box b (queries of b
+ * against keys of t when b_is_query, else the other way round); end when none. */
+__device__ static __forceinline__ int cuda_span_next(const cuda_span &sp,
+                                                     const cuda_span_tiles &t, const span_box &b,
+                                                     int b_is_query, int from, int end)
+{
+    for (int u = from; u < end; u++) {
+        const span_box x = t.box[u];
+        int how = b_is_query ? span_meet(&b, &x, sp.reach, sp.causal)
+                             : span_meet(&x, &b, sp.reach, sp.causal);
+        if (how != SPAN_NONE)
+            return u;
+    }
+    return end;
+}
 
 /* Plain f32 SIMT attention (cuda_attn_simple.cu): the reference the tensor-core
  * kernels are checked against, and the path for head dims they do not cover. Same

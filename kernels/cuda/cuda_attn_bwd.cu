@@ -28,6 +28,13 @@
  *      one that sees the key tile are never visited, warps whose 16 keys no query
  *      of the tile sees skip the products, and partial tiles are masked per
  *      element.
+ * Span masks (RV_MASK_SPAN): two more launches first build the boxes of the query
+ * tiles (BM rows) and of every 16 keys (a warp's) (cuda_attn_span.cu); a CTA walks
+ * only the query tiles its keys' box meets (binary search, then box by box,
+ * attn_span.h), streaming in the next such tile as above; a warp whose 16 keys
+ * meet none of the tile's queries skips the products, one they partly meet masks
+ * pair by pair (the keys and times of the query tile and of the CTA's keys in
+ * shared memory).
  * Head dims other than 32, 64, 128 (and misaligned pointers, and
  * RINGVIT_CUDA_ATTN=simple) go to the f32 reference in cuda_attn_simple.cu. */
 #include <math.h>
@@ -116,8 +123,12 @@ __device__ static __forceinline__ void bwd_load_qtile(bf16 *sQ, bf16 *sdO, float
                          di + row0 + (threadIdx.x - BWD_BM / 4) * 4);
 }
 
-template <int D>
-__global__ static void __launch_bounds__(BWD_THREADS, 1) bwd_kernel(const bwd_params p)
+/* SPAN: the instantiation for span masks, sp its query tiles of BM rows and key tiles
+ * of 16 keys (a warp's); the others never read sp. (A separate parameter, as in
+ * cuda_attn_fwd.cu.) */
+template <int D, bool SPAN>
+__global__ static void __launch_bounds__(BWD_THREADS, 1) bwd_kernel(const bwd_params p,
+                                                                    const cuda_span sp)
 {
     constexpr int BN = BWD_BN, BM = BWD_BM;
     constexpr int LD = D + 8;   /* smem row stride (bf16) of K, V, Q, dO: ldmatrix conflict-free */
@@ -136,6 +147,12 @@ __global__ static void __launch_bounds__(BWD_THREADS, 1) bwd_kernel(const bwd_pa
     bf16 *sdS = sdO + 2 * BM * LD;                  /* (BN, LDS) dS^T of the step, bf16 */
     float *sL = reinterpret_cast<float *>(sdS + BN * LDS); /* (2, BM) lse2 */
     float *sDi = sL + 2 * BM;                              /* (2, BM) Di */
+    double *sQk = reinterpret_cast<double *>(sDi + 2 * BM); /* (2, BM) span: query keys */
+    double *sQt = sQk + 2 * BM;                             /* (2, BM) span: query times */
+    double *sKk = sQt + 2 * BM;                             /* (BN) span: the tile's keys */
+    double *sKt = sKk + BN;                                 /* (BN) span: their times */
+    span_box *sBox = reinterpret_cast<span_box *>(sKt + BN); /* (1 + warps) span: the
+                                                                 CTA's and each warp's key box */
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t4 = lane & 3;
@@ -155,15 +172,57 @@ __global__ static void __launch_bounds__(BWD_THREADS, 1) bwd_kernel(const bwd_pa
     };
     const int nqt = p.sq_pad / BM;
     const int qf0 = first_query(j0);
-    const int it0 = qf0 >= sq ? nqt : qf0 / BM;
+    int it0 = qf0 >= sq ? nqt : qf0 / BM;
     const int kw = warp * 16; /* the warp's first key row in the tile */
     const int qf[2] = {first_query(j0 + kw + g), first_query(j0 + kw + g + 8)};
     const int qf_wfirst = first_query(j0 + kw);    /* ... of the warp's first key */
     const int qf_wlast = first_query(j0 + kw + 15); /* ... and of its last */
 
-    if (it0 < nqt) {
+    /* The query tiles [it0, iend) to visit. A span mask (whose kernel runs with
+     * causal = 0, so the suffix logic above sees every query) narrows them to those
+     * the box of the CTA's keys may meet and steps from one that does to the next;
+     * each warp then meets a tile with the box of its own 16 keys. */
+    const span_box &cbox = sBox[0], &wbox = sBox[1 + warp];
+    int iend = nqt;
+    if (SPAN) {
+        /* Boxes in shared memory, not registers: the loop keeps them all along. */
+        if (tid == 0) {
+            const int u0 = j0 / 16;
+            span_box c = span_box_empty();
+            for (int w = 0; w < BWD_WARPS; w++) {
+                const span_box x = u0 + w < sp.kt.n ? sp.kt.box[u0 + w] : span_box_empty();
+                span_box_merge(&c, &x);
+                sBox[1 + w] = x;
+            }
+            sBox[0] = c;
+        }
+        __syncthreads();
+        it0 = span_first(sp.qt.pre_hi, sp.qt.n, cbox.lo, sp.reach);
+        iend = max(it0, span_end(sp.qt.suf_lo, sp.qt.n, cbox.hi, sp.reach));
+        it0 = cuda_span_next(sp, sp.qt, cbox, 0, it0, iend);
+        /* The tile's keys and times (NaN past sk: they see nothing); the loop's
+         * first barrier publishes them. */
+        for (int c = tid; c < BN; c += BWD_THREADS) {
+            const int j = j0 + c;
+            sKk[c] = j < sk ? sp.k_key[j] : (double)NAN;
+            sKt[c] = j < sk && sp.causal ? sp.k_time[j] : 0.0;
+        }
+    }
+    /* Span: the keys and times of query tile `it` into buffer b (plain stores: the
+     * buffer is not read until after the next barrier). */
+    auto span_load = [&](int b, int it) {
+        if (SPAN)
+            for (int c = tid; c < BM; c += BWD_THREADS) {
+                const int i = it * BM + c;
+                sQk[b * BM + c] = i < sq ? sp.q_key[i] : (double)NAN;
+                sQt[b * BM + c] = i < sq && sp.causal ? sp.q_time[i] : 0.0;
+            }
+    };
+
+    if (it0 < iend) {
         bwd_load_qtile<D, LD>(sQ, sdO, sL, sDi, qb, dob, lse2, di, it0);
         attn_cp_async_commit();
+        span_load(0, it0);
     }
     /* K, V rows of the tile -> bf16, zero past sk (overlaps the first copy). */
     for (int c = tid; c < BN * D / 4; c += BWD_THREADS) {
@@ -187,21 +246,30 @@ __global__ static void __launch_bounds__(BWD_THREADS, 1) bwd_kernel(const bwd_pa
             dv[dt][e] = 0.f;
         }
 
-    for (int it = it0; it < nqt; it++) {
-        const int buf = (it - it0) & 1;
-        /* Tile `it` has landed; every warp is done with step it-1 (its buffers and
-         * its dS^T reads), so the other buffer may be refilled. */
+    for (int it = it0, step = 0; it < iend; step++) {
+        const int buf = step & 1;
+        /* Span: how the warp's keys meet the tile, and the next tile the CTA's do. */
+        int whow = SPAN_SOME, inext = it + 1;
+        if (SPAN) {
+            const span_box qbox = sp.qt.box[it];
+            whow = span_meet(&qbox, &wbox, sp.reach, sp.causal);
+            inext = cuda_span_next(sp, sp.qt, cbox, 0, it + 1, iend);
+        }
+        /* Tile `it` has landed; every warp is done with the previous step (its
+         * buffers and its dS^T reads), so the other buffer may be refilled. */
         attn_cp_async_wait_all();
         __syncthreads();
-        if (it + 1 < nqt) {
+        if (inext < iend) {
             bwd_load_qtile<D, LD>(sQ + (buf ^ 1) * BM * LD, sdO + (buf ^ 1) * BM * LD,
                                   sL + (buf ^ 1) * BM, sDi + (buf ^ 1) * BM, qb, dob, lse2, di,
-                                  it + 1);
+                                  inext);
             attn_cp_async_commit();
+            span_load(buf ^ 1, inext);
         }
         const int i0 = it * BM;
         const bf16 *cQ = sQ + buf * BM * LD, *cdO = sdO + buf * BM * LD;
         const float *cL = sL + buf * BM, *cDi = sDi + buf * BM;
+        const double *cQk = sQk + buf * BM, *cQt = sQt + buf * BM;
 
         uint32_t ds[BM / 16][4]; /* dS^T as bf16 A fragments (k = queries) */
 #pragma unroll
@@ -210,7 +278,8 @@ __global__ static void __launch_bounds__(BWD_THREADS, 1) bwd_kernel(const bwd_pa
             for (int e = 0; e < 4; e++)
                 ds[kk][e] = 0u;
 
-        if (i0 + BM - 1 >= qf_wfirst) { /* some query of the tile sees a key of the warp */
+        /* Some query of the tile sees a key of the warp. */
+        if (i0 + BM - 1 >= qf_wfirst && whow != SPAN_NONE) {
             /* S^T = K Q^T: A = K rows (plain ldmatrix), B(k = channel, n = query) =
              * Q rows (plain ldmatrix, matrices (q 0-7, ch 0-7), (q 0-7, ch 8-15),
              * (q 8-15, ch 0-7), (q 8-15, ch 8-15) = b0, b1 of two n-tiles). */
@@ -236,15 +305,26 @@ __global__ static void __launch_bounds__(BWD_THREADS, 1) bwd_kernel(const bwd_pa
             /* P^T. Element e of n-tile nt: key kw + g + 8 * (e / 2), query
              * nt * 8 + 2 * t4 + e % 2 of the tile. lse2 = +inf (rows that see no
              * key, rows past sq) gives exp2(-inf) = 0. */
-            const bool need_mask = i0 < qf_wlast; /* some (key, query) pair unseen */
+            /* Some (key, query) pair unseen; span: keys past sk are masked too. */
+            const bool need_mask = SPAN ? whow == SPAN_SOME || j0 + kw + 16 > sk
+                                        : i0 < qf_wlast;
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int ic = nt * 8 + 2 * t4 + (e & 1);
                     float pv = attn_exp2(s[nt][e] * p.scale2 - cL[ic]);
-                    if (need_mask && i0 + ic < qf[e >> 1])
-                        pv = 0.f;
+                    if (need_mask) {
+                        if (!SPAN) {
+                            if (i0 + ic < qf[e >> 1])
+                                pv = 0.f;
+                        } else {
+                            const int kr = kw + g + 8 * (e >> 1); /* the key's tile row */
+                            if (!span_sees(cQk[ic], cQt[ic], (int64_t)i0 + ic + p.off, sKk[kr],
+                                           sKt[kr], (int64_t)j0 + kr, sp.reach, sp.causal))
+                                pv = 0.f;
+                        }
+                    }
                     s[nt][e] = pv;
                 }
 
@@ -374,6 +454,7 @@ __global__ static void __launch_bounds__(BWD_THREADS, 1) bwd_kernel(const bwd_pa
                               make_float2(dqa[nt][2 * hh] * p.scale, dqa[nt][2 * hh + 1] * p.scale));
             }
         }
+        it = inext;
     }
 
     /* dK (scaled), dV of the warp's keys: each key row belongs to one CTA. */
@@ -410,16 +491,24 @@ static rv_status bwd_launch(rv_backend *be, const rv_attn_bwd_args *a, float sca
     const int sq_pad = (a->sq + BM - 1) / BM * BM;
     const size_t rows = (size_t)a->heads * sq_pad;
     const size_t elems = rows * D; /* one bf16 tensor */
+    const int span = a->mask.kind == RV_MASK_SPAN;
     const size_t smem = (size_t)(2 * BN + 4 * BM) * LD * sizeof(bf16) +
-                        (size_t)BN * LDS * sizeof(bf16) + 4 * BM * sizeof(float);
-    void *scr = NULL;
+                        (size_t)BN * LDS * sizeof(bf16) + 4 * BM * sizeof(float) +
+                        (span ? (4 * BM + 2 * BN) * sizeof(double) +
+                                    (1 + BWD_WARPS) * sizeof(span_box)
+                              : 0);
+    void *scr = NULL, *qmem = NULL, *kmem = NULL;
     bwd_params p;
+    cuda_span sp;
     rv_status st;
+
+    if ((st = cuda_span_make(be, &a->mask, a->sq, a->sk, BM, 16, &qmem, &kmem, &sp)) != RV_OK)
+        goto end;
 
     /* Scratch: qb, dob (rows, D) bf16, then lse2, di (rows) f32; every part starts
      * 16-byte aligned (rows is a multiple of 64). */
     if ((st = cuda_scratch(be, 2 * elems * sizeof(bf16) + 2 * rows * sizeof(float), &scr)) != RV_OK)
-        return st;
+        goto end;
     p.k = a->k;
     p.v = a->v;
     p.qb = (const bf16 *)scr;
@@ -451,22 +540,30 @@ static rv_status bwd_launch(rv_backend *be, const rv_attn_bwd_args *a, float sca
         (float *)p.di, a->sq, sq_pad, a->heads, D);
     if ((st = cuda_check_launch("attn_bwd: prepare rows")) != RV_OK)
         goto end;
-    st = cuda_check(cudaFuncSetAttribute(bwd_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)smem),
-                    "attn_bwd: shared memory size");
-    if (st != RV_OK)
-        goto end;
-    bwd_kernel<D><<<dim3((unsigned)((a->sk + BN - 1) / BN), (unsigned)a->heads), BWD_THREADS, smem,
-                    stream>>>(p);
+    {
+        void (*kern)(const bwd_params, const cuda_span) = span ? bwd_kernel<D, true>
+                                                               : bwd_kernel<D, false>;
+        st = cuda_check(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)smem),
+                        "attn_bwd: shared memory size");
+        if (st != RV_OK)
+            goto end;
+        kern<<<dim3((unsigned)((a->sk + BN - 1) / BN), (unsigned)a->heads), BWD_THREADS, smem,
+               stream>>>(p, sp);
+    }
     st = cuda_check_launch("attn_bwd");
 end:
     cuda_scratch_free(be, scr);
+    cuda_scratch_free(be, qmem);
+    cuda_scratch_free(be, kmem);
     return st;
 }
 
 rv_status cuda_attn_bwd(rv_backend *be, const rv_attn_bwd_args *a)
 {
     rv_status st = rv_attn_check_dims(a->sq, a->sk, a->heads, a->dim, "attn_bwd");
+    if (st == RV_OK)
+        st = rv_args_attn_mask(&a->mask, a->sq, a->sk, "attn_bwd");
     if (st != RV_OK)
         return st;
     cudaStream_t stream = cuda_ctx_of(be)->stream;

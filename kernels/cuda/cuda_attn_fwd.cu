@@ -16,6 +16,12 @@
  *        O = O * corr + P V (P straight from the S registers, V via ldmatrix.trans)
  *      K(t+1) streams in while P V(t) runs, V(t) while S(t) and the softmax run
  *      (one buffer each, as FlashAttention-2 does).
+ * Span masks (RV_MASK_SPAN): two more launches first build the boxes of the query
+ * tiles (BM rows) and key tiles (BN keys) (cuda_attn_span.cu); a CTA walks only
+ * the key tiles its box meets (binary search, then box by box, attn_span.h), K of
+ * the next such tile streaming in as above, masks pair by pair (keys and times of
+ * the tile's rows in shared memory) only where the boxes partly meet, and a CTA
+ * that meets no key tile exits after writing its empty rows.
  * Head dims other than 32, 64, 128 (and misaligned pointers, and
  * RINGVIT_CUDA_ATTN=simple) go to the f32 reference in cuda_attn_simple.cu. */
 #include <math.h>
@@ -93,8 +99,12 @@ __device__ static __forceinline__ void fwd_load_tile(bf16 *dst, const bf16 *src)
     }
 }
 
-template <int D, int BN, int MT>
-__global__ static void __launch_bounds__(FWD_THREADS, 2) fwd_kernel(const fwd_params p)
+/* SPAN: the instantiation for span masks, sp its query tiles of BM rows and key tiles
+ * of BN keys; the others never read sp. (A separate parameter: in fwd_params it
+ * changes the register allocation of the other instantiations.) */
+template <int D, int BN, int MT, bool SPAN>
+__global__ static void __launch_bounds__(FWD_THREADS, 2) fwd_kernel(const fwd_params p,
+                                                                    const cuda_span sp)
 {
     constexpr int BM = FWD_WARPS * 16 * MT; /* query rows per CTA */
     constexpr int LD = D + 8;  /* smem row stride (bf16): +16 bytes, ldmatrix conflict-free */
@@ -104,6 +114,12 @@ __global__ static void __launch_bounds__(FWD_THREADS, 2) fwd_kernel(const fwd_pa
     bf16 *sQ = reinterpret_cast<bf16 *>(fwd_smem); /* (BM, LD) */
     bf16 *sK = sQ + BM * LD;                        /* (BN, LD) */
     bf16 *sV = sK + BN * LD;                        /* (BN, LD) */
+    /* Span masks only: keys and times of the CTA's rows and of the key tile. */
+    double *sQk = reinterpret_cast<double *>(sV + BN * LD); /* (BM) */
+    double *sQt = sQk + BM;                                  /* (BM) */
+    double *sKk = sQt + BM;                                  /* (BN) */
+    double *sKt = sKk + BN;                                  /* (BN) */
+    span_box *sBox = reinterpret_cast<span_box *>(sKt + BN); /* the CTA's query box */
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t4 = lane & 3;
@@ -133,6 +149,33 @@ __global__ static void __launch_bounds__(FWD_THREADS, 2) fwd_kernel(const fwd_pa
     const bf16 *kb = p.kb + (size_t)h * p.kpad * D;
     const bf16 *vb = p.vb + (size_t)h * p.kpad * D;
 
+    /* The key tiles [jfirst, jend) to visit. A span mask (whose kernel runs with
+     * causal = 0, so the prefix logic above sees every key) narrows them to those
+     * its box may meet and steps from one that does to the next. */
+    const span_box &qbox = *sBox;
+    int jfirst = 0, jend = 0;
+    if (SPAN) {
+        if (tid == 0)
+            *sBox = sp.qt.box[i0 / BM];
+        __syncthreads();
+        jfirst = span_first(sp.kt.pre_hi, sp.kt.n, qbox.lo, sp.reach);
+        jend = max(jfirst, span_end(sp.kt.suf_lo, sp.kt.n, qbox.hi, sp.reach));
+        jfirst = cuda_span_next(sp, sp.kt, qbox, 1, jfirst, jend);
+        /* Keys and times of the CTA's rows (NaN past sq: they see nothing) and of
+         * the first key tile; the loop's first barrier publishes them. */
+        for (int c = tid; c < BM; c += FWD_THREADS) {
+            const bool in = i0 + c < sq;
+            sQk[c] = in ? sp.q_key[i0 + c] : (double)NAN;
+            sQt[c] = in && sp.causal ? sp.q_time[i0 + c] : 0.0;
+        }
+        if (jfirst < jend)
+            for (int c = tid; c < BN; c += FWD_THREADS) {
+                const int j = jfirst * BN + c;
+                sKk[c] = j < p.kvis ? sp.k_key[j] : (double)NAN;
+                sKt[c] = j < p.kvis && sp.causal ? sp.k_time[j] : 0.0;
+            }
+    }
+
     float m[MT][2], l[MT][2]; /* running max (base 2, scaled), this thread's partial sum */
     float acc[MT][DT][4];     /* unnormalised output, C layout */
 #pragma unroll
@@ -149,8 +192,8 @@ __global__ static void __launch_bounds__(FWD_THREADS, 2) fwd_kernel(const fwd_pa
                 acc[mt][dt][e] = 0.f;
     }
 
-    if (ntiles > 0) {
-        fwd_load_tile<D, BN, LD>(sK, kb);
+    if (SPAN ? jfirst < jend : ntiles > 0) {
+        fwd_load_tile<D, BN, LD>(sK, SPAN ? kb + (size_t)jfirst * BN * D : kb);
         attn_cp_async_commit();
         /* Q rows -> bf16, zero past sq (overlaps the first key tile's copy). */
         for (int c = tid; c < BM * D / 4; c += FWD_THREADS) {
@@ -163,8 +206,16 @@ __global__ static void __launch_bounds__(FWD_THREADS, 2) fwd_kernel(const fwd_pa
         }
     }
 
-    for (int jt = 0; jt < ntiles; jt++) {
+    int jnext = 0; /* span: the next tile to visit */
+    for (int jt = SPAN ? jfirst : 0; jt < (SPAN ? jend : ntiles); jt = SPAN ? jnext : jt + 1) {
         const int j0 = jt * BN;
+        /* Span: how the tile meets the CTA's box, and the next tile that does. */
+        int how = SPAN_SOME;
+        if (SPAN) {
+            const span_box kbox = sp.kt.box[jt];
+            how = span_meet(&qbox, &kbox, sp.reach, sp.causal);
+            jnext = cuda_span_next(sp, sp.kt, qbox, 1, jt + 1, jend);
+        }
         /* K(jt) has landed and every warp is done with V(jt-1): refill V. */
         attn_cp_async_wait_all();
         __syncthreads();
@@ -208,7 +259,8 @@ __global__ static void __launch_bounds__(FWD_THREADS, 2) fwd_kernel(const fwd_pa
             /* Online softmax. Element e of n-tile nt is row g + 8 * (e / 2), key
              * j0 + nt * 8 + 2 * t4 + e % 2; a row's keys are spread over the 4
              * lanes of a group, so the row max is reduced over lanes xor 1, 2. */
-            const bool need_mask = j0 + BN > clean_end;
+            const bool need_mask = SPAN ? how == SPAN_SOME || j0 + BN > p.kvis
+                                        : j0 + BN > clean_end;
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
@@ -219,8 +271,16 @@ __global__ static void __launch_bounds__(FWD_THREADS, 2) fwd_kernel(const fwd_pa
 #pragma unroll
                         for (int e = 0; e < 2; e++) {
                             float x = s[mt][nt][2 * hh + e] * p.scale2;
-                            if (need_mask && j0 + nt * 8 + 2 * t4 + e > lim[mt][hh])
-                                x = -INFINITY;
+                            if (!SPAN) {
+                                if (need_mask && j0 + nt * 8 + 2 * t4 + e > lim[mt][hh])
+                                    x = -INFINITY;
+                            } else if (need_mask) {
+                                const int c = nt * 8 + 2 * t4 + e;
+                                const int r = wrow + mt * 16 + g + 8 * hh;
+                                if (!span_sees(sQk[r], sQt[r], (int64_t)i0 + r + p.off, sKk[c],
+                                               sKt[c], (int64_t)j0 + c, sp.reach, sp.causal))
+                                    x = -INFINITY;
+                            }
                             s[mt][nt][2 * hh + e] = x;
                             mx = fmaxf(mx, x);
                         }
@@ -253,12 +313,19 @@ __global__ static void __launch_bounds__(FWD_THREADS, 2) fwd_kernel(const fwd_pa
             }
         }
 
-        /* V(jt) has landed and every warp is done with K(jt): prefetch K(jt+1). */
+        /* V(jt) has landed and every warp is done with K(jt) (and the span keys
+         * of jt): prefetch K of the next tile. */
         attn_cp_async_wait_all();
         __syncthreads();
-        if (jt + 1 < ntiles) {
-            fwd_load_tile<D, BN, LD>(sK, kb + (size_t)(j0 + BN) * D);
+        if (SPAN ? jnext < jend : jt + 1 < ntiles) {
+            fwd_load_tile<D, BN, LD>(sK, kb + (size_t)(SPAN ? jnext * BN : j0 + BN) * D);
             attn_cp_async_commit();
+            if (SPAN)
+                for (int c = tid; c < BN; c += FWD_THREADS) {
+                    const int j = jnext * BN + c;
+                    sKk[c] = j < p.kvis ? sp.k_key[j] : (double)NAN;
+                    sKt[c] = j < p.kvis && sp.causal ? sp.k_time[j] : 0.0;
+                }
         }
 
         if (active) {
@@ -361,17 +428,24 @@ static rv_status fwd_launch(rv_backend *be, const rv_attn_fwd_args *a, int64_t o
 {
     constexpr int BN = fwd_cfg<D>::BN, MT = fwd_cfg<D>::MT;
     constexpr int BM = FWD_WARPS * 16 * MT, LD = D + 8;
+    static_assert((BM + 2 * BN) * LD * sizeof(bf16) % 8 == 0, "span arrays aligned");
     cudaStream_t stream = cuda_ctx_of(be)->stream;
     const int kpad = (kvis + BN - 1) / BN * BN;
     const size_t elems = (size_t)a->heads * kpad * D; /* one packed tensor */
-    const size_t smem = (size_t)(BM + 2 * BN) * LD * sizeof(bf16);
-    void *scr = NULL;
+    const int span = a->mask.kind == RV_MASK_SPAN;
+    const size_t smem = (size_t)(BM + 2 * BN) * LD * sizeof(bf16) +
+                        (span ? (size_t)2 * (BM + BN) * sizeof(double) + sizeof(span_box) : 0);
+    void *scr = NULL, *qmem = NULL, *kmem = NULL;
     fwd_params p;
+    cuda_span sp;
     rv_status st = RV_OK;
+
+    if ((st = cuda_span_make(be, &a->mask, a->sq, kvis, BM, BN, &qmem, &kmem, &sp)) != RV_OK)
+        goto end;
 
     if (elems > 0) {
         if ((st = cuda_scratch(be, 2 * elems * sizeof(bf16), &scr)) != RV_OK)
-            return st;
+            goto end;
         fwd_pack_kv<<<cuda_blocks(elems / 4, 256), 256, 0, stream>>>(
             a->k, a->v, (bf16 *)scr, (bf16 *)scr + elems, kvis, kpad, a->heads, D);
         if ((st = cuda_check_launch("attn_fwd: pack keys")) != RV_OK)
@@ -390,16 +464,22 @@ static rv_status fwd_launch(rv_backend *be, const rv_attn_fwd_args *a, int64_t o
     p.causal = a->mask.kind == RV_MASK_CAUSAL;
     p.accumulate = a->accumulate != 0;
     p.scale2 = scale * CUDA_ATTN_LOG2E;
-    st = cuda_check(cudaFuncSetAttribute(fwd_kernel<D, BN, MT>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
-                    "attn_fwd: shared memory size");
-    if (st != RV_OK)
-        goto end;
-    fwd_kernel<D, BN, MT><<<dim3((unsigned)((a->sq + BM - 1) / BM), (unsigned)a->heads),
-                            FWD_THREADS, smem, stream>>>(p);
+    {
+        void (*kern)(const fwd_params, const cuda_span) = span ? fwd_kernel<D, BN, MT, true>
+                                                               : fwd_kernel<D, BN, MT, false>;
+        st = cuda_check(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)smem),
+                        "attn_fwd: shared memory size");
+        if (st != RV_OK)
+            goto end;
+        kern<<<dim3((unsigned)((a->sq + BM - 1) / BM), (unsigned)a->heads), FWD_THREADS, smem,
+               stream>>>(p, sp);
+    }
     st = cuda_check_launch("attn_fwd");
 end:
     cuda_scratch_free(be, scr);
+    cuda_scratch_free(be, qmem);
+    cuda_scratch_free(be, kmem);
     return st;
 }
 

@@ -15,7 +15,11 @@
  *   backward: Di = rowsum(dO * O) per (head, query) into scratch; then a warp per
  *             (head, key) accumulates dK, dV over the queries that see the key,
  *             and a warp per (head, query) accumulates dQ over its keys. No
- *             atomics: each output row has one owner. */
+ *             atomics: each output row has one owner.
+ * Span masks (RV_MASK_SPAN): a row's box (its own key and time) is searched among
+ * the boxes of the other side's tiles of SPAN_TILE rows (attn_span.h), and only the
+ * tiles it meets are walked, pair by pair: the same tile skipping as the
+ * tensor-core kernels, at the granularity of one row. */
 #include <math.h>
 
 #include "cuda_attn.h"
@@ -23,6 +27,7 @@
 #define SIMPLE_WARPS 8        /* warps per block */
 #define CHUNK_PER_LANE 8      /* accumulators per lane */
 #define CHUNK (32 * CHUNK_PER_LANE) /* channels per pass */
+#define SPAN_TILE 64          /* rows per tile box of a span mask */
 
 /* Global warp id and warp count of a grid-stride loop over rows. */
 #define WARP_ID ((size_t)blockIdx.x * SIMPLE_WARPS + (threadIdx.x >> 5))
@@ -40,7 +45,39 @@ struct simple_args {
     int64_t off; /* q_start - k_start */
     int causal, accumulate;
     float scale;
+    cuda_span sp; /* span mask: query and key tiles of SPAN_TILE rows */
 };
+
+/* f(j) for every key j query i sees under the span mask, in increasing order: only
+ * the key tiles whose boxes meet the row's. */
+template <typename F>
+__device__ static void simple_span_keys(const simple_args &p, int i, F f)
+{
+    const cuda_span &sp = p.sp;
+    const span_box b = cuda_span_row_box(sp.q_key, sp.q_time, i);
+    const int first = span_first(sp.kt.pre_hi, sp.kt.n, b.lo, sp.reach);
+    const int end = max(first, span_end(sp.kt.suf_lo, sp.kt.n, b.hi, sp.reach));
+    for (int u = cuda_span_next(sp, sp.kt, b, 1, first, end); u < end;
+         u = cuda_span_next(sp, sp.kt, b, 1, u + 1, end))
+        for (int j = u * SPAN_TILE; j < min((u + 1) * SPAN_TILE, p.sk); j++)
+            if (cuda_span_pair(sp, p.off, i, j))
+                f(j);
+}
+
+/* f(i) for every query i that sees key j under the span mask, in increasing order. */
+template <typename F>
+__device__ static void simple_span_queries(const simple_args &p, int j, F f)
+{
+    const cuda_span &sp = p.sp;
+    const span_box b = cuda_span_row_box(sp.k_key, sp.k_time, j);
+    const int first = span_first(sp.qt.pre_hi, sp.qt.n, b.lo, sp.reach);
+    const int end = max(first, span_end(sp.qt.suf_lo, sp.qt.n, b.hi, sp.reach));
+    for (int u = cuda_span_next(sp, sp.qt, b, 0, first, end); u < end;
+         u = cuda_span_next(sp, sp.qt, b, 0, u + 1, end))
+        for (int i = u * SPAN_TILE; i < min((u + 1) * SPAN_TILE, p.sq); i++)
+            if (cuda_span_pair(sp, p.off, i, j))
+                f(i);
+}
 
 /* Sum over the warp, result in every lane. */
 __device__ static float simple_warp_sum(float x)
@@ -91,7 +128,7 @@ __global__ static void simple_fwd_kernel(const simple_args p)
             for (int u = 0; u < CHUNK_PER_LANE; u++)
                 acc[u] = 0.f;
             float m = -INFINITY, l = 0.f;
-            for (int j = 0; j < nk; j++) {
+            auto key = [&](int j) {
                 const float *vr = simple_row(p.v, j, h, p);
                 const float s = simple_dot(qr, simple_row(p.k, j, h, p), p.dim, lane) * p.scale;
                 const float mnew = fmaxf(m, s);
@@ -105,7 +142,12 @@ __global__ static void simple_fwd_kernel(const simple_args p)
                         acc[u] = acc[u] * corr + pj * vr[c];
                 }
                 m = mnew;
-            }
+            };
+            if (p.sp.on)
+                simple_span_keys(p, i, key);
+            else
+                for (int j = 0; j < nk; j++)
+                    key(j);
             lse_new = l > 0.f ? m + logf(l) : -INFINITY;
             const float inv = l > 0.f ? 1.f / l : 0.f;
             /* Merge weights: overwrite unless both sides saw keys. */
@@ -186,7 +228,7 @@ __global__ static void simple_dkdv_kernel(const simple_args p)
                 ak[u] = 0.f;
                 av[u] = 0.f;
             }
-            for (int i = i_first; i < p.sq; i++) {
+            auto query = [&](int i) {
                 float pij, dsij;
                 simple_p_ds(p, h, i, j, lane, &pij, &dsij);
                 const float *qr = simple_row(p.q, i, h, p), *gr = simple_row(p.dout, i, h, p);
@@ -198,7 +240,12 @@ __global__ static void simple_dkdv_kernel(const simple_args p)
                         ak[u] += dsij * qr[c];
                     }
                 }
-            }
+            };
+            if (p.sp.on)
+                simple_span_queries(p, j, query);
+            else
+                for (int i = i_first; i < p.sq; i++)
+                    query(i);
 #pragma unroll
             for (int u = 0; u < CHUNK_PER_LANE; u++) {
                 const int c = c0 + lane + 32 * u;
@@ -226,7 +273,7 @@ __global__ static void simple_dq_kernel(const simple_args p)
 #pragma unroll
             for (int u = 0; u < CHUNK_PER_LANE; u++)
                 aq[u] = 0.f;
-            for (int j = 0; j < nk; j++) {
+            auto key = [&](int j) {
                 float pij, dsij;
                 simple_p_ds(p, h, i, j, lane, &pij, &dsij);
                 const float *kr = simple_row(p.k, j, h, p);
@@ -236,7 +283,12 @@ __global__ static void simple_dq_kernel(const simple_args p)
                     if (c < p.dim)
                         aq[u] += dsij * kr[c];
                 }
-            }
+            };
+            if (p.sp.on)
+                simple_span_keys(p, i, key);
+            else
+                for (int j = 0; j < nk; j++)
+                    key(j);
 #pragma unroll
             for (int u = 0; u < CHUNK_PER_LANE; u++) {
                 const int c = c0 + lane + 32 * u;
@@ -270,15 +322,23 @@ rv_status cuda_attn_fwd_simple(rv_backend *be, const rv_attn_fwd_args *a)
 {
     simple_args p = simple_common(a->sq, a->sk, a->heads, a->dim, a->scale, &a->mask,
                                   a->accumulate);
-    p.q = a->q;
-    p.k = a->k;
-    p.v = a->v;
-    p.out = a->o;
-    p.lse = a->lse;
-    const size_t rows = (size_t)a->heads * a->sq;
-    simple_fwd_kernel<<<cuda_blocks(rows, SIMPLE_WARPS), SIMPLE_WARPS * 32, 0,
-                        cuda_ctx_of(be)->stream>>>(p);
-    return cuda_check_launch("attn_fwd (simple)");
+    void *qmem = NULL, *kmem = NULL;
+    rv_status st = cuda_span_make(be, &a->mask, a->sq, a->sk, SPAN_TILE, SPAN_TILE, &qmem,
+                                  &kmem, &p.sp);
+    if (st == RV_OK) {
+        p.q = a->q;
+        p.k = a->k;
+        p.v = a->v;
+        p.out = a->o;
+        p.lse = a->lse;
+        const size_t rows = (size_t)a->heads * a->sq;
+        simple_fwd_kernel<<<cuda_blocks(rows, SIMPLE_WARPS), SIMPLE_WARPS * 32, 0,
+                            cuda_ctx_of(be)->stream>>>(p);
+        st = cuda_check_launch("attn_fwd (simple)");
+    }
+    cuda_scratch_free(be, qmem);
+    cuda_scratch_free(be, kmem);
+    return st;
 }
 
 /* The caller (cuda_attn_bwd) has checked the shapes and pointers, sq, sk > 0. */
@@ -289,9 +349,11 @@ rv_status cuda_attn_bwd_simple(rv_backend *be, const rv_attn_bwd_args *a)
                                   a->accumulate);
     const size_t qrows = (size_t)a->heads * a->sq, krows = (size_t)a->heads * a->sk;
     float *di = NULL; /* (heads, sq) */
-    rv_status st = cuda_scratch(be, qrows * sizeof(float), (void **)&di);
-    if (st != RV_OK)
-        return st;
+    void *qmem = NULL, *kmem = NULL;
+    rv_status st = cuda_span_make(be, &a->mask, a->sq, a->sk, SPAN_TILE, SPAN_TILE, &qmem,
+                                  &kmem, &p.sp);
+    if (st != RV_OK || (st = cuda_scratch(be, qrows * sizeof(float), (void **)&di)) != RV_OK)
+        goto end;
     p.q = a->q;
     p.k = a->k;
     p.v = a->v;
@@ -312,5 +374,7 @@ rv_status cuda_attn_bwd_simple(rv_backend *be, const rv_attn_bwd_args *a)
     st = cuda_check_launch("attn_bwd (simple): dQ");
 end:
     cuda_scratch_free(be, di);
+    cuda_scratch_free(be, qmem);
+    cuda_scratch_free(be, kmem);
     return st;
 }

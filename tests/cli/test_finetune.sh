@@ -221,8 +221,28 @@ t_cp_strategies() {
         py same-losses cp_$2.log.jsonl one_mae.log.jsonl --rtol 1e-4 --steps 2 || { why="$2: $why"; return 1; }
     done
 }
+# Attention spans: the losses at cp 2 and 3 equal cp 1's, and differ from full
+# attention's (one_mae), so the span is applied in training too.
+t_cp_spans() {
+    for a in window=1 block=1; do
+        run_exe finetune --task mae --manifest small.tsv $EQ --accum 2 --attention $a \
+            -o span1_$a.safetensors && want_rc 0 || return 1
+        for s in "2 ring" "3 allgather"; do
+            set -- $s
+            run_exe finetune --task mae --manifest small.tsv $EQ --accum 2 --attention $a \
+                --cp "$1" --strategy "$2" -o span_$1_$a.safetensors && want_rc 0 || return 1
+            py same-losses span_$1_$a.log.jsonl span1_$a.log.jsonl --rtol 1e-4 --steps 2 ||
+                { why="$a cp $1 $2: $why"; return 1; }
+        done
+        if py same-losses span1_$a.log.jsonl one_mae.log.jsonl --rtol 1e-6 --steps 2; then
+            why="$a: the losses equal full attention's"
+            return 1
+        fi
+    done
+}
 check dp2-cp2-equals-one-rank t_dp_cp
 check cp-strategies-equal-cp1 t_cp_strategies
+check cp-spans-equal-cp1 t_cp_spans
 
 # ---- learning ----------------------------------------------------------------------------
 t_classify_learns() {

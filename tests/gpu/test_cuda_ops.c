@@ -10,7 +10,7 @@
  * tensor-core paths with bf16 inputs and f32 accumulation 1e-2 (gemm) and 2e-2
  * (attention output, gradients, and the log-sum-exp as an absolute error). The
  * attention tests run twice: as built, and with RINGVIT_CUDA_ATTN=simple (the
- * plain f32 kernel) at 1e-4. Every comparison is printed (one "cuda_ops:" line
+ * plain f32 kernel) at 1e-4; span masks (RV_MASK_SPAN) too. Every comparison is printed (one "cuda_ops:" line
  * per check, and a WORST line per test) so a device run shows the margins.
  *
  * Outputs that the contract says are overwritten start as NaN, so a kernel that
@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ref_attention.h"
 #include "ref_ops.h"
 #include "rv_backend.h"
 #include "rv_cuda.h"
@@ -781,7 +782,7 @@ static int attn_cases(attn_case *out)
         for (int hi = 0; hi < 2; hi++)
             for (size_t si = 0; si < sizeof seqs / sizeof seqs[0]; si++)
                 for (int causal = 0; causal < 2; causal++) {
-                    rv_attn_mask m = {causal ? RV_MASK_CAUSAL : RV_MASK_NONE, 0, 0};
+                    rv_attn_mask m = {.kind = causal ? RV_MASK_CAUSAL : RV_MASK_NONE, .q_start = 0, .k_start = 0};
                     out[n] = (attn_case){seqs[si][0], seqs[si][1], heads[hi], dims[di], m,
                                          (n / 2) % 2 ? 0.0625f : 0.0f};
                     n++;
@@ -801,7 +802,7 @@ static int attn_cases(attn_case *out)
     static const int dh[][2] = {{64, 4}, {128, 4}, {48, 1}};
     for (size_t i = 0; i < sizeof off / sizeof off[0]; i++)
         for (int j = 0; j < 3; j++) {
-            rv_attn_mask m = {RV_MASK_CAUSAL, off[i].q0, off[i].k0};
+            rv_attn_mask m = {.kind = RV_MASK_CAUSAL, .q_start = off[i].q0, .k_start = off[i].k0};
             out[n] = (attn_case){off[i].sq, off[i].sk, dh[j][1], dh[j][0], m,
                                  (n % 2) ? 0.0625f : 0.0f};
             n++;
@@ -813,7 +814,11 @@ static int attn_cases(attn_case *out)
 /* A case's label for the check lines. */
 static const char *case_label(const attn_case *c, char *buf, size_t len)
 {
-    if (c->mask.kind == RV_MASK_CAUSAL)
+    if (c->mask.kind == RV_MASK_SPAN)
+        snprintf(buf, len, "H=%d d=%d sq=%d sk=%d span reach=%g%s q0=%lld k0=%lld scale=%g",
+                 c->heads, c->dim, c->sq, c->sk, c->mask.reach, c->mask.causal ? " causal" : "",
+                 (long long)c->mask.q_start, (long long)c->mask.k_start, (double)c->scale);
+    else if (c->mask.kind == RV_MASK_CAUSAL)
         snprintf(buf, len, "H=%d d=%d sq=%d sk=%d causal q0=%lld k0=%lld scale=%g", c->heads,
                  c->dim, c->sq, c->sk, (long long)c->mask.q_start, (long long)c->mask.k_start,
                  (double)c->scale);
@@ -882,9 +887,30 @@ static void check_fwd_out(const attn_case *c, const attn_tol *t, const char *wha
                  bad);
 }
 
-/* One forward, accumulate 0 (o and lse start as NaN on both sides). */
-static void attn_fwd_case(rv_backend *cpu, rv_backend *gpu, const attn_case *c, uint64_t seed,
-                          const attn_tol *t)
+/* The mask of case c as the device reads it: gm (a span mask's arrays in device
+ * memory) where given, else the case's own. */
+static rv_attn_mask dev_mask(const attn_case *c, const rv_attn_mask *gm)
+{
+    return gm ? *gm : c->mask;
+}
+
+/* m for the keys from chunk row k0 on: the global offset, and a span mask's key
+ * arrays, move with them. */
+static rv_attn_mask mask_from_key(rv_attn_mask m, int k0)
+{
+    m.k_start += k0;
+    if (m.kind == RV_MASK_SPAN) {
+        m.k_key += k0;
+        if (m.k_time)
+            m.k_time += k0;
+    }
+    return m;
+}
+
+/* One forward, accumulate 0 (o and lse start as NaN on both sides); gm: the
+ * device's mask (dev_mask). */
+static void attn_fwd_run(rv_backend *cpu, rv_backend *gpu, const attn_case *c,
+                         const rv_attn_mask *gm, uint64_t seed, const attn_tol *t)
 {
     attn_data d = attn_data_make(c, seed);
     float *oc = filled(d.nq, NAN), *lc = filled(d.nl, NAN);
@@ -895,7 +921,7 @@ static void attn_fwd_case(rv_backend *cpu, rv_backend *gpu, const attn_case *c, 
                           c->mask, 0};
     OK_OR_FAIL(cpu->attn_fwd(cpu, &a), "cpu attn_fwd");
     rv_attn_fwd_args ag = {dq, dk, dv, d_o, d_l, c->sq, c->sk, c->heads, c->dim, c->scale,
-                           c->mask, 0};
+                           dev_mask(c, gm), 0};
     OK_OR_FAIL(gpu->attn_fwd(gpu, &ag), "cuda attn_fwd");
     down(gpu, og, d_o, d.nq);
     down(gpu, lg, d_l, d.nl);
@@ -903,6 +929,12 @@ static void attn_fwd_case(rv_backend *cpu, rv_backend *gpu, const attn_case *c, 
     dfree(gpu, dq), dfree(gpu, dk), dfree(gpu, dv), dfree(gpu, d_o), dfree(gpu, d_l);
     free(oc), free(lc), free(og), free(lg);
     attn_data_free(&d);
+}
+
+static void attn_fwd_case(rv_backend *cpu, rv_backend *gpu, const attn_case *c, uint64_t seed,
+                          const attn_tol *t)
+{
+    attn_fwd_run(cpu, gpu, c, NULL, seed, t);
 }
 
 static void attn_tol_set(attn_tol *t, int simple)
@@ -957,8 +989,8 @@ typedef struct acc_case {
     int64_t q0, k0;
 } acc_case;
 
-static void attn_fwd_acc_case(rv_backend *cpu, rv_backend *gpu, const attn_case *c, int cut,
-                              uint64_t seed, const attn_tol *t)
+static void attn_fwd_acc_run(rv_backend *cpu, rv_backend *gpu, const attn_case *c,
+                             const rv_attn_mask *gm, int cut, uint64_t seed, const attn_tol *t)
 {
     attn_data d = attn_data_make(c, seed);
     const size_t hd = (size_t)c->heads * c->dim;
@@ -968,13 +1000,12 @@ static void attn_fwd_acc_case(rv_backend *cpu, rv_backend *gpu, const attn_case 
     float *d_o = up(gpu, oc, d.nq), *d_l = up(gpu, lc, d.nl);
     for (int call = 0; call < 2; call++) {
         int k0 = call ? 0 : cut, nk = call ? cut : c->sk - cut; /* key rows of this block */
-        rv_attn_mask m = c->mask;
-        m.k_start += k0;
+        rv_attn_mask m = mask_from_key(c->mask, k0), mg = mask_from_key(dev_mask(c, gm), k0);
         rv_attn_fwd_args a = {d.q, d.k + k0 * hd, d.v + k0 * hd, oc, lc, c->sq, nk, c->heads,
                               c->dim, c->scale, m, call};
         OK_OR_FAIL(cpu->attn_fwd(cpu, &a), "cpu attn_fwd");
         rv_attn_fwd_args ag = {dq, dk + k0 * hd, dv + k0 * hd, d_o, d_l, c->sq, nk, c->heads,
-                               c->dim, c->scale, m, call};
+                               c->dim, c->scale, mg, call};
         OK_OR_FAIL(gpu->attn_fwd(gpu, &ag), call ? "cuda attn_fwd (accumulate 1)"
                                                 : "cuda attn_fwd (accumulate 0)");
     }
@@ -1005,11 +1036,10 @@ static void attn_fwd_acc_suite(int simple)
     int idx = 0;
     for (size_t i = 0; i < sizeof acc / sizeof acc[0]; i++)
         for (int j = 0; j < 4; j++, idx++) {
-            rv_attn_mask m = {acc[i].causal ? RV_MASK_CAUSAL : RV_MASK_NONE, acc[i].q0,
-                              acc[i].k0};
+            rv_attn_mask m = {.kind = acc[i].causal ? RV_MASK_CAUSAL : RV_MASK_NONE, .q_start = acc[i].q0, .k_start = acc[i].k0};
             attn_case c = {acc[i].sq, acc[i].sk, dh[j][1], dh[j][0], m,
                            idx % 2 ? 0.0625f : 0.0f};
-            attn_fwd_acc_case(cpu, gpu, &c, acc[i].cut, 3000 + (uint64_t)idx, &t);
+            attn_fwd_acc_run(cpu, gpu, &c, NULL, acc[i].cut, 3000 + (uint64_t)idx, &t);
         }
     summary(simple ? "attn_fwd_accumulate simple" : "attn_fwd_accumulate");
     rv_backend_free(&gpu);
@@ -1034,8 +1064,8 @@ Test(cuda_ops, attn_fwd_accumulate_simple, .timeout = 300)
  * dS = P (dP - Di), whose bf16 part (dP from bf16 dout and v, Di in f32) reaches
  * ~1.5e-2 of gscale when measured against a tenth of it (an emulation of the bf16
  * kernel on the CPU showed); at half, the worst emulated case is ~1.1e-2. */
-static void attn_bwd_case(rv_backend *cpu, rv_backend *gpu, const attn_case *c, uint64_t seed,
-                          const attn_tol *t)
+static void attn_bwd_run(rv_backend *cpu, rv_backend *gpu, const attn_case *c,
+                         const rv_attn_mask *gm, uint64_t seed, const attn_tol *t)
 {
     attn_data d = attn_data_make(c, seed);
     const size_t nq = d.nq, nk = d.nk, nl = d.nl;
@@ -1066,7 +1096,7 @@ static void attn_bwd_case(rv_backend *cpu, rv_backend *gpu, const attn_case *c, 
                               c->heads, c->dim, c->scale, c->mask, acc};
         OK_OR_FAIL(cpu->attn_bwd(cpu, &b), "cpu attn_bwd");
         rv_attn_bwd_args bg = {dq, dk, dv, d_o, d_l, d_dout, d_dq, d_dk, d_dv, c->sq, c->sk,
-                               c->heads, c->dim, c->scale, c->mask, acc};
+                               c->heads, c->dim, c->scale, dev_mask(c, gm), acc};
         OK_OR_FAIL(gpu->attn_bwd(gpu, &bg), acc ? "cuda attn_bwd (accumulate 1)"
                                                : "cuda attn_bwd (accumulate 0)");
         if (acc == 0) {
@@ -1091,6 +1121,12 @@ static void attn_bwd_case(rv_backend *cpu, rv_backend *gpu, const attn_case *c, 
     attn_data_free(&d);
 }
 
+static void attn_bwd_case(rv_backend *cpu, rv_backend *gpu, const attn_case *c, uint64_t seed,
+                          const attn_tol *t)
+{
+    attn_bwd_run(cpu, gpu, c, NULL, seed, t);
+}
+
 Test(cuda_ops, attn_bwd, .timeout = 500)
 {
     attn_suite(attn_bwd_case, 2000, "attn_bwd", 0);
@@ -1099,6 +1135,157 @@ Test(cuda_ops, attn_bwd, .timeout = 500)
 Test(cuda_ops, attn_bwd_simple, .timeout = 500)
 {
     attn_suite(attn_bwd_case, 2000, "attn_bwd", 1);
+}
+
+/* ---- span masks (RV_MASK_SPAN) --------------------------------------------------
+ * Token times as a sequence lays them out: 2 s interleaving windows, each holding
+ * its video tokens in time order (4 frames of 0.5 s: a frame's tokens start
+ * together), then its audio tokens in time order (random start times). Masks:
+ * sliding windows (key = start time, reach W/2; W = 0: audio rows see only
+ * themselves), blocks (key = floor(t / B), reach 0) and frames (floor(t / 0.5 s)),
+ * with and without causal, on query and key chunks that are different slices of
+ * the sequence; the keys and times are uploaded once and sliced by pointer on both
+ * sides. A 20 000-token window case makes the kernels skip most tiles. Times:
+ * ref_span_times. */
+
+/* type 0: window of `size` s, 1: blocks of `size` s, 2: frames of 0.5 s. */
+static double *span_keys(const double *t, int n, int type, double size, double *reach)
+{
+    double *k = ref_alloc_d((size_t)n);
+    for (int i = 0; i < n; i++)
+        k[i] = type == 0 ? t[i] : floor(t[i] / (type == 2 ? 0.5 : size));
+    *reach = type == 0 ? size / 2 : 0.0;
+    return k;
+}
+
+static rv_attn_mask span_mask(const double *key, const double *t, double reach, int causal,
+                              int q0, int k0)
+{
+    return (rv_attn_mask){.kind = RV_MASK_SPAN, .q_start = q0, .k_start = k0,
+                          .q_key = key + q0, .k_key = key + k0, .q_time = t + q0,
+                          .k_time = t + k0, .reach = reach, .causal = causal};
+}
+
+/* which: 0 forward, 1 forward accumulate (keys in two blocks), 2 backward. */
+static void span_suite(int which, int simple)
+{
+    attn_tol t;
+    attn_tol_set(&t, simple);
+    rv_backend *cpu = make_cpu(), *gpu = make_gpu();
+    static const struct {
+        int type;
+        double size;
+    } masks[] = {{0, 0.0}, {0, 1.0}, {0, 4.0}, {1, 1.0}, {1, 3.0}, {2, 0.5}};
+    static const struct {
+        int q0, sq, k0, sk;
+    } slices[] = {{0, 2400, 0, 2400}, {500, 900, 900, 1100}, {1500, 700, 100, 1000}};
+    static const int dh[][2] = {{64, 2}, {128, 2}, {32, 1}, {48, 2}};
+    const int n = 2400;
+    double *times = ref_span_times(77, n, 120.0);
+    double *d_t = up_bytes(gpu, times, sizeof(double) * n);
+    uint64_t seed = 5000 + 1000 * (uint64_t)which;
+    for (size_t mi = 0; mi < sizeof masks / sizeof masks[0]; mi++) {
+        double reach;
+        double *key = span_keys(times, n, masks[mi].type, masks[mi].size, &reach);
+        double *d_key = up_bytes(gpu, key, sizeof(double) * n);
+        for (int causal = 0; causal < 2; causal++)
+            for (size_t si = 0; si < sizeof slices / sizeof slices[0]; si++) {
+                int j = (int)((mi * 2 + causal + si) % 4);
+                attn_case c = {slices[si].sq, slices[si].sk, dh[j][1], dh[j][0],
+                               span_mask(key, times, reach, causal, slices[si].q0, slices[si].k0),
+                               seed % 2 ? 0.0625f : 0.0f};
+                rv_attn_mask gm = span_mask(d_key, d_t, reach, causal, slices[si].q0,
+                                            slices[si].k0);
+                if (which == 0)
+                    attn_fwd_run(cpu, gpu, &c, &gm, seed, &t);
+                else if (which == 1)
+                    attn_fwd_acc_run(cpu, gpu, &c, &gm, c.sk / 3, seed, &t);
+                else
+                    attn_bwd_run(cpu, gpu, &c, &gm, seed, &t);
+                seed++;
+            }
+        dfree(gpu, d_key);
+        free(key);
+    }
+    /* A long sequence: 20 000 tokens at 100 tokens/s, a 2 s window. */
+    const int nl = 20000;
+    double *tl = ref_span_times(78, nl, 100.0), reach;
+    double *kl = span_keys(tl, nl, 0, 2.0, &reach);
+    double *d_tl = up_bytes(gpu, tl, sizeof(double) * nl), *d_kl = up_bytes(gpu, kl, sizeof(double) * nl);
+    for (int causal = 0; causal < 2; causal++) {
+        attn_case c = {nl, nl, 1, 64, span_mask(kl, tl, reach, causal, 0, 0), 0.0f};
+        rv_attn_mask gm = span_mask(d_kl, d_tl, reach, causal, 0, 0);
+        if (which == 0)
+            attn_fwd_run(cpu, gpu, &c, &gm, seed, &t);
+        else if (which == 1)
+            attn_fwd_acc_run(cpu, gpu, &c, &gm, 7777, seed, &t);
+        else
+            attn_bwd_run(cpu, gpu, &c, &gm, seed, &t);
+        seed++;
+    }
+    dfree(gpu, d_tl), dfree(gpu, d_kl), dfree(gpu, d_t);
+    free(tl), free(kl), free(times);
+    static const char *names[] = {"attn_fwd span", "attn_fwd_accumulate span", "attn_bwd span"};
+    char label[64];
+    snprintf(label, sizeof label, "%s%s", names[which], simple ? " simple" : "");
+    summary(label);
+    rv_backend_free(&gpu);
+    rv_backend_free(&cpu);
+}
+
+Test(cuda_ops, attn_fwd_span, .timeout = 400)
+{
+    span_suite(0, 0);
+}
+
+Test(cuda_ops, attn_fwd_span_simple, .timeout = 400)
+{
+    span_suite(0, 1);
+}
+
+Test(cuda_ops, attn_fwd_accumulate_span, .timeout = 400)
+{
+    span_suite(1, 0);
+}
+
+Test(cuda_ops, attn_fwd_accumulate_span_simple, .timeout = 400)
+{
+    span_suite(1, 1);
+}
+
+Test(cuda_ops, attn_bwd_span, .timeout = 500)
+{
+    span_suite(2, 0);
+}
+
+Test(cuda_ops, attn_bwd_span_simple, .timeout = 500)
+{
+    span_suite(2, 1);
+}
+
+/* The device refuses the masks the CPU refuses (backend_args.c), forward and
+ * backward: NULL key arrays, a bad reach, an unknown kind. */
+Test(cuda_ops, attn_span_bad_masks, .timeout = 60)
+{
+    rv_backend *gpu = make_gpu();
+    float *x = up(gpu, (float[8]){0}, 8), *l = up(gpu, (float[2]){0}, 2);
+    double *key = up_bytes(gpu, (double[2]){0, 1}, 2 * sizeof(double));
+    rv_attn_mask good = {.kind = RV_MASK_SPAN, .q_key = key, .k_key = key, .q_time = key,
+                         .k_time = key, .reach = 1.0, .causal = 1};
+    rv_attn_mask bad[5] = {good, good, good, good, good};
+    bad[0].q_key = NULL;
+    bad[1].k_time = NULL;
+    bad[2].reach = -1.0;
+    bad[3].reach = NAN;
+    bad[4].kind = (rv_mask_kind)9;
+    for (int i = 0; i < 5; i++) {
+        rv_attn_fwd_args a = {x, x, x, x, l, 2, 2, 1, 4, 0.0f, bad[i], 0};
+        cr_expect_eq(gpu->attn_fwd(gpu, &a), RV_ERR_INVALID, "fwd mask %d accepted", i);
+        rv_attn_bwd_args b = {x, x, x, x, l, x, x, x, x, 2, 2, 1, 4, 0.0f, bad[i], 0};
+        cr_expect_eq(gpu->attn_bwd(gpu, &b), RV_ERR_INVALID, "bwd mask %d accepted", i);
+    }
+    dfree(gpu, x), dfree(gpu, l), dfree(gpu, key);
+    rv_backend_free(&gpu);
 }
 
 #endif /* RINGVIT_HAVE_CUDA */

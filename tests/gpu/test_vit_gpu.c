@@ -128,8 +128,7 @@ static void slice_make(const rv_vit_config *c, const seq *s, const rv_shard_plan
             else if (s->mod[g] == RV_MOD_AUDIO)
                 memcpy(out->audio + ad * (size_t)na++, s->audio + ad * (size_t)s->row[g], ad * 4);
         }
-    out->t = (rv_vit_tokens){len, out->mod, out->pos, out->time, nv, out->video, na, out->audio,
-                             GRID, 0};
+    out->t = (rv_vit_tokens){.len = len, .modality = out->mod, .pos = out->pos, .time = out->time, .nvideo = nv, .video = out->video, .naudio = na, .audio = out->audio, .grid = GRID, .audio_steps = 0};
 }
 
 static void slice_free(slice *s)
@@ -164,7 +163,7 @@ static rv_status rank_fn(rv_comm *comm, void *arg)
     rv_status st = j->cuda ? rv_backend_cuda_create(-1, &be) : rv_backend_cpu_create(1, &be);
     if (st != RV_OK || (j->cuda && (st = rv_vit_to_backend(j->m, be, &w)) != RV_OK))
         goto end;
-    rv_vit_run run = {be, comm, j->plan, j->strategy, j->causal, w};
+    rv_vit_run run = {.be = be, .comm = comm, .plan = j->plan, .strategy = j->strategy, .causal = j->causal, .weights = w};
     if (!j->train) {
         st = rv_vit_forward(j->m, &run, &sl.t, y, NULL);
     } else if ((st = rv_vit_new(&j->m->cfg, &g)) == RV_OK) {

@@ -6,9 +6,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ref_ops.h"
+
+/* Whether query row i sees key row j (chunk-local), as rv_backend.h words it. */
 static int ref_visible(rv_attn_mask m, int i, int j)
 {
-    return m.kind != RV_MASK_CAUSAL || m.k_start + j <= m.q_start + i;
+    if (m.kind == RV_MASK_CAUSAL)
+        return m.k_start + j <= m.q_start + i;
+    if (m.kind != RV_MASK_SPAN)
+        return 1;
+    /* Span: keys within reach of each other ... */
+    if (!(fabs(m.q_key[i] - m.k_key[j]) <= m.reach))
+        return 0;
+    if (!m.causal)
+        return 1;
+    /* ... and, causal, a key that starts earlier, or at the same time and is not
+     * later in the sequence. */
+    if (m.k_time[j] < m.q_time[i])
+        return 1;
+    return m.k_time[j] == m.q_time[i] && m.k_start + j <= m.q_start + i;
 }
 
 /* Probabilities of query row i, head h into p (sk); returns the row's lse. */
@@ -101,4 +117,29 @@ void ref_attn_bwd(const double *q, const double *k, const double *v, const doubl
         }
     free(p);
     free(dp);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double *ref_span_times(uint64_t seed, int n, double rate)
+{
+    ref_rng r = ref_rng_make(seed);
+    double *t = ref_alloc_d((size_t)n);
+    const int per = (int)(2.0 * rate), nv = per * 2 / 3, na = per - nv;
+    double *a = ref_alloc_d((size_t)na);
+    for (int w = 0, i = 0; i < n; w++) {
+        for (int v = 0; v < nv && i < n; v++)
+            t[i++] = 2.0 * w + 0.5 * (4 * v / nv);
+        for (int x = 0; x < na; x++)
+            a[x] = 2.0 * w + 2.0 * ref_rng_uniform(&r);
+        qsort(a, (size_t)na, sizeof(double), cmp_double);
+        for (int x = 0; x < na && i < n; x++)
+            t[i++] = a[x];
+    }
+    free(a);
+    return t;
 }

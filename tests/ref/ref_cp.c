@@ -103,7 +103,7 @@ void ref_cp_single(const ref_cp_case *c, const ref_cp_global *in, int backward,
         fprintf(stderr, "ref_cp_single: %s\n", rv_last_error());
         abort();
     }
-    rv_attn_mask m = {c->causal ? RV_MASK_CAUSAL : RV_MASK_NONE, 0, 0};
+    rv_attn_mask m = {.kind = c->causal ? RV_MASK_CAUSAL : RV_MASK_NONE, .q_start = 0, .k_start = 0};
     rv_attn_fwd_args a = {in->q, in->k, in->v, out->o, out->lse, (int)c->seq, (int)c->seq,
                           c->heads, c->dim, 0.0f, m, 0};
     if (be->attn_fwd(be, &a) != RV_OK)

@@ -140,8 +140,8 @@ static void check_case(int threads, uint64_t seed, int sq, int sk, int heads, in
     rv_backend_free(&be);
 }
 
-static const rv_attn_mask no_mask = {RV_MASK_NONE, 0, 0};
-static const rv_attn_mask causal = {RV_MASK_CAUSAL, 0, 0};
+static const rv_attn_mask no_mask = {.kind = RV_MASK_NONE, .q_start = 0, .k_start = 0};
+static const rv_attn_mask causal = {.kind = RV_MASK_CAUSAL, .q_start = 0, .k_start = 0};
 
 /* The shape grid of the foundation issue: S in {1, 7, 129, 1000}, d in {32, 64, 80,
  * 128}, H in {1, 3, 4}, causal and not. Backward on all but the largest. */
@@ -179,7 +179,7 @@ Test(attention, causal_chunk_offsets)
         {517, 5, 3, 511},       /* many queries, few keys */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        rv_attn_mask m = {RV_MASK_CAUSAL, cases[i].q0, cases[i].k0};
+        rv_attn_mask m = {.kind = RV_MASK_CAUSAL, .q_start = cases[i].q0, .k_start = cases[i].k0};
         check_case(2, 100 + i, cases[i].sq, cases[i].sk, 2, 64, m, 1);
         check_case(1, 200 + i, cases[i].sq, cases[i].sk, 3, 32, m, 1);
     }
@@ -191,7 +191,7 @@ Test(attention, causal_chunk_offsets)
 Test(attention, fully_masked_rows_are_zero_and_neg_inf)
 {
     rv_backend *be = cpu(2);
-    rv_attn_mask m = {RV_MASK_CAUSAL, 0, 64};
+    rv_attn_mask m = {.kind = RV_MASK_CAUSAL, .q_start = 0, .k_start = 64};
     case_data c = make_case(7, 40, 50, 2, 32, m);
     float *o = ref_alloc_f((size_t)40 * 2 * 32), *lse = ref_alloc_f(80);
     for (int i = 0; i < 40 * 64; i++)
@@ -235,7 +235,7 @@ Test(attention, backward_finite_differences)
 {
     rv_backend *be = cpu(2);
     for (int causal_on = 0; causal_on < 2; causal_on++) {
-        rv_attn_mask m = {causal_on ? RV_MASK_CAUSAL : RV_MASK_NONE, 3, 0};
+        rv_attn_mask m = {.kind = causal_on ? RV_MASK_CAUSAL : RV_MASK_NONE, .q_start = 3, .k_start = 0};
         case_data c = make_case(11 + causal_on, 9, 13, 2, 8, m);
         size_t nq = 9 * 2 * 8, nk = 13 * 2 * 8;
         double *r = c.doutd; /* loss = sum(o * dout): its gradient is the backward */
@@ -304,7 +304,7 @@ Test(attention, merge_of_random_chunks)
         int sq = 150 + (int)(ref_rng_u64(&rng) % 200), sk = 300 + (int)(ref_rng_u64(&rng) % 400);
         int heads = 1 + trial % 3, dim = trial % 2 ? 64 : 32;
         /* Queries sit in the middle of the key range: some chunks are fully masked. */
-        rv_attn_mask m = {causal_on ? RV_MASK_CAUSAL : RV_MASK_NONE, sk / 3, 0};
+        rv_attn_mask m = {.kind = causal_on ? RV_MASK_CAUSAL : RV_MASK_NONE, .q_start = sk / 3, .k_start = 0};
         case_data c = make_case(500 + trial, sq, sk, heads, dim, m);
         size_t nq = (size_t)sq * heads * dim, nk = (size_t)sk * heads * dim, nl = (size_t)heads * sq;
 
@@ -327,7 +327,7 @@ Test(attention, merge_of_random_chunks)
         for (int ch = 0; ch < nchunks; ch++) {
             int k0 = cuts[ch], n = cuts[ch + 1] - cuts[ch];
             size_t off = (size_t)k0 * heads * dim;
-            rv_attn_mask mc = {m.kind, m.q_start, m.k_start + k0};
+            rv_attn_mask mc = {.kind = m.kind, .q_start = m.q_start, .k_start = m.k_start + k0};
             rv_attn_fwd_args a = {c.q, c.k + off, c.v + off, ch ? o2 : o, ch ? lse2 : lse, sq, n,
                                   heads, dim, 0.0f, mc, 0};
             cr_assert_eq(be->attn_fwd(be, &a), RV_OK);
@@ -345,7 +345,7 @@ Test(attention, merge_of_random_chunks)
         for (int ch = 0; ch < nchunks; ch++) {
             int k0 = cuts[ch], n = cuts[ch + 1] - cuts[ch];
             size_t off = (size_t)k0 * heads * dim;
-            rv_attn_mask mc = {m.kind, m.q_start, m.k_start + k0};
+            rv_attn_mask mc = {.kind = m.kind, .q_start = m.q_start, .k_start = m.k_start + k0};
             rv_attn_fwd_args a = {c.q, c.k + off, c.v + off, o3, lse3, sq, n, heads, dim, 0.0f,
                                   mc, ch > 0};
             cr_assert_eq(be->attn_fwd(be, &a), RV_OK);
@@ -360,7 +360,7 @@ Test(attention, merge_of_random_chunks)
         for (int ch = 0; ch < nchunks; ch++) {
             int k0 = cuts[ch], n = cuts[ch + 1] - cuts[ch];
             size_t off = (size_t)k0 * heads * dim;
-            rv_attn_mask mc = {m.kind, m.q_start, m.k_start + k0};
+            rv_attn_mask mc = {.kind = m.kind, .q_start = m.q_start, .k_start = m.k_start + k0};
             rv_attn_bwd_args b = {c.q, c.k + off, c.v + off, o, lse, c.dout, dq, dk + off,
                                   dv + off, sq, n, heads, dim, 0.0f, mc, 1};
             cr_assert_eq(be->attn_bwd(be, &b), RV_OK);
@@ -420,7 +420,7 @@ Test(attention, blas_tile_path, .timeout = 300)
     for (int di = 0; di < 2; di++) {
         check_case(2, 900 + di, 1000, 1000, 3, dims[di], causal, 1);
         check_case(1, 910 + di, 129, 517, 4, dims[di], no_mask, 1);
-        rv_attn_mask m = {RV_MASK_CAUSAL, 200, 300};
+        rv_attn_mask m = {.kind = RV_MASK_CAUSAL, .q_start = 200, .k_start = 300};
         check_case(2, 920 + di, 600, 300, 2, dims[di], m, 1);
     }
 }

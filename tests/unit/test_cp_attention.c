@@ -173,7 +173,7 @@ Test(cp_attention, backward_error_does_not_grow_with_cp, .timeout = 300)
     double *qd = ref_dup_d(in.q, nt), *kd = ref_dup_d(in.k, nt), *vd = ref_dup_d(in.v, nt);
     double *dd = ref_dup_d(in.dout, nt);
     double *dq = ref_alloc_d(nt), *dk = ref_alloc_d(nt), *dv = ref_alloc_d(nt);
-    rv_attn_mask m = {RV_MASK_CAUSAL, 0, 0};
+    rv_attn_mask m = {.kind = RV_MASK_CAUSAL, .q_start = 0, .k_start = 0};
     ref_attn_bwd(qd, kd, vd, dd, (int)c.seq, (int)c.seq, c.heads, c.dim, 0, m, dq, dk, dv);
     double err[2];
     const int ns[2] = {2, 8};

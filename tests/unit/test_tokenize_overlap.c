@@ -4,8 +4,9 @@
  * generalised sequence adds: 1 or 2 leading special tokens, and AST's audio
  * patches, which overlap in time (16 frames, 10 apart) and in frequency (16
  * bins, 10 apart). For 10.24 s and 25 s of audio, and with video beside it:
- *   - the whole planned pass: every fbank row once, every audio patch equal to
- *     a plain cut of those rows, the special tokens first;
+ *   - the whole planned pass: every token as the layout describes it (its
+ *     window index too, in every batch), every fbank row once, every audio
+ *     patch equal to a plain cut of those rows, the special tokens first;
  *   - the open pass (length unknown until the end), chunked differently,
  *     equals it;
  *   - every rank of 1, 2, 3, 4 and 7 under both shard plans, each segment a
@@ -89,10 +90,11 @@ static void whole_pass(const ocase *c, const tt_media *m, rv_tok_layout *L, tok_
         rv_token tk;
         cr_assert_eq(rv_tok_info(L, g, &tk), RV_OK);
         cr_assert(t->mod[g] == tk.modality && !memcmp(t->pos + 3 * g, tk.pos, sizeof tk.pos) &&
-                      !memcmp(t->time + 2 * g, tk.time, sizeof tk.time),
-                  "%s: token %lld is not the layout's (modality %d, pos %lld %lld, time %.17g)",
-                  c->name, (long long)g, t->mod[g], (long long)t->pos[3 * g],
-                  (long long)t->pos[3 * g + 1], t->time[2 * g]);
+                      !memcmp(t->time + 2 * g, tk.time, sizeof tk.time) &&
+                      t->win[g] == tk.window && tk.window == rv_tok_window_of(L, g),
+                  "%s: token %lld is not the layout's (modality %d, pos %lld %lld, time %.17g, "
+                  "window %lld)", c->name, (long long)g, t->mod[g], (long long)t->pos[3 * g],
+                  (long long)t->pos[3 * g + 1], t->time[2 * g], (long long)t->win[g]);
     }
     for (int64_t f = 0; f < L->fbank_frames; f++)
         cr_assert_eq(t->fb_have[f], 1, "%s: fbank frame %lld handed out %d times", c->name,

@@ -12,7 +12,12 @@
  * slice starts at 1 gets the distillation token alone), and with AST's audio
  * patches (16 x 16, 10 frames and 10 bins apart: neighbouring patches share
  * fbank frames across rank boundaries) over 10.24 s and 25 s of audio and
- * beside video. */
+ * beside video. With attention blocks (rv_tokens.h): frame windows and time
+ * windows, each led by its special tokens, positions counted from each
+ * window's start: a rank whose slice starts inside a window gets the whole
+ * pass's tokens there, the special tokens of the later windows it reaches
+ * included, and each token's window index; the same where the plan pads the
+ * end with the last frame. */
 #include "ingest_media.h"
 #include "tokenize_collect.h"
 
@@ -47,6 +52,8 @@ typedef struct rcase {
     int no_audio;
     int ast;      /* AST's audio patches (else the defaults) */
     int no_video;
+    int blocks;   /* 0 plain windows; 1 time blocks of `window` s, 2 frame blocks
+                     (both with cls_each_window and window_positions) */
 } rcase;
 
 static void make_plan(const char *path, const rcase *c, rv_tok_layout *plan)
@@ -71,6 +78,11 @@ static void make_plan(const char *path, const rcase *c, rv_tok_layout *plan)
     if (c->ast) {
         to.audio_freq = to.audio_time = 16;
         to.audio_stride = to.audio_fstride = 10;
+    }
+    if (c->blocks) {
+        to.frame_windows = c->blocks == 2;
+        to.cls_each_window = 1;
+        to.window_positions = 1;
     }
     rv_probe *p = NULL;
     cr_assert_eq(rv_probe_file(path, &p), RV_OK, "%s", rv_last_error());
@@ -126,7 +138,7 @@ static void check_ranks(const rcase *c, const int *ns, int nn, int want_pad, int
                           "%s %s N=%d: token %lld differs from the whole pass: %s", c->media,
                           rv_shard_kind_name((rv_shard_kind)kind), ns[ni], (long long)g, why);
             }
-            cr_assert_eq(cls_tokens, c->cls, "%s N=%d: %lld special tokens over the ranks",
+            cr_assert_eq(cls_tokens, plan.nspecial, "%s N=%d: %lld special tokens over the ranks",
                          c->media, ns[ni], (long long)cls_tokens);
             for (int i = 0; i < c->cls; i++)
                 cr_assert(ranks.mod[i] == RV_MOD_CLS && ranks.pos[3 * i] == i,
@@ -150,7 +162,11 @@ static void check_ranks(const rcase *c, const int *ns, int nn, int want_pad, int
         rv_tok_stats ps;
         cr_assert_eq(rv_tokenize_range(path, &plan, cuts[k][0], cuts[k][1], tt_collect, &part, &ps),
                      RV_OK, "%s", rv_last_error());
-        cr_assert_eq(ps.cls_tokens, 1); /* each slice holds one of the two */
+        rv_tok_span span;
+        cr_assert_eq(rv_tok_span_of(&plan, cuts[k][0], cuts[k][1], &span), RV_OK);
+        cr_assert_eq(ps.cls_tokens, span.cls);
+        if (!c->blocks)
+            cr_assert_eq(ps.cls_tokens, 1); /* each slice holds one of the two */
         for (int64_t g = 0; g < plan.seq; g++) {
             int in = g >= cuts[k][0] && g < cuts[k][0] + cuts[k][1];
             cr_assert_eq(part.have[g], in, "%s: slice [%lld, +%lld): token %lld handed out %d times",
@@ -171,21 +187,21 @@ static const int ALL_N[] = {1, 2, 3, 4, 7};
 
 Test(range, mp4_seeking_ranks_equal_whole)
 {
-    rcase c = {"long.mp4", 5, 1.0, 1, 0, 0, 0};
+    rcase c = {"long.mp4", 5, 1.0, 1, 0, 0, 0, 0};
     check_ranks(&c, ALL_N, 5, 0, 0);
 }
 
 /* Class and distillation tokens, AST's audio patches beside the video. */
 Test(range, mp4_dist_ast_ranks_equal_whole)
 {
-    rcase c = {"long.mp4", 5, 1.0, 2, 0, 1, 0};
+    rcase c = {"long.mp4", 5, 1.0, 2, 0, 1, 0, 0};
     check_ranks(&c, ALL_N, 5, 0, 0);
 }
 
 /* AST's input: 10.24 s -> 1022 fbank frames -> 101 time steps x 12 bands. */
 Test(range, ast_10s_ranks_equal_whole)
 {
-    rcase c = {"ast.wav", 1, 2.0, 2, 0, 1, 1};
+    rcase c = {"ast.wav", 1, 2.0, 2, 0, 1, 1, 0};
     char *path = media(c.media);
     rv_tok_layout plan;
     make_plan(path, &c, &plan);
@@ -202,7 +218,7 @@ Test(range, ast_10s_ranks_equal_whole)
  * class token and odd windows. */
 Test(range, ast_25s_ranks_equal_whole)
 {
-    rcase c = {"ast25.m4a", 7, 0.35, 1, 0, 1, 1};
+    rcase c = {"ast25.m4a", 7, 0.35, 1, 0, 1, 1, 0};
     char *path = media(c.media);
     rv_tok_layout plan;
     make_plan(path, &c, &plan);
@@ -218,20 +234,20 @@ Test(range, ast_25s_ranks_equal_whole)
  * second: windows without video, tubelets across window edges. */
 Test(range, mp4_odd_windows)
 {
-    rcase c = {"long.mp4", 1, 0.35, 0, 0, 0, 0};
+    rcase c = {"long.mp4", 1, 0.35, 0, 0, 0, 0, 0};
     const int ns[] = {3, 7};
     check_ranks(&c, ns, 2, 0, 0);
 }
 
 Test(range, mp3_plan_pads_end)
 {
-    rcase c = {"tone.mp3", 2, 1.0, 0, 0, 0, 0};
+    rcase c = {"tone.mp3", 2, 1.0, 0, 0, 0, 0, 0};
     check_ranks(&c, ALL_N, 5, 1, 0);
 }
 
 Test(range, webm_plan_drops_tail)
 {
-    rcase c = {"clip.webm", 7, 0.5, 1, 0, 0, 0};
+    rcase c = {"clip.webm", 7, 0.5, 1, 0, 0, 0, 0};
     const int ns[] = {3, 7};
     check_ranks(&c, ns, 2, 0, 1);
 }
@@ -240,11 +256,43 @@ Test(range, webm_plan_drops_tail)
  * the last real frame, which they read from before their own range. */
 Test(range, webm_plan_pads_frames)
 {
-    rcase c = {"pad.webm", 7, 0.5, 0, 0, 0, 0};
+    rcase c = {"pad.webm", 7, 0.5, 0, 0, 0, 0, 0};
     const int ns[] = {2, 3, 7};
     check_ranks(&c, ns, 3, 2, 0);
     /* without audio, only the frames tell the ranks where the end is */
-    rcase v = {"pad.webm", 7, 0.5, 0, 1, 0, 0};
+    rcase v = {"pad.webm", 7, 0.5, 0, 1, 0, 0, 0};
     const int n7[] = {7};
     check_ranks(&v, n7, 1, 2, 0);
+}
+
+/* Frame blocks (0.4 s: a tubelet and the audio patches starting in it), class and
+ * distillation tokens leading each: slices start inside windows everywhere. */
+Test(range, mp4_frame_blocks_ranks_equal_whole)
+{
+    rcase c = {"long.mp4", 5, 1.0, 2, 0, 0, 0, 2};
+    char *path = media(c.media);
+    rv_tok_layout plan;
+    make_plan(path, &c, &plan);
+    cr_assert_eq(plan.windows, plan.tubelets);
+    cr_assert_eq(plan.nspecial, 2 * plan.windows);
+    free(path);
+    check_ranks(&c, ALL_N, 5, 0, 0);
+}
+
+/* Time blocks of 0.35 s (not a multiple of the frame or fbank step) with AST's
+ * overlapping audio patches, a class token leading each. */
+Test(range, mp4_time_blocks_ast_ranks_equal_whole)
+{
+    rcase c = {"long.mp4", 5, 0.35, 1, 0, 1, 0, 1};
+    const int ns[] = {2, 3, 7};
+    check_ranks(&c, ns, 3, 0, 0);
+}
+
+/* The plan pads 0.6 s of frames: the last blocks' tubelets repeat the last real
+ * frame on every rank that holds them. */
+Test(range, webm_frame_blocks_pad_frames)
+{
+    rcase c = {"pad.webm", 7, 0.5, 1, 0, 0, 0, 2};
+    const int ns[] = {3, 7};
+    check_ranks(&c, ns, 2, 2, 0);
 }

@@ -4,9 +4,10 @@
  * ingest's audio and audio patches are those rows normalised; the order of
  * rv_tokens.h (windows, video before audio); the result does not depend on the
  * chunk size; the planned pass equals the open one when the container's
- * duration is exact; --no-audio, --no-video, CLS and a still image; AST's
- * audio patches (overlapping in time and frequency) after class and
- * distillation tokens, against the fbank rows of ingest's audio cut plainly.
+ * duration is exact (with attention blocks too); --no-audio, --no-video, CLS
+ * and a still image; AST's audio patches (overlapping in time and frequency)
+ * after class and distillation tokens, against the fbank rows of ingest's
+ * audio cut plainly.
  * Media are made with the ffmpeg command at test time (tests/unit/ingest_media.h). */
 #include "ingest_media.h"
 #include "tokenize_collect.h"
@@ -220,13 +221,21 @@ Test(tokenize, chunk_size_does_not_matter)
 }
 
 /* mp4 states its duration exactly, so the plan from the probe is the recording
- * and the planned whole pass equals the open one. */
-Test(tokenize, planned_pass_equals_open_pass)
+ * and the planned whole pass equals the open one. blocks: 1 time blocks of
+ * 0.35 s, 2 frame blocks, each led by class and distillation tokens, positions
+ * counted from each block's start. */
+static void planned_equals_open(int blocks)
 {
     char *path = media("av.mp4");
     rv_ingest_opts io;
     rv_tok_opts to;
     opts(&io, &to, 5, 32, 1.0);
+    if (blocks) {
+        to.window_s = 0.35;
+        to.cls = 2;
+        to.frame_windows = blocks == 2;
+        to.cls_each_window = to.window_positions = 1;
+    }
     tok_table a, b;
     rv_tok_stats st, st2;
     open_pass(path, &io, &to, &a, &st);
@@ -240,12 +249,20 @@ Test(tokenize, planned_pass_equals_open_pass)
     cr_assert_eq(rv_tokenize_range(path, &plan, 0, plan.seq, tt_collect, &b, &st2), RV_OK, "%s",
                  rv_last_error());
     cr_assert_eq(st2.padded_frames + st2.padded_samples + st2.dropped_frames + st2.dropped_samples, 0);
+    cr_assert_eq(st.cls_tokens, plan.nspecial);
+    cr_assert_eq(st2.cls_tokens, plan.nspecial);
+    if (blocks)
+        cr_assert_eq(plan.nspecial, 2 * plan.windows);
     expect_same_tables(&a, &b, "open and planned passes");
     rv_probe_free(&p);
     tt_free(&a);
     tt_free(&b);
     free(path);
 }
+
+Test(tokenize, planned_pass_equals_open_pass) { planned_equals_open(0); }
+Test(tokenize, planned_pass_equals_open_pass_time_blocks) { planned_equals_open(1); }
+Test(tokenize, planned_pass_equals_open_pass_frame_blocks) { planned_equals_open(2); }
 
 Test(tokenize, modalities_cls_and_still_image)
 {

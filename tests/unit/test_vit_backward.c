@@ -156,8 +156,7 @@ static void seq_make(seq *s, int size, int64_t nframes, double audio_s, double h
         s->patch_of[i] = t.modality == RV_MOD_VIDEO ? nv++ : t.modality == RV_MOD_AUDIO ? na++ : -1;
         s->hidden[i] = t.modality != RV_MOD_CLS && ref_rng_uniform(&r) < hide;
     }
-    s->all = (rv_vit_tokens){S, s->mod, s->pos, s->time, nv, s->video, na, s->audio, s->L.grid,
-                              s->L.steps};
+    s->all = (rv_vit_tokens){.len = S, .modality = s->mod, .pos = s->pos, .time = s->time, .nvideo = nv, .video = s->video, .naudio = na, .audio = s->audio, .grid = s->L.grid, .audio_steps = s->L.steps};
 }
 
 static void seq_free(seq *s)
@@ -211,7 +210,7 @@ static rv_status rank_fn(rv_comm *comm, void *arg)
     for (int64_t k = 0; k < sl.t.len; k++)
         memcpy(dy + k * D, j->R + sl.global[k] * D, sizeof(float) * D);
     rv_status st = rv_backend_cpu_create(1, &be);
-    rv_vit_run run = {be, comm, j->plan, j->strategy, j->causal, NULL};
+    rv_vit_run run = {.be = be, .comm = comm, .plan = j->plan, .strategy = j->strategy, .causal = j->causal, .weights = NULL};
     if (st == RV_OK && j->plain_forward) {
         st = rv_vit_forward(j->m, &run, &sl.t, y, NULL);
         for (int64_t k = 0; st == RV_OK && k < sl.t.len; k++)
@@ -632,7 +631,7 @@ static rv_status bad_fn(rv_comm *comm, void *arg)
     const rv_vit_tokens *t = &b->s->all;
     rv_shard_plan p;
     rv_shard_plan_make(RV_SHARD_CONTIGUOUS, 1, t->len, &p);
-    rv_vit_run run = {be, comm, p, RV_CP_RING, 0, NULL};
+    rv_vit_run run = {.be = be, .comm = comm, .plan = p, .strategy = RV_CP_RING, .causal = 0, .weights = NULL};
     const int D = b->m->cfg.dim;
     float *y = ref_alloc_f((size_t)t->len * D), dmask[64] = {0};
     rv_vit_acts *acts = NULL;

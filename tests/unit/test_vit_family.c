@@ -309,8 +309,7 @@ static void seq_make(seq *s, const rv_vit_config *c, int tgrid, int tubelets, in
         s->end_s = fmax(s->end_s, s->time[2 * k + 1]);
         s->hidden[k] = ref_rng_uniform(&r) < hide;
     }
-    s->all = (rv_vit_tokens){S, s->mod, s->pos, s->time, nv, s->video, na, s->audio,
-                              c->video ? tgrid : c->grid, steps};
+    s->all = (rv_vit_tokens){.len = S, .modality = s->mod, .pos = s->pos, .time = s->time, .nvideo = nv, .video = s->video, .naudio = na, .audio = s->audio, .grid = c->video ? tgrid : c->grid, .audio_steps = steps};
 }
 
 static void seq_free(seq *s)
@@ -360,9 +359,9 @@ static rv_status rank_fn(rv_comm *comm, void *arg)
     rv_backend *be = NULL;
     rv_vit_acts *acts = NULL;
     float *y = ref_alloc_f(n), *dy = ref_alloc_f(n);
-    rv_vit_pool_opts po = {10.0, j->s->end_s};
+    rv_vit_pool_opts po = {.segment_s = 10.0, .end_s = j->s->end_s};
     rv_status st = rv_backend_cpu_create(1, &be);
-    rv_vit_run run = {be, comm, j->plan, j->strategy, j->causal, NULL};
+    rv_vit_run run = {.be = be, .comm = comm, .plan = j->plan, .strategy = j->strategy, .causal = j->causal, .weights = NULL};
 #define GATHER(dst)                                                                  \
     for (int64_t k = 0; k < sl.t.len; k++)                                          \
         memcpy((dst) + sl.global[k] * D, y + k * D, sizeof(float) * D)

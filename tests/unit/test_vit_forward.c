@@ -100,8 +100,7 @@ static void seq_make(seq *s, int cls, int size, int64_t nframes, double audio_s,
     }
     cr_assert_eq(nv, s->L.nvideo);
     cr_assert_eq(na, s->L.naudio);
-    s->all = (rv_vit_tokens){S, s->mod, s->pos, s->time, nv, s->video, na, s->audio, s->L.grid,
-                              s->L.steps};
+    s->all = (rv_vit_tokens){.len = S, .modality = s->mod, .pos = s->pos, .time = s->time, .nvideo = nv, .video = s->video, .naudio = na, .audio = s->audio, .grid = s->L.grid, .audio_steps = s->L.steps};
 }
 
 static void seq_free(seq *s)
@@ -130,6 +129,7 @@ typedef struct job {
     rv_shard_plan plan;
     rv_cp_strategy strategy;
     int causal;
+    rv_span span;          /* attention span (zero: full) */
     rv_vit_pool_opts pool;
     float *y;              /* (S, D) global order, written by every rank */
     rv_vit_pooled *pooled; /* (N) each rank's */
@@ -146,7 +146,8 @@ static rv_status rank_fn(rv_comm *comm, void *arg)
     float *y = ref_alloc_f((size_t)(sl.t.len * D));
     rv_status st = rv_backend_cpu_create(1, &be);
     if (st == RV_OK) {
-        rv_vit_run run = {be, comm, j->plan, j->strategy, j->causal, NULL};
+        rv_vit_run run = {.be = be, .comm = comm, .plan = j->plan, .strategy = j->strategy,
+                          .causal = j->causal, .weights = NULL, .span = j->span};
         st = rv_vit_forward(j->m, &run, &sl.t, y, &j->stats[r]);
     }
     if (st == RV_OK)
@@ -160,14 +161,17 @@ static rv_status rank_fn(rv_comm *comm, void *arg)
     return st;
 }
 
-/* Runs the forward and pooling of s on n ranks; j->y etc. are allocated here. */
-static void run_job(job *j, const rv_vit_model *m, const seq *s, int n, rv_cp_strategy strategy,
-                    int causal, double segment_s, double end_s)
+/* Runs the forward and pooling of s on n ranks (segments every hop_s, 0: adjacent);
+ * j->y etc. are allocated here. */
+static void run_job_span(job *j, const rv_vit_model *m, const seq *s, int n,
+                         rv_cp_strategy strategy, int causal, rv_span span, double segment_s,
+                         double hop_s, double end_s)
 {
     memset(j, 0, sizeof *j);
-    j->m = m, j->s = s, j->strategy = strategy, j->causal = causal;
-    j->pool = (rv_vit_pool_opts){segment_s, end_s};
-    cr_assert_eq(rv_shard_plan_make(causal ? RV_SHARD_ZIGZAG : RV_SHARD_CONTIGUOUS, n, s->all.len,
+    j->m = m, j->s = s, j->strategy = strategy, j->causal = causal, j->span = span;
+    j->pool = (rv_vit_pool_opts){.segment_s = segment_s, .end_s = end_s, .hop_s = hop_s};
+    int zigzag = causal && span.kind == RV_SPAN_FULL;
+    cr_assert_eq(rv_shard_plan_make(zigzag ? RV_SHARD_ZIGZAG : RV_SHARD_CONTIGUOUS, n, s->all.len,
                                     &j->plan), RV_OK);
     j->y = ref_alloc_f((size_t)(s->all.len * m->cfg.dim));
     j->pooled = calloc((size_t)n, sizeof(rv_vit_pooled));
@@ -175,6 +179,20 @@ static void run_job(job *j, const rv_vit_model *m, const seq *s, int n, rv_cp_st
     rv_status st = rv_local_run(n, rank_fn, j);
     cr_assert_eq(st, RV_OK, "%s cp=%d causal=%d S=%lld: %s", rv_cp_strategy_name(strategy), n,
                  causal, (long long)s->all.len, rv_last_error());
+}
+
+static void run_job_hop(job *j, const rv_vit_model *m, const seq *s, int n,
+                        rv_cp_strategy strategy, int causal, double segment_s, double hop_s,
+                        double end_s)
+{
+    run_job_span(j, m, s, n, strategy, causal, (rv_span){RV_SPAN_FULL, 0}, segment_s, hop_s,
+                 end_s);
+}
+
+static void run_job(job *j, const rv_vit_model *m, const seq *s, int n, rv_cp_strategy strategy,
+                    int causal, double segment_s, double end_s)
+{
+    run_job_hop(j, m, s, n, strategy, causal, segment_s, 0.0, end_s);
 }
 
 static void job_free(job *j)
@@ -385,6 +403,118 @@ Test(vit_forward, pooling_matches_reference)
     rv_vit_free(&m);
 }
 
+/* Segments every hop s, seg s long (overlapping when hop < seg, gaps when hop > seg),
+ * against the definition in double: segment g averages the non-special tokens
+ * starting in [g hop, g hop + seg), and one starting at or after the last
+ * segment's start counts in the last; G = ceil(end / hop). */
+static void hop_case(const rv_vit_model *m, const seq *s, int N, double seg, double hop)
+{
+    job j;
+    run_job_hop(&j, m, s, N, RV_CP_RING, 0, seg, hop, s->end_s);
+    const int D = m->cfg.dim;
+    const int64_t G = (int64_t)ceil(s->end_s / hop);
+    double *want = calloc((size_t)D, sizeof(double));
+    for (int r = 0; r < N; r++) {
+        const rv_vit_pooled *p = &j.pooled[r];
+        cr_assert_eq(p->segments, G, "seg %g hop %g: %lld segments, want %lld", seg, hop,
+                     (long long)p->segments, (long long)G);
+        for (int64_t g = 0; g < G; g++) {
+            int64_t count = 0;
+            memset(want, 0, sizeof(double) * (size_t)D);
+            for (int64_t i = 0; i < s->all.len; i++) {
+                double t = s->all.time[2 * i];
+                int in = s->all.modality[i] != RV_MOD_CLS &&
+                         ((t >= g * hop && t < g * hop + seg) || (g == G - 1 && t >= g * hop));
+                if (!in)
+                    continue;
+                count++;
+                for (int k = 0; k < D; k++)
+                    want[k] += j.y[i * D + k];
+            }
+            cr_expect_eq(p->segment_tokens[g], count, "seg %g hop %g cp %d: segment %lld holds "
+                         "%lld tokens, want %lld", seg, hop, N, (long long)g,
+                         (long long)p->segment_tokens[g], (long long)count);
+            cr_expect_eq(p->segment_start[g], g * hop);
+            cr_expect_eq(p->segment_end[g], fmin(g * hop + seg, s->end_s));
+            double err = 0, scale = 1e-30;
+            for (int k = 0; k < D; k++) {
+                double w = count ? want[k] / count : 0.0;
+                err = fmax(err, fabs(p->segment[g * D + k] - w));
+                scale = fmax(scale, fabs(w));
+            }
+            cr_expect(err <= 1e-6 * scale, "seg %g hop %g cp %d segment "
+                      "%lld: error %.3g", seg, hop, N, (long long)g, err / scale);
+        }
+    }
+    free(want);
+    job_free(&j);
+}
+
+Test(vit_forward, pooling_with_a_hop)
+{
+    rv_vit_config c = tiny_config(1);
+    rv_vit_model *m = random_model(&c, 47);
+    seq s;
+    seq_make(&s, 1, 12, 24, 23.5, 49);
+    for (int N = 1; N <= 3; N += 2) {
+        hop_case(m, &s, N, 6.0, 2.0);  /* overlapping: a token in up to 3 segments */
+        hop_case(m, &s, N, 5.0, 3.5);  /* overlapping, hop not dividing the segment */
+        hop_case(m, &s, N, 2.0, 5.0);  /* gaps between segments */
+        hop_case(m, &s, N, 4.0, 4.0);  /* adjacent, as without a hop */
+    }
+    seq_free(&s);
+    rv_vit_free(&m);
+}
+
+/* ---- attention spans ------------------------------------------------------------------ */
+
+/* A recording of ~460 s (~5 800 tokens): under a span, one rank and the ring run
+ * the blocks in query chunks of 2048 rows, each against only the key rows its
+ * keys reach (vit_forward_rows.c, cp_span_rows), while allgather and ulysses run
+ * whole slices under the mask; the two paths must agree, and differ from full
+ * attention. Blocks take each token's window from its time (floor(t / 30)). */
+static void span_case(const rv_vit_model *m, seq *s, rv_span span, int causal)
+{
+    job base, j;
+    run_job_span(&base, m, s, 2, RV_CP_ALLGATHER, causal, span, 10.0, 0.0, s->end_s);
+    const size_t n = (size_t)s->all.len * m->cfg.dim;
+    static const struct { int n; rv_cp_strategy st; } runs[] = {
+        {1, RV_CP_RING}, {3, RV_CP_RING}, {2, RV_CP_ULYSSES}};
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        run_job_span(&j, m, s, runs[i].n, runs[i].st, causal, span, 10.0, 0.0, s->end_s);
+        double e = rel_f(j.y, base.y, n);
+        cr_expect_leq(e, 1e-5, "span %d (%g s) causal %d, %s cp %d: %.3g against allgather cp 2",
+                      span.kind, span.seconds, causal, rv_cp_strategy_name(runs[i].st),
+                      runs[i].n, e);
+        job_free(&j);
+    }
+    run_job(&j, m, s, 1, RV_CP_RING, causal, 10.0, s->end_s);
+    double e = rel_f(base.y, j.y, n);
+    cr_expect_geq(e, 1e-3, "span %d (%g s): outputs as full attention's (%.3g)", span.kind,
+                  span.seconds, e);
+    job_free(&j);
+    job_free(&base);
+}
+
+Test(vit_forward, span_row_chunks_match_whole_slices, .timeout = 600)
+{
+    rv_vit_config c = tiny_config(1);
+    rv_vit_model *m = random_model(&c, 61);
+    seq s;
+    seq_make(&s, 1, 12, 460, 460.0, 63);
+    cr_assert_gt(s.all.len, 2 * 2048 + 1000, "%lld tokens", (long long)s.all.len);
+    int64_t *window = malloc(sizeof(int64_t) * (size_t)s.all.len);
+    for (int64_t i = 0; i < s.all.len; i++)
+        window[i] = (int64_t)floor(s.time[2 * i] / 30.0);
+    s.all.window = window;
+    span_case(m, &s, (rv_span){RV_SPAN_WINDOW, 20.0}, 0);
+    span_case(m, &s, (rv_span){RV_SPAN_WINDOW, 7.0}, 1);
+    span_case(m, &s, (rv_span){RV_SPAN_BLOCK, 30.0}, 0);
+    free(window);
+    seq_free(&s);
+    rv_vit_free(&m);
+}
+
 Test(vit_forward, pooling_without_cls_or_audio)
 {
     rv_vit_config c = tiny_config(0);
@@ -553,7 +683,7 @@ static rv_status bad_fn(rv_comm *comm, void *arg)
     cr_assert_eq(st, RV_OK);
     rv_shard_plan p;
     rv_shard_plan_make(RV_SHARD_CONTIGUOUS, 1, 20, &p);
-    rv_vit_run run = {be, comm, p, RV_CP_RING, 0, NULL};
+    rv_vit_run run = {.be = be, .comm = comm, .plan = p, .strategy = RV_CP_RING, .causal = 0, .weights = NULL};
     float *y = ref_alloc_f(64 * 32);
     b->st = rv_vit_forward(b->m, &run, &b->t, y, NULL);
     snprintf(b->msg, sizeof b->msg, "%s", rv_last_error());

@@ -1,5 +1,6 @@
 /* tokenize_collect.h: gathers the batches of a tokenize pass into one table
- * indexed by global token position (modality, position, time, patch values)
+ * indexed by global token position (modality, position, time, window, patch
+ * values)
  * plus the fbank rows by frame index, so tests can compare passes token by
  * token; a plain reference cut of audio patches from fbank rows; and a
  * synthetic recording fed to the engine in chunks the way ingest hands them
@@ -25,6 +26,7 @@ typedef struct tok_table {
     uint8_t *mod;         /* (seq) */
     int64_t *pos;         /* (seq, 3) */
     double *time;         /* (seq, 2) */
+    int64_t *win;         /* (seq) window index */
     float *patch;         /* (seq, max(vdim, adim)) */
     int64_t nfbank;       /* slots for fbank rows */
     uint8_t *fb_have;     /* (nfbank) */
@@ -44,13 +46,15 @@ TC_HELPER void tt_init(tok_table *t, int64_t seq, int64_t vdim, int64_t adim, in
     t->mod = calloc((size_t)seq + 1, 1);
     t->pos = calloc((size_t)seq * 3 + 3, sizeof(int64_t));
     t->time = calloc((size_t)seq * 2 + 2, sizeof(double));
+    t->win = calloc((size_t)seq + 1, sizeof(int64_t));
     t->patch = calloc((size_t)(seq * pd) + 1, sizeof(float));
     t->nfbank = nfbank;
     t->fb_have = calloc((size_t)nfbank + 1, 1);
     t->fbank = calloc((size_t)nfbank * 128 + 1, sizeof(float));
     t->ordered = 1;
     t->next_first = -1;
-    cr_assert(t->have && t->mod && t->pos && t->time && t->patch && t->fb_have && t->fbank);
+    cr_assert(t->have && t->mod && t->pos && t->time && t->win && t->patch && t->fb_have &&
+              t->fbank);
 }
 
 TC_HELPER void tt_free(tok_table *t)
@@ -59,6 +63,7 @@ TC_HELPER void tt_free(tok_table *t)
     free(t->mod);
     free(t->pos);
     free(t->time);
+    free(t->win);
     free(t->patch);
     free(t->fb_have);
     free(t->fbank);
@@ -78,6 +83,8 @@ TC_HELPER rv_status tt_collect(const rv_tok_batch *b, void *user)
             t->ordered = 0;
         t->next_first = b->first + b->count;
     }
+    cr_assert(b->count == 0 || b->window, "a batch of %lld tokens without window indices",
+              (long long)b->count);
     for (int64_t i = 0; i < b->count; i++) {
         int64_t g = b->first + i;
         cr_assert(g >= 0 && g < t->seq, "token %lld outside [0, %lld)", (long long)g,
@@ -86,6 +93,7 @@ TC_HELPER rv_status tt_collect(const rv_tok_batch *b, void *user)
         t->mod[g] = b->modality[i];
         memcpy(t->pos + 3 * g, b->pos + 3 * i, 3 * sizeof(int64_t));
         memcpy(t->time + 2 * g, b->time + 2 * i, 2 * sizeof(double));
+        t->win[g] = b->window[i];
         if (b->modality[i] == RV_MOD_VIDEO) {
             memcpy(t->patch + g * pd, b->video + v * t->vdim, sizeof(float) * (size_t)t->vdim);
             v++;
@@ -106,7 +114,8 @@ TC_HELPER rv_status tt_collect(const rv_tok_batch *b, void *user)
     return RV_OK;
 }
 
-/* Token g of a and of b are the same (modality, position, time, patch bits). */
+/* Token g of a and of b are the same (modality, position, time, window, patch
+ * bits). */
 TC_HELPER int tt_same_token(const tok_table *a, const tok_table *b, int64_t g, char *why,
                             size_t n)
 {
@@ -124,6 +133,10 @@ TC_HELPER int tt_same_token(const tok_table *a, const tok_table *b, int64_t g, c
     if (memcmp(a->time + 2 * g, b->time + 2 * g, 2 * sizeof(double))) {
         snprintf(why, n, "time [%.17g %.17g] vs [%.17g %.17g]", a->time[2 * g], a->time[2 * g + 1],
                  b->time[2 * g], b->time[2 * g + 1]);
+        return 0;
+    }
+    if (a->win[g] != b->win[g]) {
+        snprintf(why, n, "window %lld vs %lld", (long long)a->win[g], (long long)b->win[g]);
         return 0;
     }
     int64_t d = a->mod[g] == RV_MOD_VIDEO ? a->vdim : a->mod[g] == RV_MOD_AUDIO ? a->adim : 0;
@@ -196,6 +209,24 @@ TC_HELPER void tt_media_free(tt_media *m)
     free(m->audio);
     free(m->times);
     memset(m, 0, sizeof *m);
+}
+
+/* A part of m as a recording of its own: frames [k0, k0 + nframes) and samples
+ * [j0, j0 + nsamples) of m, shared (not copied; do not free the view). */
+TC_HELPER tt_media tt_media_view(const tt_media *m, int64_t k0, int64_t nframes, int64_t j0,
+                                 int64_t nsamples)
+{
+    const size_t fsize = (size_t)m->size * m->size * 3;
+    cr_assert(k0 >= 0 && nframes >= 0 && k0 + nframes <= m->nframes, "frames [%lld, +%lld) "
+              "outside the %lld of the recording", (long long)k0, (long long)nframes,
+              (long long)m->nframes);
+    cr_assert(j0 >= 0 && nsamples >= 0 && j0 + nsamples <= m->nsamples, "samples [%lld, +%lld) "
+              "outside the %lld of the recording", (long long)j0, (long long)nsamples,
+              (long long)m->nsamples);
+    tt_media v = {.nframes = nframes, .nsamples = nsamples, .size = m->size,
+                  .frames = m->frames + (size_t)k0 * fsize, .audio = m->audio + j0,
+                  .times = m->times};
+    return v;
 }
 
 /* One past the last grid index holding a frame or a sample of m. */

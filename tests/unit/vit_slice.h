@@ -24,6 +24,7 @@ typedef struct vit_slice {
     uint8_t *mod, *hidden;
     int64_t *pos;
     double *time;
+    int64_t *window; /* (len) the tokens' windows (NULL when the sequence has none) */
     float *video, *audio;
 } vit_slice;
 
@@ -41,6 +42,8 @@ static inline void vit_slice_make(const rv_vit_tokens *all, const int64_t *patch
     out->hidden = calloc((size_t)len + 1, 1);
     out->pos = malloc(sizeof(int64_t) * 3 * (size_t)(len + 1));
     out->time = malloc(sizeof(double) * 2 * (size_t)(len + 1));
+    if (all->window)
+        out->window = malloc(sizeof(int64_t) * (size_t)(len + 1));
     out->video = ref_alloc_f((size_t)(len * vdim));
     out->audio = ref_alloc_f((size_t)(len * adim));
     cr_assert(out->global && out->mod && out->hidden && out->pos && out->time);
@@ -54,6 +57,8 @@ static inline void vit_slice_make(const rv_vit_tokens *all, const int64_t *patch
             out->hidden[k] = hidden ? hidden[g] : 0;
             memcpy(out->pos + 3 * k, all->pos + 3 * g, 3 * sizeof(int64_t));
             memcpy(out->time + 2 * k, all->time + 2 * g, 2 * sizeof(double));
+            if (all->window)
+                out->window[k] = all->window[g];
             if (all->modality[g] == RV_MOD_VIDEO)
                 memcpy(out->video + nv++ * vdim, all->video + patch_of[g] * vdim,
                        sizeof(float) * (size_t)vdim);
@@ -62,14 +67,16 @@ static inline void vit_slice_make(const rv_vit_tokens *all, const int64_t *patch
                        sizeof(float) * (size_t)adim);
         }
     cr_assert_eq(k, len);
-    out->t = (rv_vit_tokens){len, out->mod, out->pos, out->time, nv, out->video, na, out->audio,
-                             all->grid, all->audio_steps};
+    out->t = (rv_vit_tokens){.len = len, .modality = out->mod, .pos = out->pos,
+                             .time = out->time, .nvideo = nv, .video = out->video, .naudio = na,
+                             .audio = out->audio, .grid = all->grid,
+                             .audio_steps = all->audio_steps, .window = out->window};
 }
 
 static inline void vit_slice_free(vit_slice *s)
 {
     free(s->global), free(s->mod), free(s->hidden), free(s->pos), free(s->time);
-    free(s->video), free(s->audio);
+    free(s->window), free(s->video), free(s->audio);
     memset(s, 0, sizeof *s);
 }
 

@@ -1,0 +1,147 @@
+#!/usr/bin/python3
+"""span_check.py: checks of `ringvit embed --attention` outputs for
+tests/cli/test_spans.sh (json + numpy only; outputs read with embed_compare.load).
+
+  span_check.py blocks WHOLE PART...    WHOLE (--attention block=W --tokens) holds
+        the blocks in time order; block k's per-token outputs, times and
+        positions equal PART k's (the same recording cut to that block with
+        --start/--duration, full attention, --tokens) within 1e-5 relative, and
+        WHOLE's segment k equals PART k's global mean
+  span_check.py golden OUT GOLDEN.npy   OUT's per-token outputs (--tokens), as
+        (frames, tokens per frame, D), equal the float64 golden within 1e-4
+        relative (tests/peer/frame_golden.py: the image ViT on every frame)
+  span_check.py hop OUT SEG HOP         OUT's segments (--segment SEG --hop HOP
+        --tokens) against the definition, in float64: segment g is the mean of
+        the tokens (special tokens aside) starting in [g HOP, g HOP + SEG), the
+        last also holding every later one; G = ceil(end / HOP); start g HOP, end
+        min(g HOP + SEG, end)
+  span_check.py meta OUT KEY=VALUE...   OUT's metadata holds these strings
+  span_check.py differ A B [--min R]    A's and B's per-token outputs differ by at
+        least R (default 1e-3) relative: a span that changes nothing is not applied
+Exit 0 when the check holds, 1 (with a message) when not, 2 on bad usage.
+"""
+import math
+import os
+import sys
+
+import numpy as np
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from embed_compare import load  # noqa: E402
+
+
+def fail(msg):
+    print("span_check: " + msg)
+    sys.exit(1)
+
+
+def rel(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.abs(a - b).max()) / max(float(np.abs(b).max()), 1e-30) if b.size else 0.0
+
+
+def blocks(whole, parts):
+    w, _ = load(whole)
+    off = 0
+    for k, path in enumerate(parts):
+        p, _ = load(path)
+        n = p["tokens"].shape[0]
+        if off + n > w["tokens"].shape[0]:
+            fail(f"{whole}: {w['tokens'].shape[0]} tokens, fewer than the parts' (block {k})")
+        for name in ("token_pos", "token_modality"):
+            if not np.array_equal(w[name][off:off + n], p[name]):
+                fail(f"block {k}: {name} differs from {path}")
+        if rel(w["token_time"][off:off + n], p["token_time"]) > 1e-12:
+            fail(f"block {k}: token times differ from {path}")
+        e = rel(w["tokens"][off:off + n], p["tokens"])
+        if e > 1e-5:
+            fail(f"block {k}: outputs differ from {path} by {e:.3g} relative")
+        e = rel(w["segments"][k], p["global"])
+        if e > 1e-5:
+            fail(f"block {k}: segment {k} differs from {path}'s global mean by {e:.3g}")
+        off += n
+    if off != w["tokens"].shape[0]:
+        fail(f"{whole}: {w['tokens'].shape[0]} tokens, the parts hold {off}")
+    print(f"blocks: {len(parts)} blocks, {off} tokens equal")
+
+
+def golden(out, path):
+    t, _ = load(out)
+    g = np.load(path)
+    y = t["tokens"]
+    if y.shape[0] != g.shape[0] * g.shape[1] or y.shape[1] != g.shape[2]:
+        fail(f"{out}: tokens {list(y.shape)}, want {g.shape[0]} x {g.shape[1]} rows of {g.shape[2]}")
+    e = rel(y.reshape(g.shape), g)
+    if e > 1e-4:
+        fail(f"{out}: outputs differ from the golden by {e:.3g} relative")
+    print(f"golden: {g.shape[0]} frames, relative error {e:.3g}")
+
+
+def hop(out, seg, hop_s):
+    t, meta = load(out)
+    end = float(meta["recording_s"])
+    G = max(1, math.ceil(end / hop_s))
+    if t["segments"].shape[0] != G:
+        fail(f"{out}: {t['segments'].shape[0]} segments, want {G}")
+    keep = t["token_modality"] != 2
+    y = t["tokens"][keep].astype(np.float64)
+    ts = t["token_time"][keep, 0]
+    worst = 0.0
+    for g in range(G):
+        sel = (ts >= g * hop_s) & (ts < g * hop_s + seg)
+        if g == G - 1:
+            sel |= ts >= g * hop_s
+        if int(t["segment_tokens"][g]) != int(sel.sum()):
+            fail(f"segment {g}: {int(t['segment_tokens'][g])} tokens, want {int(sel.sum())}")
+        want = y[sel].mean(0) if sel.any() else np.zeros(y.shape[1])
+        worst = max(worst, rel(t["segments"][g], want) if sel.any() else
+                    float(np.abs(t["segments"][g]).max()))
+        if abs(t["segment_start"][g] - g * hop_s) > 1e-9 or \
+                abs(t["segment_end"][g] - min(g * hop_s + seg, end)) > 1e-9:
+            fail(f"segment {g}: [{t['segment_start'][g]}, {t['segment_end'][g]}), want "
+                 f"[{g * hop_s}, {min(g * hop_s + seg, end)})")
+    if worst > 1e-5:
+        fail(f"{out}: segment means differ by {worst:.3g} relative")
+    print(f"hop: {G} segments of {seg} s every {hop_s} s, worst {worst:.3g}")
+
+
+def meta_check(out, pairs):
+    _, meta = load(out)
+    for kv in pairs:
+        k, v = kv.split("=", 1)
+        if meta.get(k) != v:
+            fail(f"{out}: metadata {k} is {meta.get(k)!r}, want {v!r}")
+    print("meta: ok")
+
+
+def differ(a, b, least):
+    x, _ = load(a)
+    y, _ = load(b)
+    e = rel(x["tokens"], y["tokens"])
+    if e < least:
+        fail(f"{a} and {b} differ by only {e:.3g} relative")
+    print(f"differ: {e:.3g}")
+
+
+def main(argv):
+    try:
+        if len(argv) >= 3 and argv[0] == "blocks":
+            blocks(argv[1], argv[2:])
+        elif len(argv) == 3 and argv[0] == "golden":
+            golden(argv[1], argv[2])
+        elif len(argv) == 4 and argv[0] == "hop":
+            hop(argv[1], float(argv[2]), float(argv[3]))
+        elif len(argv) >= 2 and argv[0] == "meta":
+            meta_check(argv[1], argv[2:])
+        elif len(argv) in (3, 5) and argv[0] == "differ":
+            differ(argv[1], argv[2], float(argv[4]) if len(argv) == 5 else 1e-3)
+        else:
+            print(__doc__, file=sys.stderr)
+            sys.exit(2)
+    except (OSError, ValueError, KeyError) as e:
+        fail(str(e))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
