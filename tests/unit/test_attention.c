@@ -145,7 +145,7 @@ static const rv_attn_mask causal = {.kind = RV_MASK_CAUSAL, .q_start = 0, .k_sta
 
 /* The shape grid of the foundation issue: S in {1, 7, 129, 1000}, d in {32, 64, 80,
  * 128}, H in {1, 3, 4}, causal and not. Backward on all but the largest. */
-Test(attention, grid_forward_and_backward, .timeout = 600)
+Test(attention, grid_forward_and_backward)
 {
     const int seqs[] = {1, 7, 129, 1000}, dims[] = {32, 64, 80, 128}, heads[] = {1, 3, 4};
     uint64_t seed = 1;
@@ -413,7 +413,7 @@ Test(attention, rejects_bad_shapes)
 /* The portable BLAS tile path (CPUs without AVX-512) against the same references;
  * on AVX-512 machines the tests above run the AVX-512 kernels. Criterion runs each
  * test in its own process, so the environment change stays here. */
-Test(attention, blas_tile_path, .timeout = 300)
+Test(attention, blas_tile_path)
 {
     cr_assert_eq(setenv("RINGVIT_CPU_KERNELS", "blas", 1), 0);
     const int dims[] = {32, 80};

@@ -224,19 +224,19 @@ static void grid(int threads, int dim, int heads, uint64_t seed)
     rv_backend_free(&be);
 }
 
-Test(attention_span, masks_forward_and_backward, .timeout = 600)
+Test(attention_span, masks_forward_and_backward)
 {
     grid(2, 64, 2, 10);
 }
 
-Test(attention_span, masks_forward_and_backward_odd_dim, .timeout = 600)
+Test(attention_span, masks_forward_and_backward_odd_dim)
 {
     grid(1, 48, 1, 20);
 }
 
 /* The portable BLAS tiles (CPUs without AVX-512); Criterion runs each test in its
  * own process, so the environment change stays here. */
-Test(attention_span, blas_tile_path, .timeout = 600)
+Test(attention_span, blas_tile_path)
 {
     cr_assert_eq(setenv("RINGVIT_CPU_KERNELS", "blas", 1), 0);
     grid(2, 32, 2, 30);
@@ -343,7 +343,7 @@ static void accumulate_case(int threads, span_spec sp, uint64_t seed)
     rv_backend_free(&be);
 }
 
-Test(attention_span, accumulate_over_key_chunks, .timeout = 600)
+Test(attention_span, accumulate_over_key_chunks)
 {
     const span_spec cases[] = {{M_WINDOW, 1.0, 0}, {M_WINDOW, 1.0, 1}, {M_WINDOW, 0.0, 1},
                                {M_BLOCK, 2.0, 0},  {M_BLOCK, 2.0, 1},  {M_FRAME, 0.5, 1}};
@@ -355,7 +355,7 @@ Test(attention_span, accumulate_over_key_chunks, .timeout = 600)
  * tiles each thread visits instead of all keys (cpu_attention_fwd.c): queries
  * [2000, 5000) against the keys in 3 chunks folded in with accumulate = 1, equal to
  * one call over all keys, and sampled rows equal to the reference. */
-Test(attention_span, long_sequence_key_chunks, .timeout = 300)
+Test(attention_span, long_sequence_key_chunks)
 {
     rv_backend *be = cpu(2);
     const int n = 8000, H = 2, d = 64, q0 = 2000, sq = 3000;
@@ -596,12 +596,12 @@ static void tile_skipping(const char *path)
     rv_backend_free(&be);
 }
 
-Test(attention_span, tile_skipping_is_real, .timeout = 300)
+Test(attention_span, tile_skipping_is_real)
 {
     tile_skipping("as built");
 }
 
-Test(attention_span, tile_skipping_is_real_blas, .timeout = 300)
+Test(attention_span, tile_skipping_is_real_blas)
 {
     cr_assert_eq(setenv("RINGVIT_CPU_KERNELS", "blas", 1), 0);
     tile_skipping("blas");

@@ -43,7 +43,7 @@ static rv_status run_big(rv_comm *c, void *arg)
 }
 
 /* Up to 64 MiB per message, the last rounds exactly 64 MiB. */
-Test(comm_local, ring_and_allreduce_64MiB, .timeout = 120)
+Test(comm_local, ring_and_allreduce_64MiB)
 {
     for (int n = 2; n <= 3; n++) {
         ref_comm_opts o = {.seed = 77 + (uint64_t)n, .max_bytes = (size_t)64 << 20, .rounds = 1};

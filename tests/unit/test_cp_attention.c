@@ -105,8 +105,8 @@ Test(cp_attention, grid_cp1) { grid_for(1); }
 Test(cp_attention, grid_cp2) { grid_for(2); }
 Test(cp_attention, grid_cp3) { grid_for(3); }
 Test(cp_attention, grid_cp4) { grid_for(4); }
-Test(cp_attention, grid_cp5, .timeout = 300) { grid_for(5); }
-Test(cp_attention, grid_cp8, .timeout = 300) { grid_for(8); }
+Test(cp_attention, grid_cp5) { grid_for(5); }
+Test(cp_attention, grid_cp8) { grid_for(8); }
 
 /* Slices longer than the ring's chunk (1024 rows on the CPU): blocks travel in
  * several chunks, each cut from every segment of the slice, with uneven segments
@@ -114,7 +114,7 @@ Test(cp_attention, grid_cp8, .timeout = 300) { grid_for(8); }
  * ahead into three slots, which are reused while chunks are still being passed
  * on (4 and 5 ranks: more received steps than slots). Forward and backward
  * against single-rank. */
-Test(cp_attention, ring_multi_chunk, .timeout = 300)
+Test(cp_attention, ring_multi_chunk)
 {
     const ref_cp_case cases[] = {
         {4999, 1, 32, 1, RV_SHARD_ZIGZAG, RV_CP_RING, 91},     /* 2 ranks: 3 chunks */
@@ -131,7 +131,7 @@ Test(cp_attention, ring_multi_chunk, .timeout = 300)
 /* The same with the schedule the ring uses on a GPU (one exchange in flight, two
  * slots, own chunks sent piece by piece as they are computed), which cannot run
  * anywhere else: RINGVIT_RING_AHEAD=0 gives it to the CPU. */
-Test(cp_attention, ring_multi_chunk_device_schedule, .timeout = 300)
+Test(cp_attention, ring_multi_chunk_device_schedule)
 {
     const ref_cp_case cases[] = {
         {4999, 1, 32, 1, RV_SHARD_ZIGZAG, RV_CP_RING, 96},
@@ -164,7 +164,7 @@ Test(cp_attention, fully_masked_steps)
 
 /* Gradients against the double reference: the ring's error at cp=8 is at most twice
  * that at cp=2 (dK/dV accumulate in f32 as they travel, they must not drift). */
-Test(cp_attention, backward_error_does_not_grow_with_cp, .timeout = 300)
+Test(cp_attention, backward_error_does_not_grow_with_cp)
 {
     ref_cp_case c = {1237, 4, 64, 1, RV_SHARD_ZIGZAG, RV_CP_RING, 4242};
     size_t nt = (size_t)c.seq * c.heads * c.dim;

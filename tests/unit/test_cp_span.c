@@ -244,14 +244,14 @@ static void check_span(const span_case *c, double seconds, int heads)
     seq_free(&s);
 }
 
-Test(cp_span, window_equals_one_rank, .timeout = 300)
+Test(cp_span, window_equals_one_rank)
 {
     span_case cases[] = {{1, 3.0, 0}, {1, 3.0, 1}, {1, 0.2, 0}, {1, 0.2, 1}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_span(&cases[i], 17.0, 4);
 }
 
-Test(cp_span, blocks_and_frames_equal_one_rank, .timeout = 300)
+Test(cp_span, blocks_and_frames_equal_one_rank)
 {
     /* blocks of 4 s (two interleaving windows), of 3 s (cutting through them), and
      * frames (one tubelet, 0.5 s) */
@@ -260,7 +260,7 @@ Test(cp_span, blocks_and_frames_equal_one_rank, .timeout = 300)
         check_span(&cases[i], 15.0, 6);
 }
 
-Test(cp_span, traffic_follows_the_window, .timeout = 300)
+Test(cp_span, traffic_follows_the_window)
 {
     /* 60 s at cp 4: 15 s a rank; a 2 s window reaches 1 s into each neighbour. */
     span_case c = {1, 2.0, 0};

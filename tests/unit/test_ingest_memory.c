@@ -59,7 +59,7 @@ static tally run(const char *name, const rv_ingest_opts *o)
     return t;
 }
 
-Test(ingest_memory, thirty_minutes_in_bounded_memory, .timeout = 240)
+Test(ingest_memory, thirty_minutes_in_bounded_memory)
 {
     rv_ingest_opts o = opts_fps(1, 1, 64);
     o.chunk_frames = 16;

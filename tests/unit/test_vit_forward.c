@@ -496,7 +496,7 @@ static void span_case(const rv_vit_model *m, seq *s, rv_span span, int causal)
     job_free(&base);
 }
 
-Test(vit_forward, span_row_chunks_match_whole_slices, .timeout = 600)
+Test(vit_forward, span_row_chunks_match_whole_slices)
 {
     rv_vit_config c = tiny_config(1);
     rv_vit_model *m = random_model(&c, 61);
