@@ -2,7 +2,8 @@
  * flags, sets up the model (a preset with seeded random weights, or a weights
  * file), names the outputs, installs the SIGINT/SIGTERM handler, and runs the
  * batch on N ranks: threads of this process (--backend local, the default) or
- * the processes of an MPI job (--backend mpi). Each rank decodes, tokenizes and
+ * the processes of an MPI job (--backend mpi, or nccl: one GPU per process, the
+ * activations moved by NCCL, the votes by MPI). Each rank decodes, tokenizes and
  * encodes only its own part of each recording (embed_job.c); rank 0 writes the
  * outputs, the JSON-lines log and the progress.
  *
@@ -33,7 +34,7 @@ char embed_tmp_path[4200];
 static const char help_text[] =
     "usage: ringvit embed INPUT... [-o OUT.safetensors | --out-dir DIR] [--manifest LIST.txt]\n"
     "                     [--resume] [--model DIR|WEIGHTS.safetensors|PRESET] [--seed N]\n"
-    "                     [--cp N] [--backend local|mpi|nccl] [--device cpu|cuda]\n"
+    "                     [--cp N] [--backend local|mpi|nccl] [--device cpu|cuda] [--gpu N]\n"
     "                     [--strategy ring|allgather|ulysses] [--causal]\n"
     "                     [--attention full|frame|block=S|window=S] [--hop S]\n"
     "                     [--fps F] [--size N] [--segment SECONDS] [--no-audio | --no-video]\n"
@@ -79,15 +80,22 @@ static const char help_text[] =
     "                      'embed' says which it uses and why)\n"
     "\n"
     "parallelism:\n"
-    "  --cp N              ranks (default 1; with --backend mpi: the process count)\n"
+    "  --cp N              ranks (default 1; under mpiexec: the process count)\n"
     "  --backend B         local (default: N threads of this process), mpi (run under\n"
     "                      mpiexec -n N, one rank per process, on one or many\n"
-    "                      machines); nccl is not used by embed (see --device)\n"
+    "                      machines) or nccl (mpiexec -n N with --device cuda, one\n"
+    "                      process per GPU: the activations move GPU to GPU by NCCL,\n"
+    "                      bootstrapped and voted on over MPI; full attention only)\n"
     "  --device D          cpu (default) or cuda: the encoder's blocks and attention\n"
     "                      run on the GPU (bf16 tensor cores, f32 accumulation);\n"
     "                      local ranks share the GPUs (rank % GPUs), messages move\n"
-    "                      by device copies; under --backend mpi one process only\n"
-    "                      (this MPI cannot move device memory)\n"
+    "                      by device copies; under --backend mpi each process takes\n"
+    "                      a GPU and its messages are staged through host memory\n"
+    "                      (for clusters without NCCL)\n"
+    "  --gpu N             the GPU of every rank of this process (--device cuda);\n"
+    "                      default under mpiexec: the launcher's local rank\n"
+    "                      (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID)\n"
+    "                      % GPUs, else rank % GPUs; each rank says which it uses\n"
     "  --strategy S        ring (default), allgather or ulysses (heads % N == 0)\n"
     "  --causal            causal attention (zigzag shards; with a span: by time, then\n"
     "                      by position for equal times, over contiguous shards)\n"
@@ -140,11 +148,19 @@ static const char help_text[] =
     "logged and the batch goes on), 2 usage, 1 nothing could run (model, backend,\n"
     "output folder), 128+N stopped by signal N.\n"
     "\n"
+    "GPUs under mpiexec (--backend nccl, or mpi with --device cuda) are compiled and\n"
+    "their communicators tested on the CPU, but have not yet run on real GPUs.\n"
+    "\n"
     "examples:\n"
     "  ringvit embed talk.mp4 --model videomae-base/ --cp 2 -o talk.safetensors\n"
     "  ringvit embed talk.wav --model ast-finetuned-audioset-10-10-0.4593/ -o talk.safetensors\n"
     "  ringvit embed --manifest videos.txt --out-dir emb --resume --json\n"
-    "  mpiexec -n 4 --hostfile hosts ringvit embed --backend mpi long.mp4 -o long.safetensors\n";
+    "  mpiexec -n 4 --hostfile hosts ringvit embed --backend mpi long.mp4 -o long.safetensors\n"
+    "  # one machine of 8 GPUs, one process per GPU:\n"
+    "  mpiexec -n 8 ringvit embed --backend nccl --device cuda --cp 8 long.mp4 -o long.safetensors\n"
+    "  # 2 machines of 8 GPUs (or --hostfile hosts with 'a slots=8' and 'b slots=8'):\n"
+    "  mpiexec -n 16 --host a:8,b:8 ringvit embed --backend nccl --device cuda \\\n"
+    "      --manifest videos.txt --out-dir /shared/emb\n";
 
 typedef struct embed_args {
     const char *out, *out_dir, *log, *model, *backend, *device;
@@ -153,6 +169,7 @@ typedef struct embed_args {
     const char **inputs;
     int ninputs;
     int cp, cp_set, threads, decode_threads, seed_set, size_set, no_audio, no_video, tokens;
+    int gpu; /* --gpu, or -1 */
     int heads, tubelet, want_audio, want_video, segment_set;
     rv_span span;
     double hop_s;
@@ -171,6 +188,7 @@ static int parse_args(int argc, char **argv, embed_args *a)
     a->backend = "local";
     a->device = "cpu";
     a->cp = 1;
+    a->gpu = -1;
     a->strategy = RV_CP_RING;
     a->segment_s = 10.0;
     if (rv_comm_default_timeout(&a->timeout_s) != RV_OK)
@@ -217,6 +235,8 @@ static int parse_args(int argc, char **argv, embed_args *a)
             a->backend = v;
         } else if (rv_cli_flag_is(s, "--device")) {
             rc = rv_cli_take_device(CMD, argc, argv, &i, &a->device);
+        } else if (rv_cli_flag_is(s, "--gpu")) {
+            rc = rv_cli_take_int(CMD, argc, argv, &i, 0, 1023, &a->gpu);
         } else if (rv_cli_flag_is(s, "--strategy")) {
             VALUE();
             if (rv_cp_strategy_parse(v, &a->strategy) != RV_OK)
@@ -297,7 +317,10 @@ static int parse_args(int argc, char **argv, embed_args *a)
                                   "give one of them");
     if (a->ninputs == 0 && a->nmanifests == 0)
         return rv_cli_usage_error(CMD, "which recordings? give INPUT files or --manifest LIST");
-    if (strcmp(a->backend, "mpi") != 0 && a->cp_set == 0)
+    if ((rc = model_cli_check_backend(CMD, a->backend, strcmp(a->device, "cuda") == 0, a->gpu,
+                                      &a->span)) != 0)
+        return rc;
+    if (strcmp(a->backend, "local") == 0 && a->cp_set == 0)
         a->cp = 1;
     return 0;
 }
@@ -373,13 +396,6 @@ static int embed_main(int argc, char **argv)
     double t0 = now_s();
     if ((rc = parse_args(argc, argv, &a)) != 0)
         goto end;
-    if (strcmp(a.backend, "nccl") == 0) {
-        rv_fail(RV_ERR_UNSUPPORTED, "--backend nccl is not supported by embed: its votes and "
-                "pooling move host memory; use --device cuda with --backend local (ranks as "
-                "GPU streams, on GPU rank %% GPUs)");
-        rc = rv_cli_fail(RV_ERR_UNSUPPORTED, CMD);
-        goto end;
-    }
     set.cuda = strcmp(a.device, "cuda") == 0;
     rv_status dst = rv_cli_device_check(set.cuda); /* before any work */
     if (dst != RV_OK) {
@@ -402,9 +418,11 @@ static int embed_main(int argc, char **argv)
         goto end;
     }
 
-    /* The ranks. */
-    set.mpi = strcmp(a.backend, "mpi") == 0;
+    /* The ranks: nccl is an MPI job too (MPI bootstraps NCCL and carries the votes). */
+    set.nccl = strcmp(a.backend, "nccl") == 0;
+    set.mpi = set.nccl || strcmp(a.backend, "mpi") == 0;
     set.ranks = a.cp;
+    set.gpu = a.gpu;
     if (set.mpi) {
         if (!rv_comm_backend_built("mpi")) {
             rv_fail(RV_ERR_UNSUPPORTED, "this build has no MPI (rebuild with MPI found, "
@@ -425,14 +443,14 @@ static int embed_main(int argc, char **argv)
             goto end;
         }
         set.ranks = world->size;
-        if (set.cuda && world->size > 1) {
-            rc = rank == 0 ? rv_cli_usage_error(CMD, "--device cuda with --backend mpi runs one "
-                                                "process only (%d started): the CP attention "
-                                                "sends device memory, which this MPI cannot move; "
-                                                "use --backend local --cp N", world->size)
-                           : RV_EXIT_USAGE;
+        if (set.cuda && /* one GPU per process */
+            (rc = model_cli_mpi_gpu(CMD, a.gpu, rank, world->size, a.quiet, set.nccl,
+                                    &set.gpu)) != 0)
             goto end;
-        }
+    } else if (set.cuda && a.gpu >= 0) {
+        char why[160];
+        if ((rc = model_cli_gpu(CMD, a.gpu, 0, &set.gpu, why, sizeof why)) != 0)
+            goto end;
     }
     const int loud = rank == 0;
 

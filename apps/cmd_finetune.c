@@ -6,7 +6,8 @@
  * weights file, or the checkpoint of --resume) and the settings JSON that
  * defines the trajectory, checks a resumed checkpoint against it (naming the
  * field that differs), and runs the ranks (finetune_loop.c): threads of this
- * process (--backend local) or the processes of an MPI job.
+ * process (--backend local) or the processes of an MPI job (--backend mpi, or
+ * nccl: one GPU per process, the cp group's activations moved by NCCL).
  *
  * Exit status: 0 trained (or stopped by --stop-at with a checkpoint), 1 runtime
  * failure, 2 usage error, 128 + N stopped by signal N (a checkpoint is written
@@ -37,7 +38,8 @@ volatile sig_atomic_t ft_stop_signal;
 static const char help_text[] =
     "usage: ringvit finetune --task classify|mae --manifest TRAIN.tsv [--val VAL.tsv]\n"
     "                        -o TUNED.safetensors [--model DIR|WEIGHTS|PRESET] [--seed N]\n"
-    "                        [--cp N] [--dp M] [--backend local|mpi] [--device cpu|cuda]\n"
+    "                        [--cp N] [--dp M] [--backend local|mpi|nccl]\n"
+    "                        [--device cpu|cuda] [--gpu N]\n"
     "                        [--strategy ring|allgather|ulysses] [--causal] [--threads N]\n"
     "                        [--epochs E | --steps K] [--lr LR] [--min-lr LR] [--wd WD]\n"
     "                        [--head-lr LR] [--warmup K] [--clip C] [--accum A]\n"
@@ -116,8 +118,11 @@ static const char help_text[] =
     "parallelism:\n"
     "  --cp N              ranks per recording (default 1)\n"
     "  --dp M              recordings in parallel (default 1)\n"
-    "  --backend B         local (default: N x M threads of this process) or mpi (run\n"
-    "                      under mpiexec -n N*M)\n"
+    "  --backend B         local (default: N x M threads of this process), mpi (run\n"
+    "                      under mpiexec -n N*M) or nccl (mpiexec -n N*M with --device\n"
+    "                      cuda, one process per GPU: the cp group's activations move\n"
+    "                      GPU to GPU by NCCL; gradients, votes and checkpoints over\n"
+    "                      MPI; full attention only)\n"
     "  --strategy S        ring (default), allgather or ulysses (heads % N == 0)\n"
     "  --causal            causal attention (zigzag shards; with a span: by time)\n"
     "  --attention A       full (default), window=SECONDS, block=SECONDS or frame, as\n"
@@ -125,7 +130,12 @@ static const char help_text[] =
     "  --device D          cpu (default) or cuda: the encoder's blocks, forward and\n"
     "                      backward, run on the GPU (rank % GPUs; bf16 tensor cores,\n"
     "                      f32 accumulation); embedding, heads and AdamW stay on the\n"
-    "                      host; under --backend mpi only with --cp 1\n"
+    "                      host; under --backend mpi each process takes a GPU and the\n"
+    "                      cp messages are staged through host memory\n"
+    "  --gpu N             the GPU of every rank of this process (--device cuda);\n"
+    "                      default under mpiexec: the launcher's local rank % GPUs\n"
+    "                      (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID),\n"
+    "                      else rank % GPUs; each rank says which it uses\n"
     "  --threads N         compute threads in all (local, default: every core) or per\n"
     "                      process (mpi)\n"
     "  --timeout SEC       communication deadline inside a step (default 120)\n"
@@ -142,15 +152,25 @@ static const char help_text[] =
     "Exit status: 0 trained (or stopped by --stop-at), 1 runtime failure, 2 usage,\n"
     "128+N stopped by signal N.\n"
     "\n"
+    "GPUs under mpiexec (--backend nccl, or mpi with --device cuda) are compiled and\n"
+    "their communicators tested on the CPU, but have not yet run on real GPUs.\n"
+    "\n"
     "examples:\n"
     "  ringvit finetune --task classify --manifest train.tsv --val val.tsv --epochs 5 \\\n"
     "      --lr 3e-4 --cp 2 --dp 2 -o tuned.safetensors\n"
     "  ringvit finetune --task mae --manifest clips.txt --steps 1000 --save-every 100 \\\n"
-    "      -o mae.safetensors\n";
+    "      -o mae.safetensors\n"
+    "  # one machine of 8 GPUs, one process per GPU:\n"
+    "  mpiexec -n 8 ringvit finetune --backend nccl --device cuda --cp 8 --task mae \\\n"
+    "      --manifest clips.txt --steps 1000 -o mae.safetensors\n"
+    "  # 2 machines of 8 GPUs (or --hostfile hosts): cp 8 within a machine, dp 2 across\n"
+    "  mpiexec -n 16 --host a:8,b:8 ringvit finetune --backend nccl --device cuda --cp 8 \\\n"
+    "      --dp 2 --task mae --manifest clips.txt --steps 1000 -o mae.safetensors\n";
 
 typedef struct ft_args {
     const char *task, *manifest, *val, *model, *out, *log, *ckpt, *resume, *backend, *device;
     int cp, dp, cp_set, dp_set, accum, threads, causal, no_cache, quiet, json, check_sync;
+    int gpu; /* --gpu, or -1 */
     rv_span span;
     int seed_set, size_set, model_set;
     rv_cp_strategy strategy;
@@ -168,6 +188,7 @@ static int parse_args(int argc, char **argv, ft_args *a)
     a->backend = "local";
     a->device = "cpu";
     a->cp = a->dp = a->accum = 1;
+    a->gpu = -1;
     a->strategy = RV_CP_RING;
     a->epochs = 1;
     a->mask_ratio = 0.75;
@@ -205,10 +226,12 @@ static int parse_args(int argc, char **argv, ft_args *a)
             VALUE(a->resume);
         else if (rv_cli_flag_is(s, "--backend")) {
             VALUE(a->backend);
-            if (strcmp(v, "local") && strcmp(v, "mpi"))
-                return rv_cli_usage_error(CMD, "--backend wants local or mpi, got '%s'", v);
+            if (strcmp(v, "local") && strcmp(v, "mpi") && strcmp(v, "nccl"))
+                return rv_cli_usage_error(CMD, "--backend wants local, mpi or nccl, got '%s'", v);
         } else if (rv_cli_flag_is(s, "--device")) {
             rc = rv_cli_take_device(CMD, argc, argv, &i, &a->device);
+        } else if (rv_cli_flag_is(s, "--gpu")) {
+            rc = rv_cli_take_int(CMD, argc, argv, &i, 0, 1023, &a->gpu);
         } else if (rv_cli_flag_is(s, "--strategy")) {
             VALUE(v);
             if (rv_cp_strategy_parse(v, &a->strategy) != RV_OK)
@@ -296,7 +319,8 @@ static int parse_args(int argc, char **argv, ft_args *a)
                                   "leave --model out");
     if (a->opt.min_lr > a->opt.lr)
         return rv_cli_usage_error(CMD, "--min-lr %g is above --lr %g", a->opt.min_lr, a->opt.lr);
-    return 0;
+    return model_cli_check_backend(CMD, a->backend, strcmp(a->device, "cuda") == 0, a->gpu,
+                                   &a->span);
 }
 
 /* ---- settings ------------------------------------------------------------------------- */
@@ -538,22 +562,16 @@ static int finetune_main(int argc, char **argv)
     if (a.val && (rc = ft_data_read(a.val, classify, NULL, &set.classes, &set.val)) != 0)
         goto end;
 
-    /* The ranks. */
-    set.mpi = strcmp(a.backend, "mpi") == 0;
+    /* The ranks: nccl is an MPI job too (MPI bootstraps NCCL and carries the rest). */
+    set.nccl = strcmp(a.backend, "nccl") == 0;
+    set.mpi = set.nccl || strcmp(a.backend, "mpi") == 0;
     set.cp = a.cp;
     set.dp = a.dp;
+    set.gpu = a.gpu;
     set.cuda = strcmp(a.device, "cuda") == 0;
     if ((st = rv_cli_device_check(set.cuda)) != RV_OK) { /* before any work */
         rc = rv_cli_fail(st, CMD);
         goto end;
-    }
-    if (set.cuda) {
-        if (set.mpi && set.cp > 1) {
-            rc = rv_cli_usage_error(CMD, "--device cuda with --backend mpi needs --cp 1: the CP "
-                                    "attention sends device memory, which this MPI cannot move; "
-                                    "use --backend local --cp %d", set.cp);
-            goto end;
-        }
     }
     if (set.mpi) {
         if (!rv_comm_backend_built("mpi")) {
@@ -574,6 +592,13 @@ static int finetune_main(int argc, char **argv)
                                     "processes", set.cp, set.dp, set.cp * set.dp, world->size);
             goto end;
         }
+        if (set.cuda && /* one GPU per process */
+            (rc = model_cli_mpi_gpu(CMD, a.gpu, rank, world->size, a.quiet, set.nccl,
+                                    &set.gpu)) != 0)
+            goto end;
+    } else if (set.cuda && a.gpu >= 0 &&
+               (rc = model_cli_gpu(CMD, a.gpu, 0, &set.gpu, NULL, 0)) != 0) {
+        goto end;
     } else if (set.cp * set.dp > 1024) {
         rc = rv_cli_usage_error(CMD, "--cp %d x --dp %d is more than 1024 ranks", set.cp, set.dp);
         goto end;

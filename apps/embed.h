@@ -11,8 +11,8 @@
  *   embed_log.c     the JSON-lines log, progress on standard error, --json
  *
  * Every rank runs embed_batch_rank with the same embed_batch: the ranks of
- * --backend local are threads sharing it, under --backend mpi each process has
- * its own copy (the same inputs and settings). Rank 0 writes the outputs and the
+ * --backend local are threads sharing it, under --backend mpi or nccl each
+ * process has its own copy (the same inputs and settings). Rank 0 writes the outputs and the
  * log and prints; the other ranks only compute. */
 #ifndef RV_EMBED_H
 #define RV_EMBED_H
@@ -58,9 +58,12 @@ typedef struct embed_settings {
     int causal;
     rv_span span;              /* --attention */
     int ranks;                 /* cp size */
-    int mpi;                   /* 1: --backend mpi (one rank per process) */
+    int mpi;                   /* 1: --backend mpi or nccl (one rank per process) */
+    int nccl;                  /* 1: --backend nccl: the forward's messages over NCCL */
     int threads;               /* compute threads per rank */
-    int cuda;                  /* --device cuda: each rank's blocks on GPU rank % GPUs */
+    int cuda;                  /* --device cuda: each rank's blocks on a GPU */
+    int gpu;                   /* with cuda: this process's GPU under MPI; local: --gpu,
+                                  or -1 (rank % GPUs) */
     double timeout_s;          /* communication deadline inside the forward */
     double segment_s, hop_s;   /* --segment, --hop (0: the segment) */
     int tokens;                /* --tokens: per-token outputs too */

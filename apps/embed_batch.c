@@ -1,8 +1,10 @@
 /* embed_batch.c: one rank's run of `ringvit embed`: its compute backend, two
  * views of its communicator (the forward's, with --timeout deadlines, and one
  * for the votes between stages, whose waits may be long: a rank may still be
- * decoding its part of an hour-long file while another waits), then every
- * input in turn. Rank 0 reports each input; a signal or a broken communicator
+ * decoding its part of an hour-long file while another waits), a third for the
+ * forward's device buffers under MPI with --device cuda (NCCL bootstrapped over
+ * the first, or the first staged through host memory), then every input in
+ * turn. Rank 0 reports each input; a signal or a broken communicator
  * ends the batch, and a last vote shares rank 0's counts so every process of
  * an MPI run exits with the same status. */
 #include <stdio.h>
@@ -91,7 +93,9 @@ rv_status embed_batch_rank(rv_comm *comm, void *arg)
             snprintf(b->fatal_msg, sizeof b->fatal_msg, "%s", rv_last_error());
         goto end;
     }
-    st = rv_cli_backend_create(b->set->cuda, b->set->threads, k.rank, &k.be);
+    /* Local ranks: --gpu, else rank % GPUs; a process under MPI: its own GPU. */
+    const int gpu = b->set->gpu >= 0 ? b->set->gpu : k.rank;
+    st = rv_cli_backend_create(b->set->cuda, b->set->threads, gpu, &k.be);
     if (st == RV_OK && b->set->cuda)
         st = rv_vit_to_backend(b->set->model, k.be, &k.dev_weights);
     if ((out = embed_agree(&k, st, NULL, 0)) != AGREE_OK) {
@@ -100,6 +104,27 @@ rv_status embed_batch_rank(rv_comm *comm, void *arg)
         if (own)
             snprintf(b->fatal_msg, sizeof b->fatal_msg, "%s", rv_last_error());
         goto end;
+    }
+    /* Under MPI the forward's buffers are device memory: NCCL moves them, or MPI
+     * through host copies; pooling and the votes stay on comm and ctl (host).
+     * Created only once every rank has its backend: all ranks join or none. */
+    if (b->set->mpi && b->set->cuda) {
+        rv_clear_error();
+        if (b->set->nccl) {
+            st = rv_comm_nccl_create(comm, b->set->gpu, &k.dev);
+        } else {
+            st = rv_comm_split(comm, 0, comm->rank, &k.dev);
+            if (st == RV_OK)
+                st = rv_comm_mpi_stage_device(k.dev, rv_cli_device_copy(1));
+        }
+        if (st == RV_OK)
+            st = rv_comm_set_timeout(k.dev, b->set->timeout_s);
+        if ((out = embed_agree(&k, st, NULL, 0)) != AGREE_OK) {
+            out = AGREE_FATAL; /* without it no input can be encoded */
+            if (own)
+                snprintf(b->fatal_msg, sizeof b->fatal_msg, "%s", rv_last_error());
+            goto end;
+        }
     }
     for (int i = 0; i < b->n; i++) {
         embed_result *res = k.rank == 0 ? &b->res[i] : &scratch;
@@ -139,6 +164,7 @@ end:
     rv_vit_backend_free(k.be, &k.dev_weights);
     rv_backend_free(&k.be);
     free(k.votes);
+    rv_comm_free(&k.dev);
     rv_comm_free(&k.ctl);
     /* The outcome is in the batch; the run itself went as far as it could. */
     return RV_OK;

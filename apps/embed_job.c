@@ -421,7 +421,8 @@ int embed_job_run(embed_rank *k, int index, embed_result *res)
     rv_vit_tokens tok = {.len = s.len, .modality = s.modality, .pos = s.pos, .time = s.time,
                          .nvideo = s.nvideo, .naudio = s.naudio, .grid = L.grid,
                          .audio_steps = s.audio_steps, .window = s.window};
-    rv_vit_run run = {.be = k->be, .comm = k->comm, .plan = sp, .strategy = set->strategy,
+    rv_vit_run run = {.be = k->be, .comm = k->dev ? k->dev : k->comm, .plan = sp,
+                      .strategy = set->strategy,
                       .causal = set->causal, .weights = k->dev_weights, .span = set->span};
     rv_vit_pool_opts po = {.segment_s = set->segment_s, .end_s = end_s, .hop_s = set->hop_s};
     rv_clear_error();

@@ -24,7 +24,10 @@ typedef struct embed_vote {
 typedef struct embed_rank {
     embed_batch *b;
     const embed_settings *set;
-    rv_comm *comm;      /* the cp group, --timeout deadlines (the forward) */
+    rv_comm *comm;      /* the cp group, --timeout deadlines (the forward, pooling) */
+    rv_comm *dev;       /* the same ranks for the forward's device buffers when comm
+                         * cannot take them: NCCL (--backend nccl) or a staged copy
+                         * of comm (--backend mpi --device cuda); NULL: comm */
     rv_comm *ctl;       /* the same ranks, EMBED_STAGE_TIMEOUT_S deadlines (votes, gather) */
     rv_backend *be;     /* this rank's compute threads, or its GPU stream */
     rv_vit_model *dev_weights; /* the model in be's memory (--device cuda), else NULL */

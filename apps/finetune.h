@@ -123,9 +123,13 @@ typedef struct ft_settings {
     ft_data train, val;
     ft_classes classes;
     int cp, dp, accum;
-    int mpi;                 /* 1: --backend mpi */
+    int mpi;                 /* 1: --backend mpi or nccl (one rank per process) */
+    int nccl;                /* 1: --backend nccl: the cp group's forward and backward
+                                messages over NCCL */
     int threads;             /* compute threads per rank */
-    int cuda;                /* --device cuda: the blocks on GPU rank % GPUs */
+    int cuda;                /* --device cuda: the blocks on a GPU */
+    int gpu;                 /* with cuda: this process's GPU under MPI; local: --gpu,
+                                or -1 (rank % GPUs) */
     rv_cp_strategy strategy;
     int causal, cache, quiet, json, check_sync;
     rv_span span;            /* --attention */

@@ -35,6 +35,9 @@ typedef struct ft_rank {
     const ft_settings *set;
     rv_comm *world;            /* stage deadlines (votes) */
     rv_comm *cp, *dp;          /* --timeout deadlines (forward, backward, all-reduce) */
+    rv_comm *cp_dev;           /* the cp group for the encoder's device buffers when cp
+                                * cannot take them (MPI with --device cuda): NCCL
+                                * bootstrapped over cp, or cp staged; NULL: cp */
     rv_comm *cp_ctl, *dp_ctl;  /* stage deadlines: votes within the cp group */
     int rank, cpr, dpr;        /* world rank, index in the cp group, dp index */
     rv_backend *be;
@@ -91,7 +94,9 @@ static rv_status rank_setup(ft_rank *k)
         return st;
     k->cpr = k->cp->rank;
     k->dpr = k->dp->rank;
-    if ((st = rv_cli_backend_create(set->cuda, set->threads, k->rank, &k->be)) != RV_OK ||
+    /* Local ranks: --gpu, else rank % GPUs; a process under MPI: its own GPU. */
+    const int gpu = set->gpu >= 0 ? set->gpu : k->rank;
+    if ((st = rv_cli_backend_create(set->cuda, set->threads, gpu, &k->be)) != RV_OK ||
         (st = rv_vit_new(cfg, &k->m)) != RV_OK || (st = rv_vit_new(cfg, &k->g)) != RV_OK ||
         (st = rv_train_head_new(cfg, set->task, set->classes.n, &k->h)) != RV_OK ||
         (st = rv_train_head_new(cfg, set->task, set->classes.n, &k->dh)) != RV_OK)
@@ -100,6 +105,18 @@ static rv_status rank_setup(ft_rank *k)
     memcpy(k->h->arena, set->head0->arena, sizeof(float) * k->h->arena_floats);
     if (set->cuda && (st = rv_vit_to_backend(k->m, k->be, &k->wdev)) != RV_OK)
         return st;
+    /* Under MPI the encoder's cp messages are device memory: NCCL moves them, or
+     * MPI through host copies. Losses, pooling and gradients (host) stay on cp. */
+    if (set->mpi && set->cuda) {
+        if (set->nccl)
+            st = rv_comm_nccl_create(k->cp, set->gpu, &k->cp_dev);
+        else if ((st = rv_comm_split(k->cp, 0, k->cp->rank, &k->cp_dev)) == RV_OK)
+            st = rv_comm_mpi_stage_device(k->cp_dev, rv_cli_device_copy(1));
+        if (st == RV_OK)
+            st = rv_comm_set_timeout(k->cp_dev, set->timeout_s);
+        if (st != RV_OK)
+            return st;
+    }
     k->nm = rv_vit_params(k->m);
     k->nh = (int64_t)k->h->arena_floats;
     k->n = k->nm + k->nh;
@@ -138,6 +155,7 @@ static void rank_free(ft_rank *k)
     rv_vit_free(&k->m), rv_vit_free(&k->g);
     rv_vit_backend_free(k->be, &k->wdev);
     rv_backend_free(&k->be);
+    rv_comm_free(&k->cp_dev);
     rv_comm_free(&k->cp), rv_comm_free(&k->dp);
     rv_comm_free(&k->cp_ctl), rv_comm_free(&k->dp_ctl);
 }
@@ -191,7 +209,8 @@ static rv_status run_one(ft_rank *k, const ft_slice *s, int label, int64_t pos, 
     const ft_settings *set = k->set;
     const int D = k->m->cfg.dim, mae = set->task == RV_TASK_MAE;
     rv_vit_tokens tok = ft_slice_tokens(s);
-    rv_vit_run run = {.be = k->be, .comm = k->cp, .plan = s->plan, .strategy = set->strategy,
+    rv_vit_run run = {.be = k->be, .comm = k->cp_dev ? k->cp_dev : k->cp, .plan = s->plan,
+                      .strategy = set->strategy,
                       .causal = set->causal, .weights = k->wdev, .span = set->span};
     const size_t nd = (size_t)(tok.len > 0 ? tok.len : 1) * D;
     float *y = NULL, *dy = NULL;

@@ -14,6 +14,7 @@
 #include "apps.h"
 #include "cli.h"
 #include "rv_backend.h"
+#include "rv_comm.h"
 #include "rv_cuda.h"
 #include "rv_version.h"
 
@@ -87,6 +88,9 @@ static void print_version(void)
     printf("cuda: no\n");
 #endif
     printf("mpi: %s\n", mpi);
+    /* NCCL is loaded when the first NCCL communicator is made, not at start-up. */
+    printf("nccl: %s\n", rv_comm_backend_built("nccl") ? "built (libnccl.so.2 loaded on first use)"
+                                                      : "no");
 #ifdef RINGVIT_HAVE_MEDIA
     printf("media: yes (FFmpeg)\n");
 #else

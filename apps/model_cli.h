@@ -51,4 +51,30 @@ int model_cli_span_tokens(const char *cmd, const rv_span *span, int loud, rv_tok
 /* "folder", "file" or "preset" for the --model spec (without opening it). */
 const char *model_cli_kind(const char *spec);
 
+/* ---- ranks on GPUs (embed, finetune with --device cuda) --------------------------- */
+
+/* The checks of --backend and --gpu (after parsing, before any work): nccl needs
+ * a build with NCCL, --device cuda, and the full attention span (a span's plan
+ * moves host memory over the forward's communicator, which NCCL cannot);
+ * --gpu N needs --device cuda. Returns 0 or RV_EXIT_USAGE after a message. */
+int model_cli_check_backend(const char *cmd, const char *backend, int cuda, int gpu_flag,
+                            const rv_span *span);
+
+/* The GPU of this process's rank under MPI (one rank per process): --gpu
+ * (gpu_flag >= 0), else the local rank the launcher exports
+ * (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID) modulo the
+ * GPUs this process sees, else rank modulo them; why (cap bytes) says which, for
+ * the log line. Returns 0, or RV_EXIT_USAGE after a message when --gpu names a
+ * GPU that is not there. */
+int model_cli_gpu(const char *cmd, int gpu_flag, int rank, int *gpu, char *why, size_t cap);
+
+/* model_cli_gpu for a process of an MPI run, then (unless quiet) its line below. */
+int model_cli_mpi_gpu(const char *cmd, int gpu_flag, int rank, int size, int quiet, int nccl,
+                      int *gpu);
+
+/* One line on standard error for a rank under MPI with --device cuda: its host,
+ * its GPU and how it was chosen, and how the activations move (NCCL, or staged
+ * through host memory over MPI). */
+void model_cli_gpu_line(const char *cmd, int rank, int size, int gpu, const char *why, int nccl);
+
 #endif

@@ -262,6 +262,13 @@ rv_status rv_comm_test(rv_comm_request **req, int *done)
     return st;
 }
 
+rv_status rv_comm_start(rv_comm *c)
+{
+    if (!c)
+        return rv_fail(RV_ERR_INVALID, "rv_comm_start: communicator is NULL");
+    return c->start ? c->start(c) : RV_OK;
+}
+
 rv_status rv_comm_sendrecv(rv_comm *c, const void *sendbuf, size_t send_bytes, int dst,
                            void *recvbuf, size_t recv_bytes, int src, int tag)
 {

@@ -19,7 +19,19 @@
  * A rank that returns from its function is marked departed: its requests are
  * withdrawn and peers waiting on it fail at once (RV_ERR_COMM, naming it); a peer
  * that is alive but silent fails at the deadline (RV_ERR_TIMEOUT). Collectives
- * come from comm_coll.c. */
+ * come from comm_coll.c.
+ *
+ * Strict mode (RINGVIT_COMM_STRICT=1, local_world_set_strict) behaves like NCCL, so
+ * an ordering bug of a schedule written for NCCL deadlocks here, on the CPU, and
+ * the deadline names it: isend/irecv only queue until the rank's next wait, test,
+ * start or collective, when the queue goes out as one group (match-able from
+ * then on); a wait or test on any request of a group completes only when the
+ * whole group has; a send of more than the eager size (64 KiB, or
+ * RINGVIT_COMM_STRICT_EAGER bytes) completes only once its receiver has launched
+ * the matching receive and copied it, a smaller one at once (its bytes are staged
+ * in a `ghost` request the receiver frees); and messages between a pair match in
+ * post order whatever their tags: a receive meeting a message of another tag or
+ * size fails ("out of NCCL order"), as NCCL would deliver the wrong bytes. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -32,6 +44,7 @@
 #include "comm_local.h"
 
 typedef enum req_state {
+    REQ_QUEUED,  /* strict mode: posted, not yet launched (not match-able) */
     REQ_POSTED,  /* queued in its group, waiting for its match */
     REQ_MATCHED, /* paired (`match`); the receive sits in its owner's todo list */
     REQ_COPYING, /* the receiver is copying (outside the mutex) */
@@ -47,10 +60,18 @@ typedef enum fail_why {
     WHY_TIMEOUT,
     WHY_WITHDRAWN, /* the matched peer gave up its side (timeout or cancel) */
     WHY_COPY,      /* the world's copy function failed */
+    WHY_ORDER,     /* strict: the pair's next message has another tag or size */
 } fail_why;
 
 typedef struct local_group local_group;
 typedef struct local_req local_req;
+
+/* Strict mode: the requests one rank launched together; each completes only when
+ * all have. A member's slot is cleared when it is freed; the last frees the set. */
+typedef struct launch_set {
+    int n, refs;
+    local_req **m; /* (n) */
+} launch_set;
 struct local_req {
     rv_comm_request base; /* .comm: the poster's communicator */
     local_group *g;
@@ -65,7 +86,12 @@ struct local_req {
     fail_why why;
     size_t other_bytes;   /* WHY_TRUNCATED: the other side's size */
     local_req *match;     /* REQ_MATCHED / REQ_COPYING: the other side */
-    local_req *next;      /* link in a group queue (POSTED) or a todo list (MATCHED) */
+    local_req *next;      /* link in a group queue (POSTED), a todo list (MATCHED) or
+                           * its communicator's launch queue (QUEUED) */
+    launch_set *set;      /* strict: its launch group, or NULL */
+    int other_tag;        /* WHY_ORDER: the other side's tag */
+    int ghost;            /* strict: an eager send's message, owned by the world */
+    void *staged;         /* ghost: its copy of the payload (bytes) */
 };
 
 typedef struct local_queue {
@@ -104,12 +130,15 @@ struct local_world {
     local_group *groups;  /* every live group */
     local_group *all;     /* the world group: every rank, rank i is world rank i */
     rv_comm_copy_fn copy; /* moves a message; NULL: memcpy (rv_local_run_copy) */
+    int strict;           /* NCCL-like groups, rendezvous and ordering (see top) */
+    size_t eager;         /* strict: sends up to this many bytes complete at launch */
 };
 
 typedef struct local_ctx {
     local_world *w;
     local_group *g;
-    uint64_t nsplits; /* splits made on this communicator so far */
+    uint64_t nsplits;  /* splits made on this communicator so far */
+    local_queue queued; /* strict: posted since the last launch, in post order */
 } local_ctx;
 
 static rv_status local_make_comm(local_world *w, local_group *g, int rank, int world_rank,
@@ -139,11 +168,12 @@ static void queue_unlink(local_queue *q, local_req *prev, local_req *r)
     r->next = NULL;
 }
 
-/* Removes and returns the first request with this owner, peer and tag, or NULL. */
-static local_req *queue_take(local_queue *q, int owner, int peer, int tag)
+/* Removes and returns the first request with this owner, peer and tag (any tag
+ * when any_tag: strict mode matches in post order), or NULL. */
+static local_req *queue_take(local_queue *q, int owner, int peer, int tag, int any_tag)
 {
     for (local_req *prev = NULL, *r = q->head; r; prev = r, r = r->next)
-        if (r->owner == owner && r->peer == peer && r->tag == tag) {
+        if (r->owner == owner && r->peer == peer && (any_tag || r->tag == tag)) {
             queue_unlink(q, prev, r);
             return r;
         }
@@ -159,10 +189,56 @@ static void queue_remove(local_queue *q, local_req *r)
         }
 }
 
-/* The group queue a posted request sits in. */
+/* The queue a posted (or, strict, a queued) request sits in. */
 static local_queue *queue_of(local_req *r)
 {
+    if (r->state == REQ_QUEUED)
+        return &((local_ctx *)r->base.comm->ctx)->queued;
     return r->is_send ? &r->g->mbox[r->peer].sends : &r->g->mbox[r->owner].recvs;
+}
+
+/* Frees a request and, for a ghost, its staged payload. */
+static void req_free(local_req *r)
+{
+    if (!r)
+        return;
+    free(r->staged);
+    free(r);
+}
+
+static int req_over(const local_req *r)
+{
+    return r->state == REQ_DONE || r->state == REQ_FAILED;
+}
+
+/* Strict: the first member of r's launch set that is not over (r itself first),
+ * or NULL when the whole set is; r alone without a set. */
+static local_req *set_open_member(local_req *r)
+{
+    if (!req_over(r))
+        return r;
+    if (!r->set)
+        return NULL;
+    for (int i = 0; i < r->set->n; i++)
+        if (r->set->m[i] && !req_over(r->set->m[i]))
+            return r->set->m[i];
+    return NULL;
+}
+
+/* r leaves its launch set (it is being freed). */
+static void set_leave(local_req *r)
+{
+    launch_set *set = r->set;
+    if (!set)
+        return;
+    for (int i = 0; i < set->n; i++)
+        if (set->m[i] == r)
+            set->m[i] = NULL;
+    if (--set->refs == 0) {
+        free(set->m);
+        free(set);
+    }
+    r->set = NULL;
 }
 
 /* ---- time -------------------------------------------------------------------------- */
@@ -196,6 +272,10 @@ static void pair(local_world *w, local_req *s, local_req *r)
 
 static void fail_req(local_world *w, local_req *r, fail_why why)
 {
+    if (r->ghost) { /* nobody waits on an eager send's message: drop it */
+        req_free(r);
+        return;
+    }
     r->state = REQ_FAILED;
     r->why = why;
     r->match = NULL;
@@ -206,7 +286,7 @@ static void fail_req(local_world *w, local_req *r, fail_why why)
  * other side then fails too) and fails it. Not for REQ_COPYING. */
 static void withdraw(local_world *w, local_req *r, fail_why why)
 {
-    if (r->state == REQ_POSTED) {
+    if (r->state == REQ_POSTED || r->state == REQ_QUEUED) {
         queue_remove(queue_of(r), r);
     } else if (r->state == REQ_MATCHED) {
         local_req *recv = r->is_send ? r->match : r;
@@ -227,7 +307,8 @@ static void progress(local_world *w, int me)
         const int fits = s->bytes <= r->bytes;
         s->state = r->state = REQ_COPYING;
         w->inflight[me]++;
-        w->inflight[s->owner_w]++;
+        if (!s->ghost) /* a ghost's bytes are its own, not its sender's */
+            w->inflight[s->owner_w]++;
         pthread_mutex_unlock(&w->mu);
         int copied = 1;
         if (fits && s->bytes) {
@@ -250,9 +331,13 @@ static void progress(local_world *w, int me)
         }
         s->match = r->match = NULL;
         w->inflight[me]--;
-        w->inflight[s->owner_w]--;
+        if (s->ghost) {
+            req_free(s);
+        } else {
+            w->inflight[s->owner_w]--;
+            pthread_cond_broadcast(&w->cond[s->owner_w]);
+        }
         pthread_cond_broadcast(&w->cond[me]);
-        pthread_cond_broadcast(&w->cond[s->owner_w]);
     }
 }
 
@@ -271,6 +356,87 @@ static int fail_if_gone(local_world *w, local_req *r)
         return 1;
     }
     return 0;
+}
+
+/* Makes r (REQ_POSTED) match-able: pairs it with the first waiting counterpart, or
+ * queues it for one. Strict: the counterpart is the pair's first whatever its tag,
+ * and one of another tag or size fails both sides (NCCL would mix the bytes up). */
+static void post_match(local_world *w, local_req *r)
+{
+    local_group *g = r->g;
+    local_req *o = r->is_send
+                       ? queue_take(&g->mbox[r->peer].recvs, r->peer, r->owner, r->tag, w->strict)
+                       : queue_take(&g->mbox[r->owner].sends, r->peer, r->owner, r->tag, w->strict);
+    if (!o) {
+        queue_push(queue_of(r), r);
+        return;
+    }
+    local_req *snd = r->is_send ? r : o, *rcv = r->is_send ? o : r;
+    if (w->strict && (snd->tag != rcv->tag || snd->bytes != rcv->bytes)) {
+        snd->other_tag = rcv->tag, snd->other_bytes = rcv->bytes;
+        rcv->other_tag = snd->tag, rcv->other_bytes = snd->bytes;
+        fail_req(w, rcv, WHY_ORDER);
+        fail_req(w, snd, WHY_ORDER); /* frees a ghost */
+        return;
+    }
+    pair(w, snd, rcv);
+}
+
+/* Strict: the message of an eager send s, staged so s completes now; NULL when it
+ * cannot be staged (s then waits for its receiver, which is only stricter). */
+static local_req *eager_ghost(local_world *w, const local_req *s)
+{
+    local_req *gh = malloc(sizeof *gh);
+    if (!gh)
+        return NULL;
+    *gh = *s;
+    gh->next = NULL;
+    gh->set = NULL;
+    gh->ghost = 1;
+    gh->staged = NULL;
+    if (s->bytes) {
+        if (!(gh->staged = malloc(s->bytes)) ||
+            (w->copy ? w->copy(gh->staged, s->sbuf, s->bytes) != 0
+                     : (memcpy(gh->staged, s->sbuf, s->bytes), 0))) {
+            req_free(gh);
+            return NULL;
+        }
+    }
+    gh->sbuf = gh->staged;
+    return gh;
+}
+
+/* Strict: everything x queued goes out as one launch set. Without memory for the
+ * set its members are not tied together: weaker than NCCL, never wrong. */
+static void launch(local_world *w, local_ctx *x)
+{
+    int n = 0;
+    for (local_req *r = x->queued.head; r; r = r->next)
+        n++;
+    if (n == 0)
+        return;
+    launch_set *set = calloc(1, sizeof *set);
+    if (set && !(set->m = calloc((size_t)n, sizeof *set->m))) {
+        free(set);
+        set = NULL;
+    }
+    local_req *r;
+    while ((r = x->queued.head) != NULL) {
+        queue_unlink(&x->queued, NULL, r);
+        r->state = REQ_POSTED;
+        if (set) {
+            set->m[set->n++] = r;
+            set->refs++;
+            r->set = set;
+        }
+        local_req *gh = r->is_send && r->bytes <= w->eager ? eager_ghost(w, r) : NULL;
+        if (gh) {
+            r->state = REQ_DONE;
+            post_match(w, gh);
+        } else {
+            post_match(w, r);
+        }
+    }
 }
 
 /* ---- point-to-point ---------------------------------------------------------------- */
@@ -309,12 +475,14 @@ static rv_status local_isend(rv_comm *c, const void *buf, size_t bytes, int peer
         return st;
     s->sbuf = buf;
     pthread_mutex_lock(&x->w->mu);
-    /* A receive posted by peer for (this rank, tag) takes it; else it waits. */
-    local_req *r = queue_take(&x->g->mbox[peer].recvs, peer, c->rank, tag);
-    if (r)
-        pair(x->w, s, r);
-    else
-        queue_push(&x->g->mbox[peer].sends, s);
+    /* A receive posted by peer for (this rank, tag) takes it; else it waits.
+     * Strict: it only queues until the next launch. */
+    if (x->w->strict) {
+        s->state = REQ_QUEUED;
+        queue_push(&x->queued, s);
+    } else {
+        post_match(x->w, s);
+    }
     pthread_mutex_unlock(&x->w->mu);
     *out = &s->base;
     return RV_OK;
@@ -331,11 +499,12 @@ static rv_status local_irecv(rv_comm *c, void *buf, size_t bytes, int peer, int 
     r->rbuf = buf;
     pthread_mutex_lock(&x->w->mu);
     /* The first message from peer with this tag, if one waits. */
-    local_req *s = queue_take(&x->g->mbox[c->rank].sends, peer, c->rank, tag);
-    if (s)
-        pair(x->w, s, r);
-    else
-        queue_push(&x->g->mbox[c->rank].recvs, r);
+    if (x->w->strict) {
+        r->state = REQ_QUEUED;
+        queue_push(&x->queued, r);
+    } else {
+        post_match(x->w, r);
+    }
     pthread_mutex_unlock(&x->w->mu);
     *out = &r->base;
     return RV_OK;
@@ -370,10 +539,25 @@ static rv_status report(rv_comm *c, local_req *r)
     case WHY_COPY:
         return rv_fail(RV_ERR_BACKEND, "%s: %s: the device copy failed%s%s", who, what,
                        r->is_send ? "" : ": ", r->is_send ? "" : rv_last_error());
+    case WHY_ORDER:
+        return rv_fail(RV_ERR_COMM, "%s: %s: out of NCCL order: the pair's next %s is "
+                       "tag %d, %zu bytes (strict mode matches in post order, as NCCL does)",
+                       who, what, r->is_send ? "receive" : "message", r->other_tag,
+                       r->other_bytes);
     case WHY_NONE:
         break;
     }
     return rv_fail(RV_ERR_INTERNAL, "%s: %s: failed for no recorded reason", who, what);
+}
+
+/* Fails r, and (strict) the open members of its launch set, whose peers are gone. */
+static void fail_gone_set(local_world *w, local_req *r)
+{
+    fail_if_gone(w, r);
+    if (r->set)
+        for (int i = 0; i < r->set->n; i++)
+            if (r->set->m[i])
+                fail_if_gone(w, r->set->m[i]);
 }
 
 static rv_status local_test(rv_comm *c, rv_comm_request *req, int *done)
@@ -381,11 +565,14 @@ static rv_status local_test(rv_comm *c, rv_comm_request *req, int *done)
     local_ctx *x = c->ctx;
     local_req *r = (local_req *)req;
     pthread_mutex_lock(&x->w->mu);
+    if (x->w->strict)
+        launch(x->w, x);
     progress(x->w, r->owner_w);
-    fail_if_gone(x->w, r);
+    fail_gone_set(x->w, r);
     req_state state = r->state;
+    int set_done = set_open_member(r) == NULL;
     pthread_mutex_unlock(&x->w->mu);
-    *done = state == REQ_DONE;
+    *done = state == REQ_DONE && set_done;
     return state == REQ_FAILED ? report(c, r) : RV_OK;
 }
 
@@ -396,23 +583,35 @@ static rv_status local_wait(rv_comm *c, rv_comm_request *req, double deadline)
     local_req *r = (local_req *)req;
     pthread_cond_t *cond = &w->cond[r->owner_w];
     const struct timespec until = abs_time(deadline);
+    local_req *late = NULL; /* strict: the member of r's launch set the deadline failed */
     pthread_mutex_lock(&w->mu);
+    if (w->strict)
+        launch(w, x);
     for (;;) {
         progress(w, r->owner_w); /* may copy this request, or others of this rank */
-        if (r->state == REQ_DONE || r->state == REQ_FAILED || fail_if_gone(w, r))
+        fail_gone_set(w, r);
+        if (r->state == REQ_FAILED)
             break;
-        if (r->state == REQ_COPYING) { /* finite: the receiver's memcpy is running */
+        /* r, or (strict) a member of its launch set that holds the set back */
+        local_req *open = set_open_member(r);
+        if (!open)
+            break;
+        if (open->state == REQ_COPYING) { /* finite: the receiver's memcpy is running */
             pthread_cond_wait(cond, &w->mu);
             continue;
         }
         if (rv_comm_now() >= deadline) {
-            withdraw(w, r, WHY_TIMEOUT);
+            withdraw(w, open, WHY_TIMEOUT);
+            if (open != r)
+                late = open;
             break;
         }
         pthread_cond_timedwait(cond, &w->mu, &until);
     }
     req_state state = r->state;
     pthread_mutex_unlock(&w->mu);
+    if (late && state == REQ_DONE)
+        return report(c, late); /* names the transfer the whole group waited for */
     return state == REQ_DONE ? RV_OK : report(c, r);
 }
 
@@ -423,13 +622,16 @@ static void local_request_free(rv_comm *c, rv_comm_request *req)
     local_req *r = (local_req *)req;
     pthread_mutex_lock(&w->mu);
     /* A matched receive is completed (a message it took is consumed); any other
-     * pending request is withdrawn. */
+     * pending request is withdrawn; a queued one (strict) was never launched. */
+    if (r->state == REQ_QUEUED)
+        queue_remove(&x->queued, r);
     if (r->state == REQ_MATCHED && !r->is_send)
         progress(w, r->owner_w);
     if (r->state == REQ_POSTED || r->state == REQ_MATCHED)
         withdraw(w, r, WHY_WITHDRAWN);
     while (r->state == REQ_COPYING)
         pthread_cond_wait(&w->cond[r->owner_w], &w->mu);
+    set_leave(r);
     pthread_mutex_unlock(&w->mu);
     free(r);
 }
@@ -455,6 +657,13 @@ static void group_free(local_group *g)
 {
     if (!g)
         return;
+    /* Eager messages nobody received (their receiver left or failed first). */
+    for (int p = 0; g->mbox && p < g->size; p++)
+        for (local_req *it = g->mbox[p].sends.head, *nx; it; it = nx) {
+            nx = it->next;
+            if (it->ghost)
+                req_free(it);
+        }
     free(g->world);
     free(g->mbox);
     free(g);
@@ -524,6 +733,12 @@ static void local_destroy(rv_comm *c)
     local_ctx *x = c->ctx;
     local_world *w = x->w;
     pthread_mutex_lock(&w->mu);
+    local_req *q; /* strict: requests queued and never launched nor freed */
+    while ((q = x->queued.head) != NULL) {
+        queue_unlink(&x->queued, NULL, q);
+        set_leave(q);
+        free(q);
+    }
     if (--x->g->refs == 0) {
         local_group **p = &w->groups;
         while (*p && *p != x->g)
@@ -535,6 +750,46 @@ static void local_destroy(rv_comm *c)
     pthread_mutex_unlock(&w->mu);
     free(x);
     free(c);
+}
+
+/* Strict: launches what this rank queued (rv_comm_start); else nothing to do. */
+static rv_status local_start(rv_comm *c)
+{
+    local_ctx *x = c->ctx;
+    pthread_mutex_lock(&x->w->mu);
+    if (x->w->strict)
+        launch(x->w, x);
+    pthread_mutex_unlock(&x->w->mu);
+    return RV_OK;
+}
+
+/* Strict collectives launch the queue first, as NCCL's do: a collective's own
+ * messages never join the point-to-point group posted before it. */
+static rv_status strict_allreduce(rv_comm *c, const void *sendbuf, void *recvbuf,
+                                  size_t count, rv_comm_dtype dtype, double deadline)
+{
+    local_start(c);
+    return rv_coll_allreduce(c, sendbuf, recvbuf, count, dtype, deadline);
+}
+
+static rv_status strict_allgather(rv_comm *c, const void *sendbuf, void *recvbuf, size_t bytes,
+                                  double deadline)
+{
+    local_start(c);
+    return rv_coll_allgather(c, sendbuf, recvbuf, bytes, deadline);
+}
+
+static rv_status strict_alltoall(rv_comm *c, const void *sendbuf, void *recvbuf, size_t bytes,
+                                 double deadline)
+{
+    local_start(c);
+    return rv_coll_alltoall(c, sendbuf, recvbuf, bytes, deadline);
+}
+
+static rv_status strict_barrier(rv_comm *c, double deadline)
+{
+    local_start(c);
+    return rv_coll_barrier(c, deadline);
 }
 
 static const rv_comm local_table = {
@@ -560,6 +815,7 @@ static const rv_comm local_table = {
     /* .abort         = */ local_abort,
     /* .destroy       = */ local_destroy,
     /* .sent_bytes    = */ 0,
+    /* .start         = */ local_start,
 };
 
 static rv_status local_make_comm(local_world *w, local_group *g, int rank, int world_rank,
@@ -582,6 +838,12 @@ static rv_status local_make_comm(local_world *w, local_group *g, int rank, int w
     c->timeout_s = timeout_s;
     c->device_memory = w->copy != NULL;
     c->move = w->copy;
+    if (w->strict) {
+        c->allreduce = strict_allreduce;
+        c->allgather = strict_allgather;
+        c->alltoall = strict_alltoall;
+        c->barrier = strict_barrier;
+    }
     *out = c;
     return RV_OK;
 }
@@ -651,6 +913,12 @@ void local_world_set_copy(local_world *w, rv_comm_copy_fn copy)
     w->copy = copy;
 }
 
+void local_world_set_strict(local_world *w, int strict, size_t eager_bytes)
+{
+    w->strict = strict;
+    w->eager = eager_bytes;
+}
+
 rv_status local_world_comm(local_world *w, int rank, double timeout_s, rv_comm **out)
 {
     return local_make_comm(w, w->all, rank, rank, timeout_s, out);
@@ -668,6 +936,7 @@ void local_world_depart(local_world *w, int rank)
     while ((r = w->todo[rank].head) != NULL) {
         queue_unlink(&w->todo[rank], NULL, r);
         fail_req(w, r->match, WHY_LEFT);
+        set_leave(r);
         free(r);
     }
     /* Peers' receives matched with its sends. */
@@ -675,8 +944,9 @@ void local_world_depart(local_world *w, int rank)
         local_req *prev = NULL, *it = w->todo[i].head;
         while (it) {
             local_req *nx = it->next;
-            if (it->match->owner_w == rank) {
+            if (it->match->owner_w == rank && !it->match->ghost) {
                 queue_unlink(&w->todo[i], prev, it);
+                set_leave(it->match);
                 free(it->match);
                 fail_req(w, it, WHY_LEFT);
             } else {
@@ -693,6 +963,7 @@ void local_world_depart(local_world *w, int rank)
                 nx = it->next;
                 if (it->owner_w == rank) {
                     queue_unlink(rq, prev, it);
+                    set_leave(it);
                     free(it);
                 } else {
                     prev = it;
@@ -700,8 +971,9 @@ void local_world_depart(local_world *w, int rank)
             }
             for (local_req *prev = NULL, *it = sq->head, *nx; it; it = nx) {
                 nx = it->next;
-                if (it->owner_w == rank) {
+                if (it->owner_w == rank && !it->ghost) { /* its eager messages stay */
                     queue_unlink(sq, prev, it);
+                    set_leave(it);
                     free(it);
                 } else {
                     prev = it;

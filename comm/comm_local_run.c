@@ -1,7 +1,8 @@
 /* comm_local_run.c: rv_local_run, the launcher of the "local" backend: one thread
  * per rank, each with its own world communicator; a rank whose function returns
  * is marked departed at once (so peers waiting on it fail instead of hanging), and
- * the run reports the first rank to fail, with that rank's message. */
+ * the run reports the first rank to fail, with that rank's message.
+ * RINGVIT_COMM_STRICT=1 makes the run's communicators NCCL-like (comm_local.c). */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -41,6 +42,28 @@ static void *rank_main(void *p)
     return NULL;
 }
 
+/* RINGVIT_COMM_STRICT (unset or 0: off, 1: on) and RINGVIT_COMM_STRICT_EAGER
+ * (bytes a send may complete with before its receive is posted, default 64 KiB). */
+static rv_status strict_from_env(int *strict, size_t *eager)
+{
+    const char *s = getenv("RINGVIT_COMM_STRICT"), *e = getenv("RINGVIT_COMM_STRICT_EAGER");
+    *strict = 0;
+    *eager = (size_t)64 << 10;
+    if (s && *s && strcmp(s, "0") != 0) {
+        if (strcmp(s, "1") != 0)
+            return rv_fail(RV_ERR_INVALID, "RINGVIT_COMM_STRICT=%s: want 0 or 1", s);
+        *strict = 1;
+    }
+    if (e && *e) {
+        char *end = NULL;
+        unsigned long long v = strtoull(e, &end, 10);
+        if (!end || *end || *e == '-')
+            return rv_fail(RV_ERR_INVALID, "RINGVIT_COMM_STRICT_EAGER=%s: want a byte count", e);
+        *eager = (size_t)v;
+    }
+    return RV_OK;
+}
+
 rv_status rv_local_run(int nranks, rv_local_fn fn, void *arg)
 {
     return rv_local_run_copy(nranks, fn, arg, NULL);
@@ -52,7 +75,11 @@ rv_status rv_local_run_copy(int nranks, rv_local_fn fn, void *arg, rv_comm_copy_
         return rv_fail(RV_ERR_INVALID, "local run: %d ranks (want 1..1024) and a function",
                        nranks);
     double timeout_s = 0;
+    int strict = 0;
+    size_t eager = 0;
     rv_status st = rv_comm_default_timeout(&timeout_s);
+    if (st == RV_OK)
+        st = strict_from_env(&strict, &eager);
     if (st != RV_OK)
         return st;
     run_shared sh = {.fn = fn, .arg = arg};
@@ -67,6 +94,7 @@ rv_status rv_local_run_copy(int nranks, rv_local_fn fn, void *arg, rv_comm_copy_
     if ((st = local_world_create(nranks, &sh.w)) != RV_OK)
         goto end;
     local_world_set_copy(sh.w, copy);
+    local_world_set_strict(sh.w, strict, eager);
     for (int r = 0; r < nranks; r++) {
         ranks[r] = (run_rank){.sh = &sh, .rank = r, .fail_order = -1};
         if ((st = local_world_comm(sh.w, r, timeout_s, &ranks[r].comm)) != RV_OK)

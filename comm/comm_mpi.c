@@ -9,7 +9,15 @@
  * RINGVIT_COMM_MPI_CHUNK bytes) travel as several MPI messages with the same tag,
  * which MPI keeps in order; such a message must be received with its exact size.
  * A collective abandoned at a timeout cannot be cancelled: its request is kept
- * and tested again when the communicator is freed. */
+ * and tested again when the communicator is freed.
+ *
+ * Staged device memory (rv_comm_mpi_stage_device): an MPI without CUDA support
+ * cannot read device memory, so every payload goes through a host buffer of the
+ * request's own, filled with the given copy function before a send and copied
+ * out once a receive completes; collectives stage their inputs and outputs the
+ * same way. A staging buffer MPI may still touch (a request freed before it
+ * completed, a collective abandoned at a timeout) is never freed under it: it
+ * lingers on the communicator until MPI is done with it, or is kept for good. */
 #include <errno.h>
 #include <limits.h>
 #include <sched.h>
@@ -27,11 +35,23 @@
 #define CHUNK_ENV "RINGVIT_COMM_MPI_CHUNK"
 #define CHUNK_MAX ((size_t)1 << 30)
 
+/* A staged request freed before MPI finished with its host buffer. */
+typedef struct mpi_linger {
+    MPI_Request *reqs; /* (n) */
+    int n;
+    void *host;
+} mpi_linger;
+
 typedef struct mpi_ctx {
     MPI_Comm comm;
     size_t chunk;          /* bytes per MPI call at most, <= CHUNK_MAX */
     MPI_Request *orphans;  /* (norphans) collectives left pending by a timeout */
     int norphans, orphans_cap;
+    rv_comm_copy_fn stage; /* non-NULL: buffers may be device memory (staged) */
+    mpi_linger *linger;    /* (nlinger) staged requests still in flight after their free */
+    int nlinger, linger_cap;
+    void **kept;           /* (nkept) staging buffers of orphaned collectives */
+    int nkept, kept_cap;
 } mpi_ctx;
 
 typedef struct mpi_req {
@@ -40,6 +60,9 @@ typedef struct mpi_req {
     size_t bytes;
     int n;             /* pieces */
     MPI_Request *reqs; /* (n) */
+    void *host;        /* staged: the host copy MPI moves (bytes), else NULL */
+    void *user;        /* staged receive: where the message lands once complete */
+    int delivered;     /* staged receive: copied out to user */
 } mpi_req;
 
 static int mpi_we_initialized;
@@ -71,6 +94,87 @@ static void poll_pause(long *polls)
     nanosleep(&ts, NULL);
 }
 
+/* ---- staging buffers MPI may still touch ----------------------------------------- */
+
+/* Frees the host buffers of lingering requests MPI has finished with. */
+static void linger_reap(mpi_ctx *x)
+{
+    for (int i = 0; i < x->nlinger;) {
+        mpi_linger *l = &x->linger[i];
+        int flag = 0;
+        if (MPI_Testall(l->n, l->reqs, &flag, MPI_STATUSES_IGNORE) != MPI_SUCCESS || !flag) {
+            i++;
+            continue;
+        }
+        free(l->reqs);
+        free(l->host);
+        x->linger[i] = x->linger[--x->nlinger];
+    }
+}
+
+/* A staged request being freed: 0 when MPI is done with it (the caller frees
+ * everything); else 1, and its requests and host buffer now belong to the
+ * communicator (a pending receive is cancelled first; a cancelled request still
+ * completes, and then the buffer is freed). Out of memory for the list, the
+ * requests are left to MPI and the buffer is kept for good rather than freed
+ * while MPI may still use it. */
+static int linger_add(mpi_ctx *x, MPI_Request *reqs, int n, void *host, int is_send)
+{
+    int flag = 0;
+    if (MPI_Testall(n, reqs, &flag, MPI_STATUSES_IGNORE) == MPI_SUCCESS && flag)
+        return 0;
+    if (!is_send)
+        for (int i = 0; i < n; i++)
+            if (reqs[i] != MPI_REQUEST_NULL)
+                MPI_Cancel(&reqs[i]);
+    if (x->nlinger == x->linger_cap) {
+        int cap = x->linger_cap ? 2 * x->linger_cap : 8;
+        mpi_linger *p = realloc(x->linger, sizeof *p * (size_t)cap);
+        if (!p) {
+            for (int i = 0; i < n; i++)
+                if (reqs[i] != MPI_REQUEST_NULL)
+                    MPI_Request_free(&reqs[i]);
+            free(reqs);
+            return 1;
+        }
+        x->linger = p;
+        x->linger_cap = cap;
+    }
+    x->linger[x->nlinger++] = (mpi_linger){reqs, n, host};
+    return 1;
+}
+
+/* After a staged collective: its host buffer is freed, unless the collective
+ * was abandoned at the deadline (MPI may still write into it): then the
+ * communicator keeps it until it is freed. */
+static void stage_release(mpi_ctx *x, void *host, int orphans_before, rv_status st)
+{
+    if (x->norphans == orphans_before && st != RV_ERR_TIMEOUT) {
+        free(host);
+        return;
+    }
+    if (x->nkept == x->kept_cap) {
+        int cap = x->kept_cap ? 2 * x->kept_cap : 8;
+        void **p = realloc(x->kept, sizeof *p * (size_t)cap);
+        if (!p)
+            return; /* kept for good */
+        x->kept = p;
+        x->kept_cap = cap;
+    }
+    x->kept[x->nkept++] = host;
+}
+
+/* dst <- src (bytes) with the communicator's copy function, naming the step. */
+static rv_status stage_copy(rv_comm *c, void *dst, const void *src, size_t bytes,
+                            const char *what, const char *dir)
+{
+    mpi_ctx *x = c->ctx;
+    if (x->stage(dst, src, bytes) == 0)
+        return RV_OK;
+    return rv_fail(RV_ERR_BACKEND, "rank %d: %s: copy %s the host staging buffer: %s", c->rank,
+                   what, dir, rv_last_error());
+}
+
 /* ---- point-to-point ---------------------------------------------------------------- */
 
 static rv_status mpi_post(rv_comm *c, int is_send, void *buf, size_t bytes, int peer,
@@ -88,7 +192,20 @@ static rv_status mpi_post(rv_comm *c, int is_send, void *buf, size_t bytes, int 
         st = rv_fail(RV_ERR_NOMEM, "rank %d: %s: out of memory", c->rank, what);
         goto end;
     }
-    *r = (mpi_req){{c}, is_send, peer, tag, bytes, 0, r->reqs};
+    *r = (mpi_req){{c}, is_send, peer, tag, bytes, 0, r->reqs, NULL, NULL, 0};
+    if (x->stage && bytes) {
+        linger_reap(x);
+        rv_comm_describe_p2p(what, sizeof what, is_send, peer, tag, bytes);
+        if (!(r->host = malloc(bytes))) {
+            st = rv_fail(RV_ERR_NOMEM, "rank %d: %s: out of memory for its host staging "
+                         "buffer", c->rank, what);
+            goto end;
+        }
+        if (is_send && (st = stage_copy(c, r->host, buf, bytes, what, "to")) != RV_OK)
+            goto end;
+        r->user = buf;
+        buf = r->host;
+    }
     for (; r->n < n; r->n++) {
         size_t off = (size_t)r->n * x->chunk;
         int len = (int)(bytes - off < x->chunk ? bytes - off : x->chunk);
@@ -132,9 +249,25 @@ static rv_status mpi_test(rv_comm *c, rv_comm_request *req, int *done)
     char what[160], err[MPI_MAX_ERROR_STRING];
     /* One piece (the usual case): MPI_Test reports its own error (a truncation),
      * where MPI_Testall would only say MPI_ERR_IN_STATUS. */
-    int flag = 0, rc = r->n == 1 ? MPI_Test(&r->reqs[0], &flag, MPI_STATUS_IGNORE)
+    MPI_Status status;
+    int flag = 0, rc = r->n == 1 ? MPI_Test(&r->reqs[0], &flag, &status)
                                  : MPI_Testall(r->n, r->reqs, &flag, MPI_STATUSES_IGNORE);
     *done = flag;
+    if (rc == MPI_SUCCESS && flag && r->host && !r->is_send && !r->delivered) {
+        /* Staged: the message is in the host buffer; now it reaches the caller's.
+         * Only the bytes that came (a message may be shorter than the receive;
+         * one over the chunk size has the exact size). */
+        int got = 0;
+        size_t len = r->bytes;
+        if (r->n == 1 && MPI_Get_count(&status, MPI_BYTE, &got) == MPI_SUCCESS && got >= 0 &&
+            (size_t)got < len)
+            len = (size_t)got;
+        r->delivered = 1;
+        rv_comm_describe_p2p(what, sizeof what, r->is_send, r->peer, r->tag, r->bytes);
+        rv_status st = len ? stage_copy(c, r->user, r->host, len, what, "from") : RV_OK;
+        if (st != RV_OK)
+            return st;
+    }
     if (rc == MPI_SUCCESS)
         return RV_OK;
     rv_comm_describe_p2p(what, sizeof what, r->is_send, r->peer, r->tag, r->bytes);
@@ -164,8 +297,12 @@ static rv_status mpi_wait(rv_comm *c, rv_comm_request *req, double deadline)
 
 static void mpi_request_free(rv_comm *c, rv_comm_request *req)
 {
-    (void)c;
     mpi_req *r = (mpi_req *)req;
+    if (r->host && linger_add(c->ctx, r->reqs, r->n, r->host, r->is_send)) {
+        /* MPI may still use the staging buffer: the communicator keeps both. */
+        free(r);
+        return;
+    }
     for (int i = 0; i < r->n; i++) {
         if (r->reqs[i] == MPI_REQUEST_NULL)
             continue;
@@ -173,6 +310,7 @@ static void mpi_request_free(rv_comm *c, rv_comm_request *req)
             MPI_Cancel(&r->reqs[i]);
         MPI_Request_free(&r->reqs[i]);
     }
+    free(r->host); /* complete: MPI is done with it */
     free(r->reqs);
     free(r);
 }
@@ -329,6 +467,79 @@ static rv_status mpi_alltoall(rv_comm *c, const void *sendbuf, void *recvbuf, si
     return mpi_blocks(c, 1, sendbuf, recvbuf, bytes, deadline);
 }
 
+/* ---- staged collectives: host copies of device buffers, both ways ------------------ */
+
+static rv_status staged_allreduce(rv_comm *c, const void *sendbuf, void *recvbuf, size_t count,
+                                  rv_comm_dtype dtype, double deadline)
+{
+    mpi_ctx *x = c->ctx;
+    const size_t bytes = count * rv_comm_dtype_size(dtype);
+    const int before = x->norphans;
+    char what[96];
+    rv_status st = RV_OK;
+    void *h = NULL;
+    if (bytes == 0)
+        return mpi_allreduce(c, sendbuf, recvbuf, count, dtype, deadline);
+    snprintf(what, sizeof what, "allreduce of %zu %s", count, rv_comm_dtype_name(dtype));
+    if (!(h = malloc(bytes))) {
+        st = rv_fail(RV_ERR_NOMEM, "rank %d: %s: out of memory for its host staging buffer",
+                     c->rank, what);
+        goto end;
+    }
+    /* A rank whose copy failed stays out of the collective: the others fail at
+     * the deadline rather than sum a buffer that was never filled. */
+    if ((st = stage_copy(c, h, sendbuf, bytes, what, "to")) != RV_OK)
+        goto end;
+    if ((st = mpi_allreduce(c, h, h, count, dtype, deadline)) == RV_OK)
+        st = stage_copy(c, recvbuf, h, bytes, what, "from");
+end:
+    stage_release(x, h, before, st);
+    return st;
+}
+
+/* allgather (alltoall = 0) or alltoall (1) through host copies of both buffers. */
+static rv_status staged_blocks(rv_comm *c, int alltoall, const void *sendbuf, void *recvbuf,
+                               size_t bytes, double deadline)
+{
+    mpi_ctx *x = c->ctx;
+    const size_t total = bytes * (size_t)c->size;
+    const int before = x->norphans;
+    char what[96];
+    rv_status st = RV_OK;
+    char *h = NULL;
+    if (bytes == 0)
+        return mpi_blocks(c, alltoall, sendbuf, recvbuf, bytes, deadline);
+    snprintf(what, sizeof what, "%s of %zu bytes per rank", alltoall ? "alltoall" : "allgather",
+             bytes);
+    /* alltoall: send blocks then receive blocks; allgather: the receive blocks,
+     * this rank's own block filled first and gathered in place. */
+    if (!(h = malloc(alltoall ? 2 * total : total))) {
+        st = rv_fail(RV_ERR_NOMEM, "rank %d: %s: out of memory for its host staging buffer",
+                     c->rank, what);
+        goto end;
+    }
+    char *hsend = alltoall ? h : h + (size_t)c->rank * bytes, *hrecv = alltoall ? h + total : h;
+    if ((st = stage_copy(c, hsend, sendbuf, alltoall ? total : bytes, what, "to")) != RV_OK)
+        goto end;
+    if ((st = mpi_blocks(c, alltoall, hsend, hrecv, bytes, deadline)) == RV_OK)
+        st = stage_copy(c, recvbuf, hrecv, total, what, "from");
+end:
+    stage_release(x, h, before, st);
+    return st;
+}
+
+static rv_status staged_allgather(rv_comm *c, const void *sendbuf, void *recvbuf, size_t bytes,
+                                  double deadline)
+{
+    return staged_blocks(c, 0, sendbuf, recvbuf, bytes, deadline);
+}
+
+static rv_status staged_alltoall(rv_comm *c, const void *sendbuf, void *recvbuf, size_t bytes,
+                                 double deadline)
+{
+    return staged_blocks(c, 1, sendbuf, recvbuf, bytes, deadline);
+}
+
 static rv_status mpi_barrier(rv_comm *c, double deadline)
 {
     mpi_ctx *x = c->ctx;
@@ -366,8 +577,12 @@ static rv_status mpi_split(rv_comm *c, int color, int key, double deadline, rv_c
     if (nc == MPI_COMM_NULL)
         goto end;
     MPI_Comm_set_errhandler(nc, MPI_ERRORS_RETURN);
-    if ((st = mpi_make_comm(nc, x->chunk, c->world_rank, c->timeout_s, out)) != RV_OK)
+    if ((st = mpi_make_comm(nc, x->chunk, c->world_rank, c->timeout_s, out)) != RV_OK) {
         MPI_Comm_free(&nc);
+        goto end;
+    }
+    if (x->stage && (st = rv_comm_mpi_stage_device(*out, x->stage)) != RV_OK)
+        rv_comm_free(out); /* a staged communicator's parts take device memory too */
 end:
     free(members);
     return st;
@@ -394,6 +609,21 @@ static void mpi_destroy(rv_comm *c)
     if (left)
         rv_log(RV_LOG_WARN, "rank %d: mpi communicator freed with %d collective(s) a rank "
                "never joined", c->rank, left);
+    /* Staging buffers: freed once MPI is done with them, else left to it for good. */
+    linger_reap(x);
+    for (int i = 0; i < x->nlinger; i++)
+        for (int j = 0; j < x->linger[i].n; j++)
+            if (x->linger[i].reqs[j] != MPI_REQUEST_NULL)
+                MPI_Request_free(&x->linger[i].reqs[j]);
+    if (x->nlinger)
+        rv_log(RV_LOG_WARN, "rank %d: mpi communicator freed with %d staged message(s) still "
+               "in flight; their host buffers are not freed", c->rank, x->nlinger);
+    for (int i = 0; i < x->nlinger; i++)
+        free(x->linger[i].reqs);
+    free(x->linger);
+    for (int i = 0; !left && i < x->nkept; i++)
+        free(x->kept[i]);
+    free(x->kept);
     free(x->orphans);
     if (x->comm != MPI_COMM_NULL)
         MPI_Comm_free(&x->comm);
@@ -424,6 +654,7 @@ static const rv_comm mpi_table = {
     /* .abort         = */ mpi_abort,
     /* .destroy       = */ mpi_destroy,
     /* .sent_bytes    = */ 0,
+    /* .start         = */ NULL, /* posts go out at once */
 };
 
 static rv_status mpi_make_comm(MPI_Comm comm, size_t chunk, int world_rank, double timeout_s,
@@ -461,6 +692,24 @@ static rv_status chunk_from_env(size_t *chunk)
         return rv_fail(RV_ERR_INVALID, "%s='%s': want a byte count in [16, %zu]", CHUNK_ENV, v,
                        CHUNK_MAX);
     *chunk = (size_t)n & ~(size_t)7; /* whole f64 elements */
+    return RV_OK;
+}
+
+rv_status rv_comm_mpi_stage_device(rv_comm *c, rv_comm_copy_fn copy)
+{
+    if (!c || !copy)
+        return rv_fail(RV_ERR_INVALID, "mpi stage device: communicator or copy function is NULL");
+    /* The table, not the name, says whose context this is. */
+    if (c->destroy != mpi_destroy)
+        return rv_fail(RV_ERR_INVALID, "rank %d: mpi stage device: a %s communicator, not an "
+                       "mpi one", c->rank, c->name ? c->name : "foreign");
+    mpi_ctx *x = c->ctx;
+    x->stage = copy;
+    c->device_memory = 1;
+    c->move = copy;
+    c->allreduce = staged_allreduce;
+    c->allgather = staged_allgather;
+    c->alltoall = staged_alltoall;
     return RV_OK;
 }
 
@@ -529,6 +778,14 @@ rv_status rv_comm_mpi_world(rv_comm **out)
 rv_status rv_comm_mpi_finalize(void)
 {
     return RV_OK;
+}
+
+rv_status rv_comm_mpi_stage_device(rv_comm *c, rv_comm_copy_fn copy)
+{
+    (void)c;
+    (void)copy;
+    return rv_fail(RV_ERR_UNSUPPORTED, "this build of ringvit has no MPI communicator "
+                   "(configure with -DRINGVIT_MPI=ON where MPI is installed)");
 }
 
 #endif

@@ -11,7 +11,11 @@
  * NCCL matches a send only with a receive issued concurrently, so isend/irecv do
  * not launch: they queue, and the queue goes out as one ncclGroupStart/End at the
  * next wait, test or collective. Tags are not sent; between a pair of ranks the
- * messages match in post order. */
+ * messages match in post order.
+ *
+ * NCCL is not linked: every NCCL call goes through the rv_nccl table, which
+ * rv_comm_nccl_create fills on first use from libnccl.so.2 (nccl_dl.c), so the
+ * library runs without NCCL installed until an NCCL communicator is asked for. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +26,8 @@
 #ifdef RINGVIT_HAVE_NCCL
 #include <cuda_runtime.h>
 #include <nccl.h>
+
+#include "nccl_dl.h"
 
 typedef struct nccl_req nccl_req;
 
@@ -64,9 +70,9 @@ static rv_status cuda_fail(rv_comm *c, cudaError_t e, const char *what)
 static rv_status nccl_error(rv_comm *c, ncclResult_t rc, const char *what)
 {
     nccl_ctx *x = c->ctx;
-    const char *last = x && x->comm ? ncclGetLastError(x->comm) : "";
+    const char *last = x && x->comm ? rv_nccl.GetLastError(x->comm) : "";
     return rv_fail(rc == ncclRemoteError ? RV_ERR_COMM : RV_ERR_BACKEND, "rank %d: %s: %s%s%s",
-                   c->rank, what, ncclGetErrorString(rc), last && last[0] ? ": " : "",
+                   c->rank, what, rv_nccl.GetErrorString(rc), last && last[0] ? ": " : "",
                    last ? last : "");
 }
 
@@ -75,7 +81,7 @@ static void nccl_abort_comm(nccl_ctx *x)
 {
     if (x->aborted || !x->comm)
         return;
-    ncclCommAbort(x->comm);
+    rv_nccl.CommAbort(x->comm);
     x->aborted = 1;
 }
 
@@ -91,7 +97,7 @@ static ncclResult_t settle(ncclComm_t comm, ncclResult_t rc, double deadline, in
             break;
         }
         poll_pause(&polls);
-        if (ncclCommGetAsyncError(comm, &rc) != ncclSuccess)
+        if (rv_nccl.CommGetAsyncError(comm, &rc) != ncclSuccess)
             break;
     }
     return rc;
@@ -132,13 +138,14 @@ static rv_status launch_queue(rv_comm *c, double deadline)
         return RV_OK;
     if ((st = check_usable(c, "send/recv group")) != RV_OK)
         goto end;
-    ncclResult_t rc = ncclGroupStart();
+    ncclResult_t rc = rv_nccl.GroupStart();
     for (int i = 0; i < x->nqueue && rc == ncclSuccess; i++) {
         nccl_req *r = x->queue[i];
-        rc = r->is_send ? ncclSend(r->buf, r->bytes, ncclUint8, r->peer, x->comm, x->stream)
-                        : ncclRecv(r->buf, r->bytes, ncclUint8, r->peer, x->comm, x->stream);
+        rc = r->is_send
+                 ? rv_nccl.Send(r->buf, r->bytes, ncclUint8, r->peer, x->comm, x->stream)
+                 : rv_nccl.Recv(r->buf, r->bytes, ncclUint8, r->peer, x->comm, x->stream);
     }
-    ncclResult_t rc_end = ncclGroupEnd();
+    ncclResult_t rc_end = rv_nccl.GroupEnd();
     if (rc == ncclSuccess || rc == ncclInProgress)
         rc = rc_end;
     if ((st = settle_call(c, rc, deadline, "send/recv group")) != RV_OK)
@@ -154,6 +161,12 @@ static rv_status launch_queue(rv_comm *c, double deadline)
 end:
     x->nqueue = 0; /* a failed group is not retried: its requests fail below */
     return st;
+}
+
+/* rv_comm_start: the queued isend/irecv go out now, as one group, not waited for. */
+static rv_status nccl_start(rv_comm *c)
+{
+    return launch_queue(c, rv_comm_now() + c->timeout_s);
 }
 
 static rv_status nccl_post(rv_comm *c, int is_send, void *buf, size_t bytes, int peer,
@@ -208,7 +221,7 @@ static rv_status event_state(rv_comm *c, cudaEvent_t ev, const char *what, int *
     nccl_ctx *x = c->ctx;
     ncclResult_t async = ncclSuccess;
     *done = 0;
-    if (ncclCommGetAsyncError(x->comm, &async) == ncclSuccess && async != ncclSuccess &&
+    if (rv_nccl.CommGetAsyncError(x->comm, &async) == ncclSuccess && async != ncclSuccess &&
         async != ncclInProgress)
         return nccl_error(c, async, what);
     cudaError_t e = cudaEventQuery(ev);
@@ -316,9 +329,9 @@ static rv_status nccl_allreduce(rv_comm *c, const void *sendbuf, void *recvbuf, 
     rv_status st = coll_begin(c, deadline, what);
     if (st != RV_OK)
         return st;
-    ncclResult_t rc = ncclAllReduce(sendbuf, recvbuf, count,
-                                    dtype == RV_COMM_F32 ? ncclFloat32 : ncclFloat64, ncclSum,
-                                    x->comm, x->stream);
+    ncclResult_t rc = rv_nccl.AllReduce(sendbuf, recvbuf, count,
+                                        dtype == RV_COMM_F32 ? ncclFloat32 : ncclFloat64,
+                                        ncclSum, x->comm, x->stream);
     if ((st = settle_call(c, rc, deadline, what)) != RV_OK)
         return st;
     return stream_wait(c, deadline, what);
@@ -333,7 +346,7 @@ static rv_status nccl_allgather(rv_comm *c, const void *sendbuf, void *recvbuf, 
     rv_status st = coll_begin(c, deadline, what);
     if (st != RV_OK)
         return st;
-    ncclResult_t rc = ncclAllGather(sendbuf, recvbuf, bytes, ncclUint8, x->comm, x->stream);
+    ncclResult_t rc = rv_nccl.AllGather(sendbuf, recvbuf, bytes, ncclUint8, x->comm, x->stream);
     if ((st = settle_call(c, rc, deadline, what)) != RV_OK)
         return st;
     return stream_wait(c, deadline, what);
@@ -356,15 +369,15 @@ static rv_status nccl_alltoall(rv_comm *c, const void *sendbuf, void *recvbuf, s
                           : cudaSuccess;
     if (e != cudaSuccess)
         return cuda_fail(c, e, what);
-    ncclResult_t rc = ncclGroupStart();
+    ncclResult_t rc = rv_nccl.GroupStart();
     for (int p = 0; p < c->size && rc == ncclSuccess; p++) {
         if (p == c->rank)
             continue;
-        rc = ncclSend(s + (size_t)p * bytes, bytes, ncclUint8, p, x->comm, x->stream);
+        rc = rv_nccl.Send(s + (size_t)p * bytes, bytes, ncclUint8, p, x->comm, x->stream);
         if (rc == ncclSuccess)
-            rc = ncclRecv(d + (size_t)p * bytes, bytes, ncclUint8, p, x->comm, x->stream);
+            rc = rv_nccl.Recv(d + (size_t)p * bytes, bytes, ncclUint8, p, x->comm, x->stream);
     }
-    ncclResult_t rc_end = ncclGroupEnd();
+    ncclResult_t rc_end = rv_nccl.GroupEnd();
     if (rc == ncclSuccess || rc == ncclInProgress)
         rc = rc_end;
     if ((st = settle_call(c, rc, deadline, what)) != RV_OK)
@@ -378,8 +391,8 @@ static rv_status nccl_barrier(rv_comm *c, double deadline)
     rv_status st = coll_begin(c, deadline, "barrier");
     if (st != RV_OK)
         return st;
-    ncclResult_t rc = ncclAllReduce(x->scratch, x->scratch, 1, ncclFloat32, ncclSum, x->comm,
-                                    x->stream);
+    ncclResult_t rc = rv_nccl.AllReduce(x->scratch, x->scratch, 1, ncclFloat32, ncclSum,
+                                        x->comm, x->stream);
     if ((st = settle_call(c, rc, deadline, "barrier")) != RV_OK)
         return st;
     return stream_wait(c, deadline, "barrier");
@@ -395,28 +408,28 @@ static rv_status nccl_split(rv_comm *c, int color, int key, double deadline, rv_
     rv_status st = coll_begin(c, deadline, "split");
     if (st != RV_OK)
         return st;
-    ncclResult_t rc = ncclCommSplit(x->comm, color == RV_COMM_UNDEFINED ? NCCL_SPLIT_NOCOLOR : color,
-                                    key, &nc, &config);
+    ncclResult_t rc = rv_nccl.CommSplit(
+        x->comm, color == RV_COMM_UNDEFINED ? NCCL_SPLIT_NOCOLOR : color, key, &nc, &config);
     /* The child, once it exists, answers for its own creation; else the parent. */
     if (rc == ncclSuccess || rc == ncclInProgress)
         rc = nc ? settle(nc, ncclInProgress, deadline, &timed_out)
                 : settle(x->comm, rc, deadline, &timed_out);
     if (timed_out) {
         if (nc)
-            ncclCommAbort(nc);
+            rv_nccl.CommAbort(nc);
         nccl_abort_comm(x);
         return rv_fail(RV_ERR_TIMEOUT, "rank %d: split (color %d, key %d): not complete within "
                        "%.1f s; NCCL communicator aborted", c->rank, color, key, c->timeout_s);
     }
     if (rc != ncclSuccess) {
         if (nc)
-            ncclCommAbort(nc);
+            rv_nccl.CommAbort(nc);
         return nccl_error(c, rc, "split");
     }
     if (!nc)
         return RV_OK; /* RV_COMM_UNDEFINED */
     if ((st = nccl_make_comm(nc, x->device, c->world_rank, c->timeout_s, out)) != RV_OK)
-        ncclCommAbort(nc);
+        rv_nccl.CommAbort(nc);
     return st;
 }
 
@@ -437,12 +450,12 @@ static void nccl_destroy(rv_comm *c)
     }
     if (x->comm && !x->aborted) {
         int timed_out = 0;
-        ncclResult_t rc = settle(x->comm, ncclCommFinalize(x->comm),
+        ncclResult_t rc = settle(x->comm, rv_nccl.CommFinalize(x->comm),
                                  rv_comm_now() + c->timeout_s, &timed_out);
         if (timed_out || rc != ncclSuccess)
-            ncclCommAbort(x->comm);
+            rv_nccl.CommAbort(x->comm);
         else
-            ncclCommDestroy(x->comm);
+            rv_nccl.CommDestroy(x->comm);
     }
     if (x->stream)
         cudaStreamDestroy(x->stream);
@@ -475,6 +488,7 @@ static const rv_comm nccl_table = {
     /* .abort         = */ nccl_abort,
     /* .destroy       = */ nccl_destroy,
     /* .sent_bytes    = */ 0,
+    /* .start         = */ nccl_start,
 };
 
 /* Wraps an initialised NCCL communicator; on failure the caller still owns comm. */
@@ -492,8 +506,8 @@ static rv_status nccl_make_comm(ncclComm_t comm, int device, int world_rank,
     *c = nccl_table;
     c->ctx = x;
     x->device = device;
-    ncclCommUserRank(comm, &c->rank);
-    ncclCommCount(comm, &c->size);
+    rv_nccl.CommUserRank(comm, &c->rank);
+    rv_nccl.CommCount(comm, &c->size);
     c->world_rank = world_rank < 0 ? c->rank : world_rank;
     c->timeout_s = timeout_s;
     if ((e = cudaStreamCreateWithFlags(&x->stream, cudaStreamNonBlocking)) != cudaSuccess ||
@@ -530,6 +544,10 @@ rv_status rv_comm_nccl_create(rv_comm *bootstrap, int device, rv_comm **out)
         return rv_fail(RV_ERR_INVALID, "rank %d: nccl create: the bootstrap communicator must "
                        "move host memory (local or mpi), not %s", bootstrap->rank,
                        bootstrap->name);
+    /* Every rank loads (and fails) alike, before the exchange below: no rank waits
+     * on a peer that could not load NCCL. */
+    if ((st = rv_nccl_load()) != RV_OK)
+        return rv_fail(st, "rank %d: %s", bootstrap->rank, rv_last_error());
     cudaError_t e = cudaGetDeviceCount(&ndev);
     if (e != cudaSuccess || ndev == 0)
         return rv_fail(RV_ERR_UNSUPPORTED, "rank %d: nccl create: no CUDA device (%s)",
@@ -548,10 +566,10 @@ rv_status rv_comm_nccl_create(rv_comm *bootstrap, int device, rv_comm **out)
         goto end;
     }
     ncclResult_t rc = ncclSuccess;
-    if (bootstrap->rank == 0 && (rc = ncclGetUniqueId(&ids[0])) != ncclSuccess) {
+    if (bootstrap->rank == 0 && (rc = rv_nccl.GetUniqueId(&ids[0])) != ncclSuccess) {
         /* Still take part in the exchange below, so the others fail fast too. */
         st = rv_fail(RV_ERR_BACKEND, "rank 0: nccl create: ncclGetUniqueId: %s",
-                     ncclGetErrorString(rc));
+                     rv_nccl.GetErrorString(rc));
     }
     rv_status xst = rv_comm_allgather(bootstrap, &ids[bootstrap->rank], ids, sizeof *ids);
     if (st == RV_OK)
@@ -560,7 +578,7 @@ rv_status rv_comm_nccl_create(rv_comm *bootstrap, int device, rv_comm **out)
         goto end;
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
-    rc = ncclCommInitRankConfig(&comm, bootstrap->size, ids[0], bootstrap->rank, &config);
+    rc = rv_nccl.CommInitRankConfig(&comm, bootstrap->size, ids[0], bootstrap->rank, &config);
     if (comm)
         rc = settle(comm, rc, rv_comm_now() + bootstrap->timeout_s, &timed_out);
     if (timed_out) {
@@ -570,7 +588,7 @@ rv_status rv_comm_nccl_create(rv_comm *bootstrap, int device, rv_comm **out)
     }
     if (rc != ncclSuccess) {
         st = rv_fail(RV_ERR_BACKEND, "rank %d: nccl create: ncclCommInitRank: %s",
-                     bootstrap->rank, ncclGetErrorString(rc));
+                     bootstrap->rank, rv_nccl.GetErrorString(rc));
         goto end;
     }
     if ((st = nccl_make_comm(comm, device, bootstrap->world_rank, bootstrap->timeout_s, out)) ==
@@ -578,7 +596,7 @@ rv_status rv_comm_nccl_create(rv_comm *bootstrap, int device, rv_comm **out)
         comm = NULL;
 end:
     if (comm)
-        ncclCommAbort(comm);
+        rv_nccl.CommAbort(comm);
     free(ids);
     return st;
 }

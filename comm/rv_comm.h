@@ -15,8 +15,10 @@
  * job (rv_comm_abort); the library itself never exits or aborts on its own.
  *
  * Buffers are raw bytes for point-to-point, host memory for "local" and "mpi",
- * device memory for "nccl" (see rv_comm.device_memory). A communicator is used by
- * one thread at a time (each local rank is its own thread with its own rv_comm). */
+ * device memory for "nccl", and either kind on a local run with a device copy
+ * or an mpi communicator staged through host memory (rv_comm.device_memory). A
+ * communicator is used by one thread at a time (each local rank is its own
+ * thread with its own rv_comm). */
 #ifndef RV_COMM_H
 #define RV_COMM_H
 
@@ -54,11 +56,11 @@ struct rv_comm {
     int rank, size;   /* this rank in [0, size) */
     int world_rank;   /* rank in the root communicator this one was split from */
     double timeout_s; /* deadline of each blocking call, seconds (> 0) */
-    int device_memory; /* 1: buffers are CUDA device memory (nccl, or a local run
-                        * with a device copy), 0: host */
+    int device_memory; /* 1: buffers are CUDA device memory (nccl, a local run
+                        * with a device copy, staged mpi), 0: host */
     /* Copies between two buffers of this communicator's kind; NULL: memcpy. Set on
-     * local communicators of rv_local_run_copy. Returns 0, or -1 with the message
-     * in rv_last_error(). */
+     * local communicators of rv_local_run_copy and on staged mpi ones. Returns 0,
+     * or -1 with the message in rv_last_error(). */
     int (*move)(void *dst, const void *src, size_t bytes);
 
     rv_status (*isend)(rv_comm *c, const void *buf, size_t bytes, int peer, int tag,
@@ -93,6 +95,9 @@ struct rv_comm {
      * since creation (or since the caller last set it to 0): point-to-point sends,
      * and (size - 1) times its share of an allgather, alltoall or allreduce. */
     double sent_bytes;
+    /* Launches the isend/irecv posted since the last wait, test or collective now
+     * (nccl, and local in strict mode, hold them until then); NULL: nothing held. */
+    rv_status (*start)(rv_comm *c);
 };
 
 /* ---- creation ------------------------------------------------------------------- */
@@ -105,7 +110,12 @@ typedef rv_status (*rv_local_fn)(rv_comm *comm, void *arg);
  * rank's status with its message (rv_last_error()). A rank that returns is gone:
  * peers waiting on it get RV_ERR_COMM at once, so one rank failing early never
  * hangs the others. The communicator is freed when fn returns; free the ones
- * split from it, and complete or free every request, before returning. */
+ * split from it, and complete or free every request, before returning.
+ * RINGVIT_COMM_STRICT=1 gives the ranks NCCL's semantics (for tests of schedules
+ * meant for NCCL): posts go out as one group at the next wait, test, start or
+ * collective, a group completes as a whole, sends above RINGVIT_COMM_STRICT_EAGER
+ * bytes (default 65536) complete only once received, and messages between a pair
+ * match in post order whatever their tags (another tag or size is an error). */
 rv_status rv_local_run(int nranks, rv_local_fn fn, void *arg);
 
 /* Copies bytes from src to dst and returns when done: 0, or -1 with the message in
@@ -129,6 +139,18 @@ rv_status rv_comm_mpi_world(rv_comm **out);
 /* MPI_Finalize, when rv_comm_mpi_world called MPI_Init; else nothing. Free every
  * mpi communicator first. */
 rv_status rv_comm_mpi_finalize(void);
+/* Lets mpi communicator c take CUDA device memory with an MPI that cannot read
+ * it: from now on every payload is staged through host memory with copy (which
+ * must take host and device pointers alike, as rv_cuda_copy_sync does): a send
+ * copies the caller's buffer to a host buffer of its own when posted, a receive
+ * lands in one and is copied to the caller's buffer when it completes (in wait
+ * or test; so a receive's buffer is written only then), and allreduce,
+ * allgather and alltoall copy their input to the host and their result back.
+ * Host buffers keep working (one more copy). c->device_memory becomes 1 and
+ * c->move copy; communicators split from c are staged too. (A CUDA-aware MPI
+ * would not need it; ringvit does not assume one.) RV_ERR_INVALID for a
+ * communicator of another backend, RV_ERR_UNSUPPORTED in a build without MPI. */
+rv_status rv_comm_mpi_stage_device(rv_comm *c, rv_comm_copy_fn copy);
 
 /* An "nccl" communicator with the same ranks as bootstrap (local or mpi; rank 0's
  * ncclUniqueId travels over it), on CUDA device `device` (-1: rank % devices).
@@ -136,7 +158,8 @@ rv_status rv_comm_mpi_finalize(void);
  * (rv_comm_nccl_stream). isend/irecv posted since the last wait/test are launched
  * together, as one NCCL group, at the next wait, test or collective: post every
  * send and receive of an exchange before waiting on any. RV_ERR_UNSUPPORTED in a
- * build without NCCL. */
+ * build without NCCL, or where libnccl.so.2 cannot be loaded: NCCL is not linked
+ * but loaded by the first call, so programs that never call this need no NCCL. */
 rv_status rv_comm_nccl_create(rv_comm *bootstrap, int device, rv_comm **out);
 /* The cudaStream_t of an nccl communicator (NULL for other backends). */
 void *rv_comm_nccl_stream(rv_comm *c);
@@ -184,6 +207,12 @@ rv_status rv_comm_waitall(rv_comm_request **reqs, int n);
 rv_status rv_comm_test(rv_comm_request **req, int *done);
 /* Cancels (if pending) and releases *req; NULL is fine. */
 void rv_comm_request_free(rv_comm_request **req);
+
+/* Launches this rank's posted isend/irecv now, as one group, without waiting (on
+ * nccl, and local in strict mode, they otherwise go out at the next wait, test or
+ * collective). Call it after posting an exchange that must be under way before
+ * this rank posts sends that depend on a peer's progress. */
+rv_status rv_comm_start(rv_comm *c);
 
 /* Send to dst and receive from src at once (the ring shift). */
 rv_status rv_comm_sendrecv(rv_comm *c, const void *sendbuf, size_t send_bytes, int dst,

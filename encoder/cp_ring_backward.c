@@ -86,6 +86,14 @@ rv_status cp_ring_backward(rv_cp_attn *cp, const float *q, const float *k, const
         if (s < n - 1 &&
             (st = post_kv(cp, ck, cv, len, nk, nv, rv_shard_len(&cp->plan, next), kv_reqs)) != RV_OK)
             goto end;
+        /* Under way before this step's gradient sends are posted: on NCCL (which
+         * holds posts until the next wait) they would otherwise go out in one group
+         * with them, and that group could not complete until the right neighbour
+         * posted its receive for the gradient, which it does only after its own
+         * such group completed: a cycle round the ring once blocks outgrow NCCL's
+         * buffers (tests/unit/test_comm_strict.c keeps the old schedule). */
+        if ((st = rv_comm_start(c)) != RV_OK)
+            goto end;
         /* g[s % 2] was sent two steps ago: that send must be done before reuse. */
         if ((st = cp_wait(cp, g_reqs[s % 2], 2)) != RV_OK)
             goto end;

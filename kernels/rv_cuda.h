@@ -25,7 +25,9 @@ rv_status rv_cuda_device_name(int device, char *buf, size_t len);
 
 /* A "cuda" backend on device `device` (-1: RINGVIT_CUDA_DEVICE, else 0). It owns
  * a non-blocking compute stream, a cuBLAS handle and draws device memory from
- * the device's stream-ordered pool (no cudaMalloc per call). Every op is
+ * the device's stream-ordered pool (no cudaMalloc per call), or, on a device
+ * without memory pools (or with RINGVIT_CUDA_NO_POOL=1), from plain cudaMalloc
+ * with each free after the stream is idle. Every op is
  * asynchronous on that stream; be->synchronize waits for them. Several backends
  * may share one GPU (one per local rank, each its own stream). Tensors are f32 in
  * memory; GEMMs and attention run on tensor cores with bf16 inputs and f32

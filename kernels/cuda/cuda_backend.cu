@@ -5,6 +5,13 @@
  * scratch memory the op files share (cuda_internal.h); and rv_cuda_copy_sync, the
  * blocking copy of the local communicator.
  *
+ * Device memory comes from the device's stream-ordered pool (cudaMallocAsync /
+ * cudaFreeAsync on the stream) where the device supports memory pools
+ * (cudaDevAttrMemoryPoolsSupported; some virtualised or older setups do not), else
+ * from plain cudaMalloc/cudaFree, a free then waiting for the stream first.
+ * RINGVIT_CUDA_NO_POOL=1 forces the plain path, so the GPU tests can cover it; the
+ * creation log line says which one a backend uses.
+ *
  * Every op only enqueues work on ctx->stream. The exceptions are the calls whose
  * result the host may use at once: alloc (the block may come from memory freed
  * earlier on this stream and be handed to another stream) and host-involved copies
@@ -44,6 +51,25 @@ rv_status cublas_check(cublasStatus_t s, const char *what)
     return rv_fail(st, "cublas %s: %s", what, cublasGetStatusString(s));
 }
 
+/* ---- device blocks: the stream-ordered pool, or plain cudaMalloc -------------- */
+
+/* A block for the work queued next on ctx->stream. */
+static cudaError_t block_alloc(cuda_ctx *ctx, void **p, size_t bytes)
+{
+    return ctx->pool ? cudaMallocAsync(p, bytes, ctx->stream) : cudaMalloc(p, bytes);
+}
+
+/* Gives p back once the work queued so far on ctx->stream is done with it: the
+ * pool orders the free on the stream; cudaFree knows no stream, so wait for it. */
+static cudaError_t block_free(cuda_ctx *ctx, void *p)
+{
+    if (ctx->pool)
+        return cudaFreeAsync(p, ctx->stream);
+    cudaError_t e = cudaStreamSynchronize(ctx->stream);
+    cudaError_t f = cudaFree(p); /* freed even when the stream reported an error */
+    return e != cudaSuccess ? e : f;
+}
+
 /* ---- scratch ------------------------------------------------------------------ */
 
 rv_status cuda_scratch(rv_backend *be, size_t bytes, void **ptr)
@@ -51,12 +77,12 @@ rv_status cuda_scratch(rv_backend *be, size_t bytes, void **ptr)
     *ptr = NULL;
     if (bytes == 0)
         return RV_OK;
-    return cuda_check(cudaMallocAsync(ptr, bytes, cuda_ctx_of(be)->stream), "scratch alloc");
+    return cuda_check(block_alloc(cuda_ctx_of(be), ptr, bytes), "scratch alloc");
 }
 
 void cuda_scratch_free(rv_backend *be, void *ptr)
 {
-    if (ptr && cudaFreeAsync(ptr, cuda_ctx_of(be)->stream) != cudaSuccess)
+    if (ptr && block_free(cuda_ctx_of(be), ptr) != cudaSuccess)
         cudaGetLastError(); /* nothing to report to: a void cleanup path */
 }
 
@@ -72,7 +98,7 @@ static rv_status cuda_alloc(rv_backend *be, size_t bytes, void **ptr)
     if (st != RV_OK)
         return st;
     void *p = NULL;
-    cudaError_t e = cudaMallocAsync(&p, bytes, ctx->stream);
+    cudaError_t e = block_alloc(ctx, &p, bytes);
     if (e != cudaSuccess) {
         cudaGetLastError();
         return rv_fail(e == cudaErrorMemoryAllocation ? RV_ERR_NOMEM : RV_ERR_BACKEND,
@@ -83,7 +109,8 @@ static rv_status cuda_alloc(rv_backend *be, size_t bytes, void **ptr)
      * is still queued; waiting makes it safe on any stream and for any copy. */
     st = cuda_check(cudaStreamSynchronize(ctx->stream), "alloc: synchronize");
     if (st != RV_OK) {
-        cudaFreeAsync(p, ctx->stream);
+        block_free(ctx, p);
+        cudaGetLastError();
         return st;
     }
     *ptr = p;
@@ -97,8 +124,9 @@ static void cuda_free(rv_backend *be, void *ptr)
     cuda_ctx *ctx = cuda_ctx_of(be);
     cudaSetDevice(ctx->device);
     /* Stream-ordered: the block goes back to the pool once the ops queued before
-     * this point (the last users of the buffer) have finished. */
-    if (cudaFreeAsync(ptr, ctx->stream) != cudaSuccess)
+     * this point (the last users of the buffer) have finished (without a pool,
+     * block_free waits for them). */
+    if (block_free(ctx, ptr) != cudaSuccess)
         cudaGetLastError();
 }
 
@@ -226,6 +254,21 @@ static rv_status env_gemm_f32(int *gemm_f32)
     return rv_fail(RV_ERR_INVALID, "RINGVIT_CUDA_GEMM='%s' (known: bf16, f32)", s);
 }
 
+/* RINGVIT_CUDA_NO_POOL: unset, "" or "0" (the pool where the device has one), "1"
+ * (plain cudaMalloc/cudaFree even so). */
+static rv_status env_no_pool(int *no_pool)
+{
+    const char *s = getenv("RINGVIT_CUDA_NO_POOL");
+    *no_pool = 0;
+    if (!s || !*s || strcmp(s, "0") == 0)
+        return RV_OK;
+    if (strcmp(s, "1") == 0) {
+        *no_pool = 1;
+        return RV_OK;
+    }
+    return rv_fail(RV_ERR_INVALID, "RINGVIT_CUDA_NO_POOL='%s' (known: 0, 1)", s);
+}
+
 extern "C" rv_status rv_backend_cuda_create(int device, rv_backend **out)
 {
     *out = NULL;
@@ -233,15 +276,15 @@ extern "C" rv_status rv_backend_cuda_create(int device, rv_backend **out)
     cuda_ctx *ctx = NULL;
     cudaMemPool_t pool;
     uint64_t threshold = UINT64_MAX;
-    int count = 0;
+    int count = 0, pools = 0;
     rv_status st = RV_OK;
 
     if (device < -1)
         return rv_fail(RV_ERR_INVALID, "cuda backend: device %d", device);
     if (device == -1 && (st = env_device(&device)) != RV_OK)
         return st;
-    int gemm_f32 = 0;
-    if ((st = env_gemm_f32(&gemm_f32)) != RV_OK)
+    int gemm_f32 = 0, no_pool = 0;
+    if ((st = env_gemm_f32(&gemm_f32)) != RV_OK || (st = env_no_pool(&no_pool)) != RV_OK)
         return st;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) {
@@ -270,13 +313,22 @@ extern "C" rv_status rv_backend_cuda_create(int device, rv_backend **out)
                          "multiprocessor count")) != RV_OK)
         goto end;
 
+    /* cudaMallocAsync on a device without memory pools fails at the first alloc:
+     * ask first, and use plain cudaMalloc there. */
+    if ((st = cuda_check(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported,
+                                                device),
+                         "memory pools supported")) != RV_OK)
+        goto end;
+    ctx->pool = pools && !no_pool;
+
     /* Keep freed blocks in the device's pool instead of returning them to the
      * driver at every synchronize: cudaMallocAsync then costs no system call. */
-    if ((st = cuda_check(cudaDeviceGetDefaultMemPool(&pool, device), "default mem pool")) !=
-            RV_OK ||
-        (st = cuda_check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold,
-                                                 &threshold),
-                         "mem pool release threshold")) != RV_OK)
+    if (ctx->pool &&
+        ((st = cuda_check(cudaDeviceGetDefaultMemPool(&pool, device), "default mem pool")) !=
+             RV_OK ||
+         (st = cuda_check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold,
+                                                  &threshold),
+                          "mem pool release threshold")) != RV_OK))
         goto end;
 
     if ((st = cuda_check(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking),
@@ -303,6 +355,13 @@ extern "C" rv_status rv_backend_cuda_create(int device, rv_backend **out)
     *be = cuda_table;
     be->ctx = ctx;
     *out = be;
+    /* The plain path is slower (a free waits for the stream): say so where it is
+     * in use; the usual pool only at debug level, once per backend. */
+    rv_log(ctx->pool ? RV_LOG_DEBUG : RV_LOG_INFO, "cuda backend: device %d: device memory "
+           "from %s", device,
+           ctx->pool ? "the stream-ordered pool (cudaMallocAsync)"
+           : no_pool ? "cudaMalloc/cudaFree (RINGVIT_CUDA_NO_POOL=1)"
+                     : "cudaMalloc/cudaFree (the device has no memory pools)");
     return RV_OK;
 
 end:

@@ -1,5 +1,5 @@
 /* cuda_internal.h: what the CUDA backend's files share: the backend context
- * (stream, cuBLAS handle), error conversion, stream-ordered scratch memory, and
+ * (stream, cuBLAS handle, memory mode), error conversion, scratch memory, and
  * the op entry points gathered into the table by cuda_backend.cu. Internal to
  * kernels/cuda/. Every op only enqueues work on the backend's stream. */
 #ifndef RV_CUDA_INTERNAL_H
@@ -20,6 +20,9 @@ typedef struct cuda_ctx {
     void *blas_workspace; /* (blas_workspace_bytes) cuBLAS workspace */
     size_t blas_workspace_bytes;
     int gemm_f32;         /* RINGVIT_CUDA_GEMM=f32: no bf16 tensor-core rounding */
+    int pool;             /* 1: the device's stream-ordered pool (cudaMallocAsync);
+                           * 0: plain cudaMalloc/cudaFree, where the device has no
+                           * memory pools or RINGVIT_CUDA_NO_POOL=1 */
 } cuda_ctx;
 
 static inline cuda_ctx *cuda_ctx_of(rv_backend *be) { return (cuda_ctx *)be->ctx; }
@@ -30,8 +33,9 @@ rv_status cuda_check(cudaError_t e, const char *what);
 rv_status cuda_check_launch(const char *what);
 rv_status cublas_check(cublasStatus_t s, const char *what);
 
-/* Stream-ordered scratch from the device pool (cudaMallocAsync on the backend's
- * stream); free it on the same stream with cuda_scratch_free. */
+/* Scratch for the ops queued next on the backend's stream: stream-ordered from the
+ * device pool (cudaMallocAsync), or cudaMalloc without one; free it with
+ * cuda_scratch_free once those ops are queued (without a pool that waits for them). */
 rv_status cuda_scratch(rv_backend *be, size_t bytes, void **ptr);
 void cuda_scratch_free(rv_backend *be, void *ptr);
 

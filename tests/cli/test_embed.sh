@@ -130,7 +130,12 @@ t_cuda() {
     run_exe embed clip.mp4 --device cuda -o x.safetensors
     want_rc 1 && want_err 'built without CUDA|no CUDA device' && [ ! -e x.safetensors ]
 }
-t_nccl() { run_exe embed clip.mp4 --backend nccl -o x.safetensors; want_rc 1 && want_err 'not supported by embed'; }
+# --backend nccl is a usage error here: no NCCL in the build, or no --device cuda.
+t_nccl() {
+    run_exe embed clip.mp4 --backend nccl -o x.safetensors
+    want_rc 2 && want_err 'backend nccl: this build has no NCCL|backend nccl moves GPU memory' &&
+        [ ! -e x.safetensors ]
+}
 
 # ---- the same outputs for every rank count and strategy ----------------------------
 # 6 s at 2 fps, 32 px: 12 frames -> 6 tubelets x 4 patches = 24 video tokens;

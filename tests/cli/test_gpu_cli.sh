@@ -7,7 +7,14 @@
 #     on the GPU give the CPU's embeddings within 5e-2 (normalised max error:
 #     bf16 GEMMs and attention against f32);
 #   - finetune: 3 mae steps on the GPU (cp 1 and cp 2) give the CPU's per-step
-#     losses within 3e-2 relative.
+#     losses within 3e-2 relative;
+#   - one process per GPU: `mpiexec -n 2 ringvit embed --backend mpi --device
+#     cuda` (device buffers staged through host memory; both processes may share
+#     one GPU) and `--backend nccl` (NCCL needs 2 GPUs: skipped, and said, with
+#     one) give the CPU's single-rank embeddings within the same 5e-2; so does
+#     `mpiexec -n 2 ringvit finetune --backend mpi --device cuda --cp 2` for the
+#     losses. Skipped, and said, without MPI or mpiexec (MPIEXEC, else the one
+#     on PATH).
 # Run by ctest as `sh test_gpu_cli.sh $<TARGET_FILE:ringvit_cli>`; POSIX sh only.
 
 EXE=$1
@@ -25,19 +32,33 @@ fi
 for dep in ffmpeg "$PY"; do
     command -v "$dep" >/dev/null 2>&1 || { echo "FAILED: no $dep (scripts/install-deps.sh)"; exit 1; }
 done
+NGPU=$("$EXE" --version | sed -n 's/^cuda: .*, \([0-9][0-9]*\) devices*.*/\1/p')
+MPIEXEC=${MPIEXEC:-$(command -v mpiexec 2>/dev/null)}
+HAVE_MPI=0
+if "$EXE" --version | grep -q '^mpi: yes' && [ -n "$MPIEXEC" ]; then
+    HAVE_MPI=1
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+fi
 
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT INT TERM
 cd "$tmp" || exit 1
 pass=0
 fail=0
+skip=0
 failed=""
 why=""
+# A check returns 77 to be skipped; its last line of output says why.
 check() {
     why=""
-    if "$2" >"$tmp/log" 2>&1; then
+    "$2" >"$tmp/log" 2>&1
+    st=$?
+    if [ "$st" -eq 0 ]; then
         pass=$((pass + 1))
         echo "ok   $1 $(tail -n 1 "$tmp/log")"
+    elif [ "$st" -eq 77 ]; then
+        skip=$((skip + 1))
+        echo "SKIP $1: $(tail -n 1 "$tmp/log")"
     else
         fail=$((fail + 1))
         failed="$failed $1"
@@ -86,11 +107,63 @@ tune_pair() {
 t_tune_cp1() { tune_pair cp1 --cp 1; }
 t_tune_cp2() { tune_pair cp2 --cp 2; }
 
+# One process per GPU under mpiexec -n 2, against the CPU's single rank
+# (cpu_cp1.safetensors, the first check's; made here if it did not run).
+need_mpi() {
+    if [ "$HAVE_MPI" -ne 1 ]; then
+        echo "SKIPPED: this ringvit has no MPI, or no mpiexec (set MPIEXEC)"
+        return 77
+    fi
+    [ -s cpu_cp1.safetensors ] ||
+        "$EXE" embed clip.mp4 $SMALL --tokens --cp 1 -o cpu_cp1.safetensors
+}
+# mpi_pair NAME ARGS...: mpiexec -n 2 with --device cuda, compared with cpu_cp1.
+mpi_pair() {
+    name=$1
+    shift
+    "$MPIEXEC" -n 2 --oversubscribe "$EXE" embed clip.mp4 $SMALL --tokens --device cuda "$@" \
+        -o "gpu_$name.safetensors" 2>"$name.err" || { cat "$name.err"; return 1; }
+    "$PY" "$HERE/embed_compare.py" same "gpu_$name.safetensors" cpu_cp1.safetensors --rtol 5e-2
+}
+t_mpi_staged() { need_mpi || return $?; mpi_pair mpi2 --backend mpi --strategy ring; }
+t_mpi_staged_ag() { need_mpi || return $?; mpi_pair mpi2ag --backend mpi --strategy allgather; }
+t_mpi_nccl() {
+    need_mpi || return $?
+    if [ "${NGPU:-0}" -lt 2 ]; then
+        echo "SKIPPED: --backend nccl needs 2 GPUs (NCCL puts one rank on each), this machine has ${NGPU:-0}"
+        return 77
+    fi
+    if ! "$EXE" --version | grep -q '^nccl: built'; then
+        echo "SKIPPED: this ringvit is built without NCCL"
+        return 77
+    fi
+    mpi_pair nccl2 --backend nccl --strategy ring || return 1
+    # Without --quiet every rank says which GPU it took: two different ones.
+    "$MPIEXEC" -n 2 "$EXE" embed clip.mp4 --size 32 --fps 2 --backend nccl --device cuda \
+        -o nccl_log.safetensors 2>nccl.err || { cat nccl.err; return 1; }
+    grep 'GPU [0-9]' nccl.err
+    [ "$(grep -c 'rank [01] of 2 on .*: GPU [0-9].*over NCCL' nccl.err)" -eq 2 ] &&
+        [ "$(sed -n 's/.*: GPU \([0-9]*\) .*/\1/p' nccl.err | sort -u | wc -l)" -eq 2 ]
+}
+t_tune_mpi_staged() {
+    need_mpi || return $?
+    [ -s cpu_cp2.log.jsonl ] || tune_pair cp2 --cp 2 || return 1
+    "$MPIEXEC" -n 2 --oversubscribe "$EXE" finetune --task mae --manifest mae.txt $SMALL \
+        --steps 3 --warmup 1 --seed 5 --backend mpi --device cuda --cp 2 \
+        -o mpi_cp2.safetensors --log mpi_cp2.log.jsonl || return 1
+    "$PY" "$HERE/finetune_check.py" same-losses mpi_cp2.log.jsonl cpu_cp2.log.jsonl \
+        --rtol 3e-2 --steps 3
+}
+
 check embed-cp1 t_embed_cp1
 check embed-ring-cp2 t_embed_ring2
 check embed-ulysses-cp3 t_embed_ulysses3
 check embed-causal-cp2 t_embed_causal2
 check finetune-mae-cp1 t_tune_cp1
 check finetune-mae-cp2 t_tune_cp2
-echo "$pass passed, $fail failed"
+check embed-mpiexec2-mpi-staged t_mpi_staged
+check embed-mpiexec2-mpi-staged-allgather t_mpi_staged_ag
+check embed-mpiexec2-nccl t_mpi_nccl
+check finetune-mpiexec2-mpi-staged-cp2 t_tune_mpi_staged
+echo "$pass passed, $fail failed, $skip skipped"
 [ "$fail" -eq 0 ] || { echo "failed:$failed"; exit 1; }

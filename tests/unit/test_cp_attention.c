@@ -2,7 +2,8 @@
  * against single-rank attention of the whole sequence: every strategy that
  * applies, N in {1, 2, 3, 4, 5, 8}, S in {N*64, 1000, 1237}, H in {1, 4, 6}, d in
  * {32, 64}, causal (zigzag) and not (contiguous), forward and backward; masked
- * steps, error growth with N, zigzag balance and argument errors. */
+ * steps, error growth with N, zigzag balance and argument errors; every strategy
+ * again under the strict (NCCL-like) communicator at N = 2..5. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -144,6 +145,37 @@ Test(cp_attention, ring_multi_chunk_device_schedule)
         check_case(&cases[t], ns[t]);
     unsetenv("RINGVIT_RING_AHEAD");
 }
+
+/* Under the strict (NCCL-like) local communicator with no eager buffer (every send
+ * waits for its receive, posts go out as groups at the next wait, a group completes
+ * as a whole, messages match in post order): every strategy, forward and backward,
+ * causal and not, against single-rank. The ring runs the schedule of a device (one
+ * exchange in flight, RINGVIT_RING_AHEAD=0), the only one NCCL ever runs: the CPU's
+ * run-ahead schedule posts receives far ahead, which NCCL's groups cannot do, and
+ * is chosen for host buffers only. An ordering bug that would hang NCCL fails here
+ * at the 30 s deadline with the ranks named. */
+static void strict_for(int n)
+{
+    cr_assert_eq(setenv("RINGVIT_COMM_STRICT", "1", 1), 0);
+    cr_assert_eq(setenv("RINGVIT_COMM_STRICT_EAGER", "0", 1), 0);
+    cr_assert_eq(setenv("RINGVIT_COMM_TIMEOUT", "30", 1), 0);
+    cr_assert_eq(setenv("RINGVIT_RING_AHEAD", "0", 1), 0);
+    {
+        for (int causal = 0; causal < 2; causal++)
+            for (int strat = 0; strat < 3; strat++) {
+                int h = strat == RV_CP_ULYSSES ? n : 2;
+                ref_cp_case c = {1000 + 37 * n, h, 32, causal,
+                                 causal ? RV_SHARD_ZIGZAG : RV_SHARD_CONTIGUOUS,
+                                 (rv_cp_strategy)strat, 2000 + 10 * n + strat};
+                check_case(&c, n);
+            }
+    }
+}
+
+Test(cp_attention, strict_comm_cp2) { strict_for(2); }
+Test(cp_attention, strict_comm_cp3) { strict_for(3); }
+Test(cp_attention, strict_comm_cp4) { strict_for(4); }
+Test(cp_attention, strict_comm_cp5) { strict_for(5); }
 
 /* Causal attention with the contiguous plan: rank 0's queries see nothing of the
  * blocks that visit it from later ranks (whole steps fully masked), and the first

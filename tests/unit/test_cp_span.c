@@ -260,6 +260,20 @@ Test(cp_span, blocks_and_frames_equal_one_rank)
         check_span(&cases[i], 15.0, 6);
 }
 
+/* The span strategies under the strict (NCCL-like) local communicator, no eager
+ * buffer, device ring schedule (see test_cp_attention.c's strict tests): a window
+ * and a block, causal and not, every strategy at cp 1..5. */
+Test(cp_span, strict_comm_equals_one_rank)
+{
+    cr_assert_eq(setenv("RINGVIT_COMM_STRICT", "1", 1), 0);
+    cr_assert_eq(setenv("RINGVIT_COMM_STRICT_EAGER", "0", 1), 0);
+    cr_assert_eq(setenv("RINGVIT_COMM_TIMEOUT", "30", 1), 0);
+    cr_assert_eq(setenv("RINGVIT_RING_AHEAD", "0", 1), 0);
+    span_case cases[] = {{1, 3.0, 0}, {1, 3.0, 1}, {0, 4.0, 0}, {0, 3.0, 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        check_span(&cases[i], 15.0, 4);
+}
+
 Test(cp_span, traffic_follows_the_window)
 {
     /* 60 s at cp 4: 15 s a rank; a 2 s window reaches 1 s into each neighbour. */
