@@ -21,6 +21,7 @@
 
 #include "apps.h"
 #include "cli.h"
+#include "out_path.h"
 #include "embed.h"
 #include "ingest_cli.h"
 #include "model_cli.h"
@@ -70,7 +71,8 @@ static const char help_text[] =
     "                      ViT via scripts/convert-torchvision.py); or a preset (tiny,\n"
     "                      small, base: default tiny) whose weights are RANDOM (seeded):\n"
     "                      its embeddings show the pipeline works and mean nothing\n"
-    "                      ('ringvit inspect M' shows what a model is)\n"
+    "                      ('ringvit inspect M' shows what a model is); weights\n"
+    "                      holding NaN or Inf are refused, naming the tensor and index\n"
     "  --seed N            seed of a preset's random weights (default 0)\n"
     "  --heads H           head count of a torchvision-named file (default D / 64)\n"
     "  --tubelet T         frames per video token: an image model (T = 1) inflated to T\n"
@@ -545,6 +547,16 @@ static int embed_main(int argc, char **argv)
                  a.out ? (slash ? a.out : ".") : dir);
         if (odir[0] && (rc = make_dirs(odir)) != 0)
             goto end;
+        /* Before any work: an output that is a device, FIFO, socket or folder
+         * would stop the batch only after its input was embedded. */
+        for (int i = 0; i < n; i++) {
+            char target[4096];
+            rv_status ost = rv_out_target(in[i].output, target, sizeof target);
+            if (ost != RV_OK) {
+                rc = rv_cli_fail(ost, CMD);
+                goto end;
+            }
+        }
         embed_output_clean_stale(in, n);
         rv_status st = embed_report_open(&set, log, n, &b.report);
         if (st != RV_OK) {

@@ -26,6 +26,7 @@
 
 #include "apps.h"
 #include "cli.h"
+#include "out_path.h"
 #include "finetune.h"
 #include "ingest_cli.h"
 #include "model_cli.h"
@@ -675,6 +676,16 @@ static int finetune_main(int argc, char **argv)
         rv_cli_error(CMD ": cannot write %s: its folder does not exist", a.out);
         rc = RV_EXIT_FAIL;
         goto end;
+    }
+    /* Before any training: the output and checkpoint may only replace a regular
+     * file (see out_path.h); both are checked again when written. */
+    {
+        char target[4096];
+        if ((st = rv_out_target(set.out, target, sizeof target)) != RV_OK ||
+            (st = rv_out_target(set.ckpt, target, sizeof target)) != RV_OK) {
+            rc = rv_cli_fail(st, CMD);
+            goto end;
+        }
     }
     if ((rc = build_settings(a.model, &set)) != 0)
         goto end;

@@ -22,6 +22,7 @@
 
 #include "apps.h"
 #include "cli.h"
+#include "out_path.h"
 #include "ingest_cli.h"
 #include "spill_file.h"
 #include "rv_ingest.h"
@@ -211,8 +212,11 @@ static int frames_main(int argc, char **argv)
     frames_state fs = {.frames = {-1, 0, NULL}, .audio = {-1, 0, NULL}};
     rv_ingest_stats stats;
     rv_status st;
-    char input[4096];
+    char input[4096], target[4096];
     int spooled = 0;
+    /* Before the work, and again just before writing (see out_path.h). */
+    if ((st = rv_out_target(a.out, target, sizeof target)) != RV_OK)
+        return rv_cli_fail(st, CMD);
     if ((rc = rv_cli_input_open(CMD, a.path, input, sizeof input, &spooled)) != 0)
         return rc;
     a.path = input;
@@ -224,8 +228,8 @@ static int frames_main(int argc, char **argv)
     }
     if (spooled)
         snprintf(probe->path, sizeof probe->path, "-");
-    if ((st = rv_spill_open(&fs.frames, a.out)) != RV_OK ||
-        (st = rv_spill_open(&fs.audio, a.out)) != RV_OK) {
+    if ((st = rv_spill_open(&fs.frames, target)) != RV_OK ||
+        (st = rv_spill_open(&fs.audio, target)) != RV_OK) {
         rv_cli_fail(st, CMD);
         goto end;
     }
@@ -262,7 +266,8 @@ static int frames_main(int argc, char **argv)
         (st = rv_st_writer_meta(w, "format", "ringvit-frames")) != RV_OK ||
         (st = rv_st_writer_meta(w, "probe", probe_text)) != RV_OK ||
         (st = rv_st_writer_meta(w, "ingest", meta_text)) != RV_OK ||
-        (st = rv_st_writer_write(w, a.out)) != RV_OK) {
+        (st = rv_out_target(a.out, target, sizeof target)) != RV_OK ||
+        (st = rv_st_writer_write(w, target)) != RV_OK) {
         rv_cli_fail(st, CMD);
         goto end;
     }

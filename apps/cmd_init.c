@@ -10,6 +10,7 @@
 
 #include "apps.h"
 #include "cli.h"
+#include "out_path.h"
 #include "rv_vit.h"
 
 #define CMD "init"
@@ -104,10 +105,15 @@ static int init_main(int argc, char **argv)
 
     rv_vit_model *m = NULL;
     rv_status st;
+    char target[4096];
+    /* Before the work, and again just before writing (see out_path.h). */
+    if ((st = rv_out_target(outpath, target, sizeof target)) != RV_OK)
+        return rv_cli_fail(st, CMD);
     if ((st = rv_vit_new(&c, &m)) != RV_OK)
         return rv_cli_fail(st, CMD);
     if ((st = rv_vit_init_random(m, (uint64_t)seed)) != RV_OK ||
-        (st = rv_vit_save(m, outpath)) != RV_OK) {
+        (st = rv_out_target(outpath, target, sizeof target)) != RV_OK ||
+        (st = rv_vit_save(m, target)) != RV_OK) {
         rc = rv_cli_fail(st, CMD);
         goto end;
     }

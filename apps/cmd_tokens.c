@@ -28,6 +28,7 @@
 
 #include "apps.h"
 #include "cli.h"
+#include "out_path.h"
 #include "spill_file.h"
 #include "ingest_cli.h"
 #include "rv_ingest.h"
@@ -554,7 +555,7 @@ static rv_status write_output(const tokens_args *a, collect *c, const rv_tok_lay
 {
     rv_status st = RV_OK;
     rv_st_writer *w = NULL;
-    char *probe_text = NULL, *meta_text = NULL;
+    char *probe_text = NULL, *meta_text = NULL, target[4096];
     for (int i = 0; i < SP_COUNT && st == RV_OK; i++)
         st = rv_spill_map(&c->sp[i]);
     if (st != RV_OK)
@@ -588,7 +589,8 @@ static rv_status write_output(const tokens_args *a, collect *c, const rv_tok_lay
         (st = rv_st_writer_meta(w, "format", "ringvit-tokens")) != RV_OK ||
         (st = rv_st_writer_meta(w, "probe", probe_text)) != RV_OK ||
         (st = rv_st_writer_meta(w, "tokens", meta_text)) != RV_OK ||
-        (st = rv_st_writer_write(w, a->out)) != RV_OK)
+        (st = rv_out_target(a->out, target, sizeof target)) != RV_OK ||
+        (st = rv_st_writer_write(w, target)) != RV_OK)
         goto end;
 end:
     rv_st_writer_free(&w);
@@ -615,6 +617,10 @@ static int tokens_main(int argc, char **argv)
     double plan_end = NAN;
     const char *source = "probe";
     rv_status st;
+    char target[4096];
+    /* Before the work, and again just before writing (see out_path.h). */
+    if (a.out && !a.plan_only && (st = rv_out_target(a.out, target, sizeof target)) != RV_OK)
+        return rv_cli_fail(st, CMD);
     rc = RV_EXIT_FAIL;
 
     if ((st = rv_probe_file(a.path, &probe)) != RV_OK) {
@@ -634,7 +640,7 @@ static int tokens_main(int argc, char **argv)
         if (a.out) {
             col.write = 1;
             for (int i = 0; i < SP_COUNT; i++)
-                if ((st = rv_spill_open(&col.sp[i], a.out)) != RV_OK) {
+                if ((st = rv_spill_open(&col.sp[i], target)) != RV_OK) {
                     rv_cli_fail(st, CMD);
                     goto end;
                 }

@@ -51,15 +51,17 @@ int embed_inputs_manifest(const char *manifest, embed_input **in, int *n, int *c
         while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r' ||
                            line[len - 1] == ' ' || line[len - 1] == '\t'))
             line[--len] = '\0';
+        /* getline counts past a NUL byte, the string functions stop at it: such a
+         * line would name another file than it holds. */
+        if (memchr(line, '\0', (size_t)len)) {
+            rc = rv_cli_usage_error("embed", "%s:%d: a NUL byte in the line", manifest, lineno);
+            goto end;
+        }
         char *s = line;
         while (*s == ' ' || *s == '\t')
             s++;
         if (*s == '\0' || *s == '#')
             continue;
-        if (strlen(s) != strlen(line) - (size_t)(s - line)) {
-            rc = rv_cli_usage_error("embed", "%s:%d: a NUL byte in the line", manifest, lineno);
-            goto end;
-        }
         free(full);
         full = NULL;
         if (s[0] != '/' && dirlen > 0) {
@@ -86,8 +88,16 @@ end:
 
 /* ---- a set of names ------------------------------------------------------------ */
 
+/* A taken output name, and (as a stem's plain name) the next -K suffix to try:
+ * every suffix below it is taken, so naming stays linear in the inputs however
+ * many share a stem (names are never given back). */
+typedef struct name_slot {
+    char *name; /* NULL: empty; borrowed */
+    int next;
+} name_slot;
+
 typedef struct name_set {
-    char **slot;   /* (cap) NULL empty; borrowed strings */
+    name_slot *slot; /* (cap) */
     size_t cap;
 } name_set;
 
@@ -99,22 +109,23 @@ static uint64_t fnv1a(const char *s)
     return h;
 }
 
-static int set_has(const name_set *s, const char *name)
+/* The slot holding name, or NULL. */
+static name_slot *set_find(const name_set *s, const char *name)
 {
     for (size_t i = fnv1a(name) & (s->cap - 1);; i = (i + 1) & (s->cap - 1)) {
-        if (!s->slot[i])
-            return 0;
-        if (strcmp(s->slot[i], name) == 0)
-            return 1;
+        if (!s->slot[i].name)
+            return NULL;
+        if (strcmp(s->slot[i].name, name) == 0)
+            return &s->slot[i];
     }
 }
 
 static void set_add(name_set *s, char *name)
 {
     size_t i = fnv1a(name) & (s->cap - 1);
-    while (s->slot[i])
+    while (s->slot[i].name)
         i = (i + 1) & (s->cap - 1);
-    s->slot[i] = name;
+    s->slot[i] = (name_slot){name, 2};
 }
 
 /* ---- names ------------------------------------------------------------------------- */
@@ -178,8 +189,14 @@ int embed_inputs_name(embed_input *in, int n, const char *out, const char *dir)
             goto end;
         }
         snprintf(name, cap, "%s.safetensors", stem);
-        for (int k = 2; set_has(&set, name); k++)
-            snprintf(name, cap, "%s-%d.safetensors", stem, k);
+        name_slot *plain_slot = set_find(&set, name);
+        if (plain_slot) { /* taken: the stem's next free -K */
+            int k = plain_slot->next;
+            do
+                snprintf(name, cap, "%s-%d.safetensors", stem, k++);
+            while (set_find(&set, name));
+            plain_slot->next = k;
+        }
         free(stem);
         set_add(&set, name);
         names[i] = name;

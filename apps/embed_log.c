@@ -23,6 +23,7 @@
 
 #include "cli.h"
 #include "embed.h"
+#include "out_path.h"
 
 struct embed_report {
     const embed_settings *set;
@@ -146,10 +147,11 @@ rv_status embed_report_open(const embed_settings *set, const char *log_path, int
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     if (log_path) {
-        r->log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-        if (r->log_fd < 0 || !(r->log_path = strdup(log_path))) {
-            rv_status st = rv_fail(RV_ERR_IO, "embed: cannot open the log %s: %s", log_path,
-                                   strerror(errno));
+        rv_status st = rv_out_open_log(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644,
+                                       &r->log_fd);
+        if (st == RV_OK && !(r->log_path = strdup(log_path)))
+            st = rv_fail(RV_ERR_NOMEM, "embed: out of memory");
+        if (st != RV_OK) {
             embed_report_close(&r);
             return st;
         }

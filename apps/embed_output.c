@@ -23,7 +23,9 @@
  *
  * Writing goes through rv_st_writer_write, which writes "<path>.tmp.<pid>" and
  * renames it when complete; a run killed meanwhile leaves that temporary file,
- * which embed_output_clean_stale removes on the next run. */
+ * which embed_output_clean_stale removes on the next run. Only a regular file
+ * (or nothing) is replaced; a symlink is written through to its target, whose
+ * folder then holds the temporary file (rv_out_target). */
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
@@ -33,6 +35,7 @@
 #include <unistd.h>
 
 #include "embed.h"
+#include "out_path.h"
 #include "rv_safetensors.h"
 #include "rv_version.h"
 
@@ -115,9 +118,14 @@ rv_status embed_output_write(const embed_output *o)
         (st = meta_int(w, "audio_tokens", p->modality_tokens[1])) != RV_OK ||
         (st = rv_st_writer_meta(w, "ringvit_version", RINGVIT_VERSION)) != RV_OK)
         goto end;
+    /* Checked before the batch and again now (see out_path.h); a symlink is
+     * written through to its target. */
+    char target[4096];
+    if ((st = rv_out_target(o->path, target, sizeof target)) != RV_OK)
+        goto end;
     /* rv_st_writer_write's temporary name, for the signal handler. */
-    snprintf(embed_tmp_path, sizeof embed_tmp_path, "%s.tmp.%ld", o->path, (long)getpid());
-    st = rv_st_writer_write(w, o->path);
+    snprintf(embed_tmp_path, sizeof embed_tmp_path, "%s.tmp.%ld", target, (long)getpid());
+    st = rv_st_writer_write(w, target);
     embed_tmp_path[0] = '\0';
 end:
     rv_st_writer_free(&w);

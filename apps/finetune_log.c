@@ -22,6 +22,7 @@
 
 #include "cli.h"
 #include "finetune.h"
+#include "out_path.h"
 
 struct ft_report {
     const ft_settings *set;
@@ -89,11 +90,9 @@ rv_status ft_report_open(const ft_settings *set, const char *log_path, int appen
     r->t_start = r->t_last_line = now_s();
     r->last_line_step = set->step0;
     if (log_path) {
-        r->fd = open(log_path, O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC),
-                     0666);
-        if (r->fd < 0) {
-            rv_status st = rv_fail(RV_ERR_IO, "cannot open the log %s: %s", log_path,
-                                   strerror(errno));
+        rv_status st = rv_out_open_log(
+            log_path, O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0666, &r->fd);
+        if (st != RV_OK) {
             free(r);
             return st;
         }

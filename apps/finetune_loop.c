@@ -28,6 +28,7 @@
 
 #include "cli.h"
 #include "finetune.h"
+#include "out_path.h"
 #include "rv_backend.h"
 
 typedef struct ft_rank {
@@ -394,7 +395,10 @@ static rv_status save_ckpt(ft_rank *k, int64_t step)
         info.seed = set->seed;
         snprintf(info.settings, sizeof info.settings, "%s", set->settings);
         rv_clear_error();
-        st = rv_ckpt_save(set->ckpt, k->m, k->h, k->opt, &info);
+        char target[4096]; /* a symlink is written through (see out_path.h) */
+        st = rv_out_target(set->ckpt, target, sizeof target);
+        if (st == RV_OK)
+            st = rv_ckpt_save(target, k->m, k->h, k->opt, &info);
         if (st != RV_OK)
             own_fail(k, st);
         else {

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "finetune.h"
+#include "out_path.h"
 #include "rv_safetensors.h"
 
 rv_status ft_output_write(const char *path, const rv_vit_model *m, const rv_train_head *h,
@@ -25,7 +26,13 @@ rv_status ft_output_write(const char *path, const rv_vit_model *m, const rv_trai
     char *classes = NULL;
     json_t *arr = NULL;
     rv_status s;
-    snprintf(scratch, sizeof scratch, "%s.model.%ld", path, (long)getpid());
+    char target[4096];
+    /* Checked before training and again now (see out_path.h); a symlink is
+     * written through to its target, whose folder holds the scratch file. */
+    scratch[0] = '\0';
+    if ((s = rv_out_target(path, target, sizeof target)) != RV_OK)
+        goto end;
+    snprintf(scratch, sizeof scratch, "%s.model.%ld", target, (long)getpid());
     if ((s = rv_vit_save(m, scratch)) != RV_OK || (s = rv_st_open(scratch, &st)) != RV_OK ||
         (s = rv_st_writer_new(&w)) != RV_OK)
         goto end;
@@ -61,11 +68,12 @@ rv_status ft_output_write(const char *path, const rv_vit_model *m, const rv_trai
         if ((s = rv_st_writer_meta(w, FT_META_CLASSES, classes)) != RV_OK)
             goto end;
     }
-    s = rv_st_writer_write(w, path);
+    s = rv_st_writer_write(w, target);
 end:
     rv_st_writer_free(&w);
     rv_st_free(&st);
-    unlink(scratch);
+    if (scratch[0])
+        unlink(scratch);
     json_decref(arr);
     free(classes);
     return s;

@@ -303,24 +303,48 @@ static rv_status st_load(rv_safetensors *st)
         st->count++;
     }
 
-    /* Sorted by start, each tensor that holds bytes must begin at or after the end
-     * of the previous one that holds bytes (which has the largest end so far). */
+    /* The format requires the tensors to tile the data section: sorted by start,
+     * each tensor that holds bytes begins exactly where the previous one ended,
+     * the first at 0 and the last at data_len. A hole or trailing bytes mean the
+     * header and the data disagree (a header length one byte short shifts every
+     * tensor and leaves one byte over), so they are refused, not skipped.
+     * Zero-byte tensors hold nothing and may sit at any offset in range. */
     qsort(st->tensors, (size_t)st->count, sizeof *st->tensors, cmp_data_order);
     const rv_st_tensor *prev = NULL;
+    size_t covered = 0; /* end of the bytes tiled so far */
     for (int i = 0; i < st->count; i++) {
         const rv_st_tensor *t = &st->tensors[i];
+        size_t tb = (size_t)((const uint8_t *)t->data - data);
         if (t->nbytes == 0)
             continue;
-        if (prev && (const uint8_t *)t->data < (const uint8_t *)prev->data + prev->nbytes) {
+        if (tb < covered) {
             size_t pb = (size_t)((const uint8_t *)prev->data - data);
-            size_t tb = (size_t)((const uint8_t *)t->data - data);
             rc = rv_fail(RV_ERR_FORMAT,
                          "%s: tensors '" NAME_FMT "' (bytes %zu..%zu) and '" NAME_FMT
                          "' (bytes %zu..%zu) overlap", lb, prev->name, pb, pb + prev->nbytes,
                          t->name, tb, tb + t->nbytes);
             goto end;
         }
+        if (tb > covered) {
+            rc = rv_fail(RV_ERR_FORMAT,
+                         "%s: bytes %zu..%zu of the %zu-byte data section belong to no tensor "
+                         "(a gap before '" NAME_FMT "'%s" NAME_FMT "%s); the tensors must "
+                         "cover the data section exactly", lb, covered, tb, data_len, t->name,
+                         prev ? ", after '" : "", prev ? prev->name : "", prev ? "'" : "");
+            goto end;
+        }
+        covered = tb + t->nbytes;
         prev = t;
+    }
+    if (covered != data_len) {
+        rc = rv_fail(RV_ERR_FORMAT,
+                     "%s: %zu trailing byte%s (bytes %zu..%zu of the %zu-byte data section) "
+                     "after the last tensor%s" NAME_FMT "%s belong%s to no tensor (wrong "
+                     "header length?); the tensors must cover the data section exactly", lb,
+                     data_len - covered, data_len - covered == 1 ? "" : "s", covered, data_len,
+                     data_len, prev ? " '" : "", prev ? prev->name : "", prev ? "'" : "",
+                     data_len - covered == 1 ? "s" : "");
+        goto end;
     }
     for (int i = 0; i < st->count; i++)
         st->by_name[i] = &st->tensors[i];
@@ -786,6 +810,29 @@ end:
     return rc;
 }
 
+/* The rename below replaces whatever path names: only nothing or a regular file
+ * may be there (a device node, FIFO, directory or symlink is refused; the command
+ * line resolves symlinks to their targets before it calls the writer). */
+static rv_status check_replaceable(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return errno == ENOENT ? RV_OK
+                               : rv_fail(RV_ERR_IO, "%s: cannot inspect it: %s", path,
+                                         strerror(errno));
+    if (S_ISREG(st.st_mode))
+        return RV_OK;
+    const char *what = S_ISLNK(st.st_mode)    ? "a symlink"
+                       : S_ISDIR(st.st_mode)  ? "a directory"
+                       : S_ISCHR(st.st_mode)  ? "a character device"
+                       : S_ISBLK(st.st_mode)  ? "a block device"
+                       : S_ISFIFO(st.st_mode) ? "a FIFO"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                                              : "not a regular file";
+    return rv_fail(RV_ERR_IO, "%s: is %s; refusing to replace it (only a regular file is "
+                   "replaced)", path, what);
+}
+
 rv_status rv_st_writer_write(rv_st_writer *w, const char *path)
 {
     rv_status rc = RV_OK;
@@ -825,6 +872,8 @@ rv_status rv_st_writer_write(rv_st_writer *w, const char *path)
     memset(head + 8 + jlen, ' ', n - jlen);
     snprintf(tmp, tmp_cap, "%s.tmp.%ld", path, (long)getpid());
 
+    if ((rc = check_replaceable(path)) != RV_OK)
+        goto end;
     /* O_TRUNC, not O_EXCL: a temp file left by a crashed process with the same
      * pid (common in containers) must not block writes forever. O_NOFOLLOW keeps
      * a planted symlink from redirecting the write. */
@@ -851,6 +900,8 @@ rv_status rv_st_writer_write(rv_st_writer *w, const char *path)
         rc = rv_fail(RV_ERR_IO, "%s: closing %s failed: %s", path, tmp, strerror(errno));
         goto end;
     }
+    if ((rc = check_replaceable(path)) != RV_OK) /* again: the writing took a while */
+        goto end;
     if (rename(tmp, path) != 0) {
         rc = rv_fail(RV_ERR_IO, "%s: cannot rename %s onto it: %s", path, tmp, strerror(errno));
         goto end;

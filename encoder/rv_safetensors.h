@@ -6,9 +6,10 @@
  * object of string -> string; the header may end in spaces), then the data.
  *
  * The reader treats every file as hostile: lengths, dtypes, shapes and offsets are
- * all checked (checked multiplication, no overlap between tensors, every byte range
- * inside the data section) before any tensor is handed out, and every failure names
- * the file and the tensor or problem. A successfully opened file is read-only and
+ * all checked (checked multiplication, every byte range inside the data section,
+ * and the tensors that hold bytes tiling the data section exactly: no overlap, no
+ * gap, no trailing bytes, as the format requires) before any tensor is handed
+ * out, and every failure names the file and the tensor or problem. A successfully opened file is read-only and
  * may be shared between threads.
  *
  * Tensor data are little-endian and are NOT copied: rv_st_tensor.data points into

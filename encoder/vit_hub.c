@@ -12,9 +12,10 @@
  *   position table                       -> pos (special slots, grid) and, for
  *                                           AST, audio_pos (its band x time grid)
  *   pooler / fc_norm / post_layernorm / visual_projection -> the pooling head
- * Every tensor is checked against the shape config.json implies before it is
- * read (a config that disagrees with the weights fails naming the tensor, both
- * shapes and "as config.json says"); F16 and BF16 are converted. Tensors the
+ * Every tensor is checked against the shape config.json implies before the
+ * model is even allocated (a config that disagrees with the weights, or claims
+ * more than the files hold, fails naming the tensor, both shapes and "as
+ * config.json says"); F16 and BF16 are converted, NaN and Inf refused. Tensors the
  * encoder does not use are sorted into known extras (classifier heads, the MAE
  * decoder, CLIP's text tower, buffers; listed in the load info) and unknown ones
  * (warned, named). Weights come from model.safetensors, or from the shards
@@ -344,6 +345,27 @@ static int known_extra(const char *name, const char *prefix)
 
 /* ---- reading ---------------------------------------------------------------------- */
 
+/* The hub tensor of named part p of ringvit tensor e, checked against the shape
+ * config.json implies (*file: its shard). */
+static rv_status find_part(hub_files *f, const vit_hub_model *h, const vit_tensor *e,
+                           const hub_part *p, int *file, const rv_st_tensor **out)
+{
+    const rv_st_tensor *t = files_find(f, p->name, file);
+    *out = NULL;
+    if (!t)
+        return rv_fail(RV_ERR_FORMAT, "model folder '%s': missing tensor '" VIT_NAME_FMT
+                       "' (a %s checkpoint%s)", h->label, p->name,
+                       rv_vit_family_name(h->cfg.family),
+                       e->layer >= 0 ? " with the layers config.json says" : "");
+    rv_status s = vit_check_tensor(f->st[*file], t, p->ndim, p->shape, " (as config.json says)");
+    if (s != RV_OK)
+        return s;
+    if (p->offset + p->count > t->numel)
+        return rv_fail(RV_ERR_INTERNAL, "hub: part of '%s' beyond its end", p->name);
+    *out = t;
+    return RV_OK;
+}
+
 static rv_status read_parts(hub_files *f, const vit_hub_model *h, const vit_tensor *e,
                             const hub_part *p, int np)
 {
@@ -355,18 +377,12 @@ static rv_status read_parts(hub_files *f, const vit_hub_model *h, const vit_tens
             continue;
         }
         int file = 0;
-        const rv_st_tensor *t = files_find(f, p[j].name, &file);
-        if (!t)
-            return rv_fail(RV_ERR_FORMAT, "model folder '%s': missing tensor '" VIT_NAME_FMT
-                           "' (a %s checkpoint%s)", h->label, p[j].name,
-                           rv_vit_family_name(h->cfg.family),
-                           e->layer >= 0 ? " with the layers config.json says" : "");
-        rv_status s = vit_check_tensor(f->st[file], t, p[j].ndim, p[j].shape,
-                                       " (as config.json says)");
+        const rv_st_tensor *t;
+        rv_status s = find_part(f, h, e, &p[j], &file, &t);
+        if (s == RV_OK)
+            s = vit_check_finite(f->st[file], t);
         if (s != RV_OK)
             return s;
-        if (p[j].offset + p[j].count > t->numel)
-            return rv_fail(RV_ERR_INTERNAL, "hub: part of '%s' beyond its end", p[j].name);
         if (p[j].offset == 0 && p[j].count == t->numel) {
             vit_to_f32(t, e->data + at);
         } else {
@@ -387,25 +403,111 @@ static rv_status read_parts(hub_files *f, const vit_hub_model *h, const vit_tens
     return RV_OK;
 }
 
-static rv_status read_video(hub_files *f, const vit_hub_model *h, const char *prefix,
-                            const rv_vit_config *c, const vit_tensor *e)
+/* The patch weight, checked against the shape config.json implies; *count: its
+ * values (the file's tubelet, before any inflation). */
+static rv_status find_video(hub_files *f, const vit_hub_model *h, const char *prefix,
+                            const rv_vit_config *c, int *file, const rv_st_tensor **out,
+                            int64_t *count)
 {
     char name[HUB_NAME];
     snprintf(name, sizeof name, "%s%s", prefix, patch_name(c->family));
-    int file = 0;
-    const rv_st_tensor *t = files_find(f, name, &file);
+    const rv_st_tensor *t = files_find(f, name, file);
     const int T = h->file_tubelet;
     int64_t shape[5] = {c->dim, RV_VIT_CHANNELS, T, c->patch, c->patch};
     if (T == 1)
         shape[2] = c->patch, shape[3] = c->patch;
-    rv_status s = t ? vit_check_tensor(f->st[file], t, T == 1 ? 4 : 5, shape,
-                                       " (as config.json says)")
-                    : rv_fail(RV_ERR_FORMAT, "model folder '%s': missing tensor '%s'", h->label,
-                              name);
+    *out = NULL;
+    *count = (int64_t)c->dim * RV_VIT_CHANNELS * T * c->patch * c->patch;
+    if (!t)
+        return rv_fail(RV_ERR_FORMAT, "model folder '%s': missing tensor '%s'", h->label, name);
+    rv_status s = vit_check_tensor(f->st[*file], t, T == 1 ? 4 : 5, shape,
+                                   " (as config.json says)");
     if (s == RV_OK)
-        s = vit_read_video(t, c, T, e->data, h->label);
+        *out = t;
+    return s;
+}
+
+static rv_status read_video(hub_files *f, const vit_hub_model *h, const char *prefix,
+                            const rv_vit_config *c, const vit_tensor *e)
+{
+    int file = 0;
+    int64_t count;
+    const rv_st_tensor *t;
+    rv_status s = find_video(f, h, prefix, c, &file, &t, &count);
+    if (s == RV_OK)
+        s = vit_check_finite(f->st[file], t);
+    if (s == RV_OK)
+        s = vit_read_video(t, c, h->file_tubelet, e->data, h->label);
     if (s == RV_OK)
         files_mark(f, file, t);
+    return s;
+}
+
+/* Checks config c (config.json's, with the caller's options) against the
+ * weights before the model is allocated: the tensors it maps from must fit in
+ * the shards' tensor data, and each must be there with its shape. Without this,
+ * sizes from config.json were trusted and a tiny model.safetensors could make
+ * the loader allocate gigabytes before any tensor was looked at. */
+static rv_status check_against_files(hub_files *f, const vit_hub_model *h, const char *prefix,
+                                     const rv_vit_config *c)
+{
+    rv_status s = RV_OK;
+    const int n = vit_tensor_count(c);
+    vit_tensor *list = malloc((size_t)n * sizeof *list);
+    rv_vit_model *probe = calloc(1, sizeof *probe); /* no arena: names and shapes only */
+    if (!list || !probe) {
+        s = rv_fail(RV_ERR_NOMEM, "model folder '%s': out of memory", h->label);
+        goto end;
+    }
+    probe->cfg = *c;
+    vit_tensor_list(probe, list);
+    uint64_t need = 0, have = 0;
+    for (int i = 0; i < f->n; i++)
+        for (int k = 0; k < rv_st_count(f->st[i]); k++)
+            have += rv_st_at(f->st[i], k)->nbytes;
+    for (int i = 0; i < n; i++) {
+        hub_part p[3];
+        if (list[i].role == VR_VIDEO_W) {
+            need += (uint64_t)c->dim * RV_VIT_CHANNELS * (uint64_t)h->file_tubelet *
+                    (uint64_t)c->patch * (uint64_t)c->patch;
+            continue;
+        }
+        int np = plan(h, prefix, &list[i], p);
+        for (int j = 0; j < np; j++)
+            if (p[j].name[0])
+                need += (uint64_t)p[j].count;
+    }
+    /* The tensors present first (a shape naming the tensor says most), then the
+     * size, then what is missing (the size says more about a config bomb). */
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) {
+            char what[4200];
+            snprintf(what, sizeof what, "model folder '%.4000s'", h->label);
+            if ((s = vit_check_fits(what, "config.json", c, need, have)) != RV_OK)
+                goto end;
+        }
+        for (int i = 0; i < n; i++) {
+            hub_part p[3];
+            int file;
+            int64_t count;
+            const rv_st_tensor *t;
+            if (list[i].role == VR_VIDEO_W) {
+                snprintf(p[0].name, sizeof p[0].name, "%s%s", prefix, patch_name(c->family));
+                if ((pass == 1 || files_find(f, p[0].name, &file)) &&
+                    (s = find_video(f, h, prefix, c, &file, &t, &count)) != RV_OK)
+                    goto end;
+                continue;
+            }
+            int np = plan(h, prefix, &list[i], p); /* 0: reported by the read loop */
+            for (int j = 0; j < np; j++)
+                if (p[j].name[0] && (pass == 1 || files_find(f, p[j].name, &file)) &&
+                    (s = find_part(f, h, &list[i], &p[j], &file, &t)) != RV_OK)
+                    goto end;
+        }
+    }
+end:
+    free(probe);
+    free(list);
     return s;
 }
 
@@ -516,6 +618,7 @@ rv_status vit_hub_load(const char *dir, const rv_vit_load_opts *opts, rv_vit_mod
         goto end;
     }
     if ((s = vit_apply_load_opts(opts, dir, h.file_tubelet, patch_name(c.family), &c)) != RV_OK ||
+        (s = check_against_files(&f, &h, prefix, &c)) != RV_OK ||
         (s = rv_vit_new(&c, &m)) != RV_OK)
         goto end;
     const int n = vit_tensor_count(&c);

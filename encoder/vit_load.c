@@ -7,9 +7,12 @@
  * looked up and checked (dtype F32, F16 or BF16; exact shape) before its values
  * are converted into the model: torchvision names are required, ringvit.* ones
  * are zero when absent. A 2D patch weight is inflated to the tubelet asked for
- * (each frame gets weight / T). Every failure is RV_ERR_FORMAT naming the file
- * and the tensor (RV_ERR_INVALID for a request the file cannot meet, such as a
- * head count that does not divide D). Unknown tensors (a classifier head, ...)
+ * (each frame gets weight / T). The config is checked against the file before
+ * the model is allocated (its required tensors must fit in the file's data and
+ * be there with their shapes), so sizes in the metadata are never trusted; a
+ * NaN or infinite weight is refused naming the tensor and index. Every failure
+ * is RV_ERR_FORMAT naming the file and the tensor (RV_ERR_INVALID for a request
+ * the file cannot meet, such as a head count that does not divide D). Unknown tensors (a classifier head, ...)
  * are ignored with one warning; the training state a checkpoint adds
  * (rv_vit_train.h: optim.*, ringvit.mask_token, ringvit.mae_*, and heads.* in a
  * file ringvit wrote, i.e. one with the config metadata) is known and ignored
@@ -307,6 +310,84 @@ rv_status vit_apply_load_opts(const rv_vit_load_opts *opts, const char *lb, int 
     return RV_OK;
 }
 
+/* The file name, rank and shape entry e of a model of config c has in a file
+ * whose patch weight is video (tubelet file_T): e's own, except the patch
+ * weight's, which keeps the file's name and tubelet (before any inflation). */
+static const char *file_shape(const vit_tensor *e, const rv_vit_config *c,
+                              const rv_st_tensor *video, int file_T, int *ndim, int64_t shape[5])
+{
+    *ndim = e->ndim;
+    memcpy(shape, e->shape, 5 * sizeof *shape);
+    if (e->layout != VIT_VIDEO)
+        return e->name;
+    *ndim = file_T == 1 && strcmp(video->name, VIT_VIDEO_2D) == 0 ? 4 : 5;
+    int64_t s4[4] = {c->dim, RV_VIT_CHANNELS, c->patch, c->patch};
+    int64_t s5[5] = {c->dim, RV_VIT_CHANNELS, file_T, c->patch, c->patch};
+    memcpy(shape, *ndim == 4 ? s4 : s5, (size_t)*ndim * sizeof *shape);
+    return video->name;
+}
+
+/* Checks config c against the file before the model is allocated: the tensors
+ * it requires must fit in the file's tensor data, and each of them must be
+ * there with its dtype and shape. Without this, sizes from the metadata were
+ * trusted: a 352-byte file could make the loader allocate and zero-fill
+ * gigabytes before finding that no tensor matches. */
+static rv_status check_against_file(const rv_safetensors *st, const rv_vit_config *c,
+                                    const rv_st_tensor *video, int file_T, int all_required,
+                                    const char *source, const char *why)
+{
+    rv_status s = RV_OK;
+    const char *lb = rv_st_label(st);
+    const int n = vit_tensor_count(c);
+    vit_tensor *list = malloc((size_t)n * sizeof *list);
+    rv_vit_model *probe = calloc(1, sizeof *probe); /* no arena: names and shapes only */
+    if (!list || !probe) {
+        s = rv_fail(RV_ERR_NOMEM, "loading '%s': out of memory", lb);
+        goto end;
+    }
+    probe->cfg = *c;
+    vit_tensor_list(probe, list);
+    uint64_t need = 0, have = 0;
+    for (int k = 0; k < rv_st_count(st); k++)
+        have += rv_st_at(st, k)->nbytes;
+    for (int i = 0; i < n; i++) {
+        int ndim;
+        int64_t shape[5], numel = 1;
+        file_shape(&list[i], c, video, file_T, &ndim, shape);
+        for (int d = 0; d < ndim; d++)
+            numel *= shape[d];
+        if (list[i].torchvision || all_required)
+            need += (uint64_t)numel;
+    }
+    /* The tensors present first (a shape naming the tensor says most), then the
+     * size, then what is missing (the size says more about a config bomb). */
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) {
+            char what[4200];
+            snprintf(what, sizeof what, "weights file '%.4000s'", lb);
+            if ((s = vit_check_fits(what, source, c, need, have)) != RV_OK)
+                goto end;
+        }
+        for (int i = 0; i < n; i++) {
+            int ndim;
+            int64_t shape[5];
+            const char *name = file_shape(&list[i], c, video, file_T, &ndim, shape);
+            const rv_st_tensor *t = rv_st_find(st, name);
+            if (pass == 0 && t && (s = vit_check_tensor(st, t, ndim, shape, why)) != RV_OK)
+                goto end;
+            if (pass == 1 && !t && (list[i].torchvision || all_required)) {
+                s = rv_fail(RV_ERR_FORMAT, "weights file '%s': missing tensor '%s'%s", lb, name,
+                            why);
+                goto end;
+            }
+        }
+    }
+end:
+    free(probe);
+    free(list);
+    return s;
+}
+
 rv_status rv_vit_load_ex(const char *path, const rv_vit_load_opts *opts, rv_vit_model **out,
                          rv_vit_load_info *info)
 {
@@ -367,7 +448,13 @@ rv_status rv_vit_load_ex(const char *path, const rv_vit_load_opts *opts, rv_vit_
             vit_info_add(&info->notes, &info->nnotes, "video only: a torchvision image ViT "
                          "(no ringvit.audio_proj.weight)");
     }
+    /* A model saved by ringvit for another family has every tensor it needs;
+     * ringvit's own may lack its ringvit.* tensors (zero: a torchvision file). */
+    const int all_required = c.family != RV_FAMILY_RINGVIT;
     if ((s = vit_apply_load_opts(opts, lb, file_T, video ? video->name : NULL, &c)) != RV_OK ||
+        (s = check_against_file(st, &c, video, file_T, all_required,
+                                meta ? RV_VIT_META_CONFIG " metadata" : "tensor shapes",
+                                why)) != RV_OK ||
         (s = rv_vit_new(&c, &m)) != RV_OK)
         goto end;
     int n = vit_tensor_count(&c);
@@ -378,23 +465,11 @@ rv_status rv_vit_load_ex(const char *path, const rv_vit_load_opts *opts, rv_vit_
         goto end;
     }
     vit_tensor_list(m, list);
-    /* A model saved by ringvit for another family has every tensor it needs;
-     * ringvit's own may lack its ringvit.* tensors (zero: a torchvision file). */
-    const int all_required = c.family != RV_FAMILY_RINGVIT;
     for (int i = 0; i < n; i++) {
         vit_tensor *e = &list[i];
-        const char *name = e->name;
-        int ndim = e->ndim;
+        int ndim;
         int64_t shape[5];
-        memcpy(shape, e->shape, sizeof shape);
-        if (e->layout == VIT_VIDEO) {
-            /* The file's own name and tubelet (before any inflation). */
-            name = video->name;
-            ndim = file_T == 1 && strcmp(video->name, VIT_VIDEO_2D) == 0 ? 4 : 5;
-            int64_t s4[4] = {c.dim, RV_VIT_CHANNELS, c.patch, c.patch};
-            int64_t s5[5] = {c.dim, RV_VIT_CHANNELS, file_T, c.patch, c.patch};
-            memcpy(shape, ndim == 4 ? s4 : s5, (size_t)ndim * sizeof *shape);
-        }
+        const char *name = file_shape(e, &c, video, file_T, &ndim, shape);
         const rv_st_tensor *t = rv_st_find(st, name);
         if (!t) {
             if (e->torchvision || all_required) {
@@ -405,6 +480,7 @@ rv_status rv_vit_load_ex(const char *path, const rv_vit_load_opts *opts, rv_vit_
             continue;
         }
         if ((s = vit_check_tensor(st, t, ndim, shape, why)) != RV_OK ||
+            (s = vit_check_finite(st, t)) != RV_OK ||
             (s = read_tensor(t, e, &c, file_T, lb)) != RV_OK)
             goto end;
         for (int k = 0; k < rv_st_count(st); k++)

@@ -65,6 +65,43 @@ rv_status vit_extent(const rv_safetensors *st, const rv_st_tensor *t, int dim, i
     return RV_OK;
 }
 
+rv_status vit_check_finite(const rv_safetensors *st, const rv_st_tensor *t)
+{
+    /* On the raw bits (all exponent bits set), so no conversion is needed. */
+    const unsigned char *p = t->data;
+    const int wide = t->dtype == RV_F32;
+    const uint32_t exp = wide ? 0x7f800000u : t->dtype == RV_BF16 ? 0x7f80u : 0x7c00u;
+    const uint32_t sign = wide ? 0x80000000u : 0x8000u;
+    for (int64_t i = 0; i < t->numel; i++) {
+        uint32_t u = wide ? (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                                (uint32_t)p[3] << 24
+                          : (uint32_t)p[0] | (uint32_t)p[1] << 8;
+        p += wide ? 4 : 2;
+        if ((u & exp) != exp)
+            continue;
+        const char *what = (u & ~(exp | sign)) ? "NaN" : (u & sign) ? "-Inf" : "+Inf";
+        return rv_fail(RV_ERR_FORMAT,
+                       "weights file '%s': tensor '" VIT_NAME_FMT "' holds %s at index %" PRId64
+                       " (of %" PRId64 " values); non-finite weights are refused (a diverged "
+                       "or corrupt file?)",
+                       rv_st_label(st), t->name, what, i, t->numel);
+    }
+    return RV_OK;
+}
+
+rv_status vit_check_fits(const char *what, const char *source, const rv_vit_config *c,
+                         uint64_t need_floats, uint64_t have_bytes)
+{
+    if (need_floats <= have_bytes / 2)
+        return RV_OK;
+    return rv_fail(RV_ERR_FORMAT,
+                   "%s: the %s describes a model (dim %d, %d layers, mlp %d) whose tensors "
+                   "need at least %" PRIu64 " bytes (%" PRIu64 " values), but the weights hold "
+                   "only %" PRIu64 " bytes of tensor data; refused before allocating it",
+                   what, source, c->dim, c->layers, c->mlp, need_floats * 2, need_floats,
+                   have_bytes);
+}
+
 static float half_to_float(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h >> 15) << 31;

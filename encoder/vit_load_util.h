@@ -34,6 +34,20 @@ rv_status vit_check_tensor(const rv_safetensors *st, const rv_st_tensor *t, int 
 /* Extent dim of t, bounded to [1, VIT_MAX_EXTENT] (RV_ERR_FORMAT otherwise). */
 rv_status vit_extent(const rv_safetensors *st, const rv_st_tensor *t, int dim, int *out);
 
+/* RV_ERR_FORMAT naming the tensor and the first bad index when t (dtype passed
+ * vit_check_dtype) holds a NaN or an infinity: such a weight turns every
+ * embedding into NaN, so it is refused at load rather than written out. */
+rv_status vit_check_finite(const rv_safetensors *st, const rv_st_tensor *t);
+
+/* RV_ERR_FORMAT when the tensors a config requires (need_floats values, at
+ * least 2 bytes each: F16/BF16 are the smallest accepted dtypes) cannot fit in
+ * the have_bytes of tensor data the weights hold. Checked before the model is
+ * allocated, so a tiny file whose config (source: "ringvit.config metadata",
+ * "config.json") claims a huge model is refused at once. what names the file
+ * or folder. */
+rv_status vit_check_fits(const char *what, const char *source, const rv_vit_config *c,
+                         uint64_t need_floats, uint64_t have_bytes);
+
 /* t's values as f32 (data may be unaligned; bytes little-endian); t's dtype
  * must have passed vit_check_dtype. */
 void vit_to_f32(const rv_st_tensor *t, float *out);

@@ -25,9 +25,20 @@ rv_status rv_media_open(const char *path, AVFormatContext **out)
     if (stat(path, &sb) != 0)
         return rv_fail(RV_ERR_IO, "%s: %s", path,
                        errno == ENOENT ? "no such file" : strerror(errno));
+    /* FFmpeg would wait forever on a FIFO with no writer (or read a device
+     * without end) and stall a whole batch: only regular files are read
+     * (standard input is spooled to one by the command line's "-"). */
     if (S_ISDIR(sb.st_mode))
-        return rv_fail(RV_ERR_IO, "%s: is a directory, not a media file", path);
-    if (S_ISREG(sb.st_mode) && sb.st_size == 0)
+        return rv_fail(RV_ERR_IO, "%s: is a directory, not a media file; only regular files "
+                       "are read", path);
+    if (!S_ISREG(sb.st_mode))
+        return rv_fail(RV_ERR_IO, "%s: is %s; only regular files are read", path,
+                       S_ISFIFO(sb.st_mode)  ? "a FIFO"
+                       : S_ISSOCK(sb.st_mode) ? "a socket"
+                       : S_ISCHR(sb.st_mode)  ? "a character device"
+                       : S_ISBLK(sb.st_mode)  ? "a block device"
+                                              : "not a regular file");
+    if (sb.st_size == 0)
         return rv_fail(RV_ERR_FORMAT, "%s: empty file", path);
 
     rv_av_clear_log();

@@ -3,7 +3,7 @@
  * the 1.5*2^23 trick, a degree-6 polynomial for 2^f on [-1/2, 1/2] (relative error
  * below 2e-7), and the integer part added to the exponent bits. Arguments at or
  * below -127, -inf included, give exactly 0; arguments must be <= 0 (the
- * softmax only ever exponentiates x - max). */
+ * softmax only ever exponentiates x - max): larger ones give 1, NaN gives 0. */
 #ifndef RV_CPU_EXP_H
 #define RV_CPU_EXP_H
 
@@ -14,7 +14,10 @@
 
 static inline float rv_exp2_nonpos(float t)
 {
-    t = t < -127.0f ? -127.0f : t;
+    /* Into [-127, 0] before the integer part is taken: NaN (from NaN or infinite
+     * scores) gives 0 and +inf 1, never an out-of-range conversion or shift. */
+    t = t > -127.0f ? t : -127.0f;
+    t = t < 0.0f ? t : 0.0f;
     const float shifter = 12582912.0f; /* 1.5 * 2^23 */
     float r = (t + shifter) - shifter; /* t rounded to the nearest integer */
     float f = t - r;                   /* in [-1/2, 1/2] */

@@ -145,7 +145,8 @@ static inline float rv_v16_hsum(rv_v16 v)
 static inline rv_v16 rv_exp2_v16(rv_v16 t)
 {
     const rv_v16 lo = rv_v16_splat(-127.0f), shifter = rv_v16_splat(12582912.0f);
-    t = rv_v16_max(t, lo);
+    t = rv_v16_max(t, lo);                       /* NaN lanes become -127: 0 */
+    t = rv_v16_select(t < (rv_v16){0}, t, (rv_v16){0}); /* +inf: 1, never a wild exponent */
     rv_v16 r = (t + shifter) - shifter;
     rv_v16 f = t - r;
     rv_i16 e = (__builtin_convertvector(r, rv_i16) + 127) << 23;

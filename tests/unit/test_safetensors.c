@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -134,6 +135,8 @@ static void expect_bad(const char *hdr, size_t data_len, const char *needle)
     expect_bad_bytes(b, len, needle, hdr);
     free(b);
 }
+
+#define DT0 "\"dtype\":\"F32\""
 
 /* ---- the round trip --------------------------------------------------------------- */
 
@@ -344,13 +347,13 @@ Test(safetensors, hand_built_file)
     free(dir);
 }
 
-Test(safetensors, gaps_and_no_metadata_are_valid)
+Test(safetensors, no_metadata_and_no_tensors_are_valid)
 {
-    /* Unused bytes between tensors and after them do no harm; no __metadata__. */
+    /* No __metadata__; the one tensor covers the data section exactly. */
     size_t len;
-    uint8_t *b = build("{\"x\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[4,6]}}", 9, &len);
+    uint8_t *b = build("{\"x\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]}}", 2, &len);
     rv_safetensors *st = NULL;
-    cr_assert_eq(rv_st_parse(b, len, "gap", &st), RV_OK, "%s", rv_last_error());
+    cr_assert_eq(rv_st_parse(b, len, "plain", &st), RV_OK, "%s", rv_last_error());
     cr_assert_eq(rv_st_count(st), 1);
     cr_assert_null(rv_st_meta(st, "k"));
     rv_st_free(&st);
@@ -362,6 +365,54 @@ Test(safetensors, gaps_and_no_metadata_are_valid)
     cr_assert_null(rv_st_find(st, "x"));
     rv_st_free(&st);
     free(b);
+
+    /* A zero-size tensor holds no bytes: any offset in range is fine. */
+    b = build("{\"a\":{" DT0 ",\"shape\":[1],\"data_offsets\":[0,4]},"
+              "\"e\":{" DT0 ",\"shape\":[0],\"data_offsets\":[2,2]}}", 4, &len);
+    cr_assert_eq(rv_st_parse(b, len, "empty", &st), RV_OK, "%s", rv_last_error());
+    cr_assert_eq(rv_st_count(st), 2);
+    rv_st_free(&st);
+    free(b);
+}
+
+/* The tensors must cover the data section exactly, as the format requires: a
+ * hole, leading or trailing bytes mean the header and the data disagree (the
+ * hostile-input issue: a header length one byte short loaded with every tensor
+ * shifted by one byte). */
+Test(safetensors, data_section_covered_exactly)
+{
+    expect_bad("{\"x\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[4,6]}}", 6,
+               "bytes 0..4 of the 6-byte data section belong to no tensor (a gap before 'x')");
+    expect_bad("{\"a\":{" DT0 ",\"shape\":[1],\"data_offsets\":[0,4]},"
+               "\"b\":{" DT0 ",\"shape\":[1],\"data_offsets\":[8,12]}}", 12,
+               "bytes 4..8 of the 12-byte data section belong to no tensor (a gap before 'b', "
+               "after 'a')");
+    expect_bad("{\"x\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]}}", 5,
+               "3 trailing bytes (bytes 2..5 of the 5-byte data section) after the last "
+               "tensor 'x'");
+    expect_bad("{}", 3, "3 trailing bytes (bytes 0..3 of the 3-byte data section)");
+
+    /* The reporter's case: the header padded with spaces and its length one byte
+     * short still parses, but the data then start one byte early. */
+    const char *h = "{\"x\":{" DT0 ",\"shape\":[2],\"data_offsets\":[0,8]}}   ";
+    size_t len;
+    uint8_t *b = build(h, 8, &len);
+    rv_safetensors *st = NULL;
+    cr_assert_eq(rv_st_parse(b, len, "ok", &st), RV_OK, "%s", rv_last_error());
+    rv_st_free(&st);
+    put_u64le(b, strlen(h) - 1);
+    expect_bad_bytes(b, len, "1 trailing byte (bytes 8..9 of the 9-byte data section) after "
+                     "the last tensor 'x'", "header length one byte short");
+    char *dir = make_tmpdir(), *path = join(dir, "short.safetensors");
+    spit(path, b, len);
+    cr_assert_eq(rv_st_open(path, &st), RV_ERR_FORMAT, "file accepted");
+    cr_assert_null(st);
+    cr_assert_not_null(strstr(rv_last_error(), path), "%s", rv_last_error());
+    cr_assert_not_null(strstr(rv_last_error(), "trailing byte"), "%s", rv_last_error());
+    free(b);
+    free(path);
+    remove_tree(dir);
+    free(dir);
 }
 
 /* ---- rv_st_get ------------------------------------------------------------------- */
@@ -726,6 +777,45 @@ Test(safetensors, write_failures_leave_nothing)
     free(dpath);
     remove_tree(dir);
     free(dir);
+}
+
+/* Only nothing or a regular file is replaced: a FIFO, a symlink and (as root) a
+ * device node at the path are refused before any byte is written, and left as
+ * they were; a regular file is replaced. */
+Test(safetensors, write_replaces_only_regular_files)
+{
+    char *dir = make_tmpdir();
+    char *fifo = join(dir, "f.safetensors"), *link = join(dir, "l.safetensors");
+    char *target = join(dir, "t.safetensors"), *dev = join(dir, "d.safetensors");
+    struct stat sb;
+    cr_assert_eq(mkfifo(fifo, 0644), 0);
+    cr_assert_neq(write_small(fifo, 1.0f), RV_OK);
+    cr_expect(strstr(rv_last_error(), fifo) && strstr(rv_last_error(), "is a FIFO"), "%s",
+              rv_last_error());
+    cr_assert_eq(lstat(fifo, &sb), 0);
+    cr_expect(S_ISFIFO(sb.st_mode), "the FIFO was replaced");
+
+    spit(target, "t", 1);
+    cr_assert_eq(symlink(target, link), 0);
+    cr_assert_neq(write_small(link, 1.0f), RV_OK);
+    cr_expect(strstr(rv_last_error(), "is a symlink"), "%s", rv_last_error());
+    cr_assert_eq(lstat(link, &sb), 0);
+    cr_expect(S_ISLNK(sb.st_mode), "the symlink was replaced");
+    cr_assert_eq(stat(target, &sb), 0);
+    cr_expect_eq(sb.st_size, 1, "the symlink's target was written");
+
+    if (mknod(dev, S_IFCHR | 0644, makedev(1, 3)) == 0) { /* root: /dev/null's numbers */
+        cr_assert_neq(write_small(dev, 1.0f), RV_OK);
+        cr_expect(strstr(rv_last_error(), "is a character device"), "%s", rv_last_error());
+        cr_assert_eq(lstat(dev, &sb), 0);
+        cr_expect(S_ISCHR(sb.st_mode), "the device node was replaced");
+    } else {
+        cr_log_info("not root: the device-node case is skipped");
+    }
+    cr_expect_eq(count_entries(dir, ".tmp."), 0, "temporary file left behind");
+    cr_assert_eq(write_small(target, 2.0f), RV_OK, "%s", rv_last_error());
+    remove_tree(dir);
+    free(fifo), free(link), free(target), free(dev), free(dir);
 }
 
 Test(safetensors, write_into_readonly_dir_keeps_old_file)

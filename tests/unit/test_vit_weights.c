@@ -5,7 +5,9 @@
  * torchvision-only file written here by hand (ringvit.* zero, sizes from shapes,
  * heads D / 64 or --heads), 2D -> tubelet inflation, seeded initialisation
  * (determinism and the statistics torchvision's init gives), F16/BF16 inputs, and
- * every malformed-weights case, each RV_ERR_FORMAT naming the tensor and file. */
+ * every malformed-weights case, each RV_ERR_FORMAT naming the tensor and file;
+ * the hostile-input cases: configs claiming more than the file holds (refused
+ * fast, before allocating), a header length one byte short, NaN/Inf weights. */
 #include <criterion/criterion.h>
 
 #include <errno.h>
@@ -14,7 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ref_ops.h"
@@ -1087,4 +1091,299 @@ Test(vit_bad, container_errors_propagate, .init = td_setup, .fini = td_teardown)
     /* Absent file. */
     cr_assert_eq(rv_vit_load(tpath("absent.safetensors"), NULL, &m), RV_ERR_IO);
     cr_assert_null(m);
+}
+
+/* ---- hostile input: config bombs, shifted data, non-finite weights ------------ */
+
+static long max_rss_mb(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss / 1024;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Loads path, which must fail naming a and b (and the file), in well under a
+ * second and without the model's allocation showing in the peak RSS. */
+static void assert_fails_fast(const char *path, const char *a, const char *b)
+{
+    rv_vit_model *m = NULL;
+    long rss0 = max_rss_mb();
+    double t0 = now_s();
+    rv_status rc = rv_vit_load(path, NULL, &m);
+    double dt = now_s() - t0;
+    long grown = max_rss_mb() - rss0;
+    assert_fails(rc, RV_ERR_FORMAT, path, a);
+    if (b)
+        assert_fails(rc, RV_ERR_FORMAT, b, NULL);
+    cr_assert_null(m);
+    cr_log_info("refused in %.3f s, peak RSS +%ld MB", dt, grown);
+    cr_assert_lt(dt, 1.0, "took %.3f s", dt);
+    cr_assert_lt(grown, 200, "peak RSS grew by %ld MB", grown);
+}
+
+/* A ringvit file whose metadata claims a D x L (mlp M) model, holding no
+ * tensors (video off: no patch weight needed to pass the first checks) or
+ * only a patch weight of width patch_dim (video on). */
+static void config_bomb(int D, int L, int M, int patch_dim, const char *a, const char *b)
+{
+    const char *path = tpath("bomb.safetensors");
+    rv_vit_config c = small_cfg(D, L, D / 64, M, 1, 16, 14, 1);
+    c.video = patch_dim > 0;
+    c.audio = 1;
+    char *j = rv_vit_config_to_json(&c);
+    rv_st_writer *w = NULL;
+    float *conv = NULL;
+    cr_assert_eq(rv_st_writer_new(&w), RV_OK);
+    cr_assert_eq(rv_st_writer_meta(w, RV_VIT_META_CONFIG, j), RV_OK);
+    if (patch_dim > 0) {
+        const int64_t shape[4] = {patch_dim, 3, 16, 16};
+        conv = calloc((size_t)patch_dim * 3 * 16 * 16, sizeof *conv);
+        cr_assert_eq(rv_st_writer_add(w, "conv_proj.weight", RV_F32, 4, shape, conv), RV_OK);
+    }
+    cr_assert_eq(rv_st_writer_write(w, path), RV_OK, "%s", rv_last_error());
+    rv_st_writer_free(&w);
+    free(conv);
+    free(j);
+    assert_fails_fast(path, a, b);
+}
+
+Test(vit_bad, config_bomb_refused_before_allocating, .init = td_setup, .fini = td_teardown)
+{
+    /* ~400 MB of model from a 240-byte file (allocated and zero-filled before). */
+    config_bomb(1024, 8, 4096, 0, "the ringvit.config metadata describes a model (dim 1024, 8 "
+                "layers, mlp 4096)", "but the weights hold only 0 bytes of tensor data");
+    /* The size: 155 GB claimed. */
+    config_bomb(8192, 48, 32768, 0, "ringvit.config metadata describes a model (dim 8192, 48",
+                "refused before allocating");
+    /* A patch weight narrower than the metadata says: its shape is named. */
+    config_bomb(1024, 8, 4096, 8, "tensor 'conv_proj.weight' has shape [8, 3, 16, 16]; "
+                "expected [1024, 3, 16, 16]", NULL);
+    /* The right patch weight alone is far short of the model. */
+    config_bomb(1024, 8, 4096, 1024, "describes a model (dim 1024, 8 layers, mlp 4096)",
+                "hold only 3145728 bytes");
+}
+
+static void write_text(const char *path, const char *text)
+{
+    write_bytes(path, text, strlen(text));
+}
+
+/* A Hugging Face folder whose config.json claims a big model next to a
+ * model.safetensors holding only a patch weight of width patch_dim. */
+static void hub_bomb(int patch_dim, const char *a, const char *b)
+{
+    char dir[160], file[200];
+    snprintf(dir, sizeof dir, "%s", tpath("hub_bomb"));
+    cr_assert(mkdir(dir, 0755) == 0 || errno == EEXIST);
+    snprintf(file, sizeof file, "%s/config.json", dir);
+    write_text(file, "{\"model_type\": \"vit\", \"hidden_size\": 1024, \"num_hidden_layers\": 8, "
+                     "\"num_attention_heads\": 16, \"intermediate_size\": 4096, "
+                     "\"image_size\": 224, \"patch_size\": 16}");
+    snprintf(file, sizeof file, "%s/model.safetensors", dir);
+    const int64_t shape[4] = {patch_dim, 3, 16, 16};
+    uint16_t *conv = calloc((size_t)patch_dim * 3 * 16 * 16, sizeof *conv);
+    rv_st_writer *w = NULL;
+    cr_assert_eq(rv_st_writer_new(&w), RV_OK);
+    cr_assert_eq(rv_st_writer_add(w, "embeddings.patch_embeddings.projection.weight", RV_BF16, 4,
+                                  shape, conv), RV_OK);
+    cr_assert_eq(rv_st_writer_write(w, file), RV_OK, "%s", rv_last_error());
+    rv_st_writer_free(&w);
+    free(conv);
+    assert_fails_fast(dir, a, b);
+    unlink(file);
+    snprintf(file, sizeof file, "%s/config.json", dir);
+    unlink(file);
+    rmdir(dir);
+}
+
+Test(vit_bad, hub_config_bomb_refused_before_allocating, .init = td_setup, .fini = td_teardown)
+{
+    hub_bomb(1024, "config.json describes a model (dim 1024, 8 layers, mlp 4096)",
+             "hold only 1572864 bytes");
+    hub_bomb(8, "has shape [8, 3, 16, 16]; expected [1024, 3, 16, 16]", "as config.json says");
+}
+
+/* The issue's case: a saved model whose header length is one byte short of its
+ * (space-padded) header loaded with every tensor shifted by a byte. */
+Test(vit_bad, header_length_one_byte_short, .init = td_setup, .fini = td_teardown)
+{
+    const char *path = tpath("short.safetensors");
+    rv_vit_config c = small_cfg(32, 1, 2, 64, 1, 4, 3, 1);
+    rv_vit_model *m = NULL;
+    cr_assert_eq(rv_vit_new(&c, &m), RV_OK);
+    cr_assert_eq(rv_vit_init_random(m, 3), RV_OK);
+    cr_assert_eq(rv_vit_save(m, path), RV_OK, "%s", rv_last_error());
+    rv_vit_free(&m);
+    FILE *fp = fopen(path, "rb");
+    cr_assert_not_null(fp);
+    fseek(fp, 0, SEEK_END);
+    size_t len = (size_t)ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    unsigned char *b = malloc(len);
+    cr_assert_eq(fread(b, 1, len, fp), len);
+    fclose(fp);
+    uint64_t n = 0;
+    for (int i = 0; i < 8; i++)
+        n |= (uint64_t)b[i] << (8 * i);
+    /* Eight more spaces of padding, and a length that stops one short of them. */
+    unsigned char *o = malloc(len + 8);
+    memcpy(o, b, 8 + n);
+    memset(o + 8 + n, ' ', 8);
+    memcpy(o + 8 + n + 8, b + 8 + n, len - 8 - n);
+    for (int i = 0; i < 8; i++)
+        o[i] = (unsigned char)((n + 7) >> (8 * i));
+    write_bytes(path, o, len + 8);
+    assert_fails(rv_vit_load(path, NULL, &m), RV_ERR_FORMAT, path,
+                 "1 trailing byte");
+    cr_assert_null(m);
+    /* With the right length (n + 8) the same bytes load. */
+    for (int i = 0; i < 8; i++)
+        o[i] = (unsigned char)((n + 8) >> (8 * i));
+    write_bytes(path, o, len + 8);
+    cr_assert_eq(rv_vit_load(path, NULL, &m), RV_OK, "%s", rv_last_error());
+    rv_vit_free(&m);
+    free(o);
+    free(b);
+}
+
+static void nan_mlp(tv_file *f) { tv_get(f, L0 "mlp.0.weight")->data[5] = NAN; }
+static void inf_pos(tv_file *f) { tv_get(f, "encoder.pos_embedding")->data[7] = INFINITY; }
+static void neg_inf_bf16_ln(tv_file *f)
+{
+    tv_entry *e = tv_get(f, "encoder.ln.weight");
+    uint16_t *h = (uint16_t *)e->data;
+    for (int i = 0; i < 64; i++)
+        h[i] = i == 3 ? 0xff80 : 0x3f80; /* -Inf at 3, else 1.0 */
+    e->dtype = RV_BF16;
+}
+static void nan_f16_bias(tv_file *f)
+{
+    tv_entry *e = tv_get(f, "conv_proj.bias");
+    uint16_t *h = (uint16_t *)e->data;
+    for (int i = 0; i < 64; i++)
+        h[i] = i == 0 ? 0x7e00 : 0x3c00; /* NaN at 0, else 1.0 */
+    e->dtype = RV_F16;
+}
+
+/* NaN/Inf weights would turn every embedding into NaN: refused at load, naming
+ * the tensor and the first bad index. */
+Test(vit_bad, non_finite_weights_refused, .init = td_setup, .fini = td_teardown)
+{
+    bad_tv(nan_mlp, NULL, "tensor '" L0 "mlp.0.weight' holds NaN at index 5");
+    bad_tv(inf_pos, NULL, "tensor 'encoder.pos_embedding' holds +Inf at index 7");
+    bad_tv(neg_inf_bf16_ln, NULL, "tensor 'encoder.ln.weight' holds -Inf at index 3");
+    bad_tv(nan_f16_bias, NULL, "tensor 'conv_proj.bias' holds NaN at index 0");
+    /* Finite extremes still load (F32 max, the smallest subnormal). */
+    tv_file f;
+    const char *path = tpath("extreme.safetensors");
+    tv_make(&f, 64, 2, 32, 2, 3, 11);
+    tv_get(&f, L1 "mlp.3.weight")->data[0] = 3.4028235e38f;
+    tv_get(&f, L1 "mlp.3.weight")->data[1] = 1e-45f;
+    tv_write(&f, path, NULL);
+    rv_vit_model *m = NULL;
+    cr_assert_eq(rv_vit_load(path, NULL, &m), RV_OK, "%s", rv_last_error());
+    rv_vit_free(&m);
+    tv_free(&f);
+}
+
+/* A minimal ViT folder in the Hugging Face layout (D 8, 1 layer, M 16, P 2,
+ * grid 2), every value 0.5 but one: nan_at names a tensor whose element 1 is
+ * NaN (NULL: none). */
+static void write_hub_vit(const char *dir, const char *nan_at)
+{
+    static const struct {
+        const char *name;
+        int ndim;
+        int64_t s[4];
+    } t[] = {
+        {"embeddings.cls_token", 3, {1, 1, 8}},
+        {"embeddings.position_embeddings", 3, {1, 5, 8}},
+        {"embeddings.patch_embeddings.projection.weight", 4, {8, 3, 2, 2}},
+        {"embeddings.patch_embeddings.projection.bias", 1, {8}},
+        {"encoder.layer.0.layernorm_before.weight", 1, {8}},
+        {"encoder.layer.0.layernorm_before.bias", 1, {8}},
+        {"encoder.layer.0.attention.attention.query.weight", 2, {8, 8}},
+        {"encoder.layer.0.attention.attention.query.bias", 1, {8}},
+        {"encoder.layer.0.attention.attention.key.weight", 2, {8, 8}},
+        {"encoder.layer.0.attention.attention.key.bias", 1, {8}},
+        {"encoder.layer.0.attention.attention.value.weight", 2, {8, 8}},
+        {"encoder.layer.0.attention.attention.value.bias", 1, {8}},
+        {"encoder.layer.0.attention.output.dense.weight", 2, {8, 8}},
+        {"encoder.layer.0.attention.output.dense.bias", 1, {8}},
+        {"encoder.layer.0.layernorm_after.weight", 1, {8}},
+        {"encoder.layer.0.layernorm_after.bias", 1, {8}},
+        {"encoder.layer.0.intermediate.dense.weight", 2, {16, 8}},
+        {"encoder.layer.0.intermediate.dense.bias", 1, {16}},
+        {"encoder.layer.0.output.dense.weight", 2, {8, 16}},
+        {"encoder.layer.0.output.dense.bias", 1, {8}},
+        {"layernorm.weight", 1, {8}},
+        {"layernorm.bias", 1, {8}},
+    };
+    const int n = (int)(sizeof t / sizeof t[0]);
+    char file[200];
+    cr_assert(mkdir(dir, 0755) == 0 || errno == EEXIST);
+    snprintf(file, sizeof file, "%s/config.json", dir);
+    write_text(file, "{\"model_type\": \"vit\", \"hidden_size\": 8, \"num_hidden_layers\": 1, "
+                     "\"num_attention_heads\": 2, \"intermediate_size\": 16, "
+                     "\"image_size\": 4, \"patch_size\": 2}");
+    float *vals[32];
+    rv_st_writer *w = NULL;
+    cr_assert_eq(rv_st_writer_new(&w), RV_OK);
+    for (int i = 0; i < n; i++) {
+        int64_t numel = 1;
+        for (int d = 0; d < t[i].ndim; d++)
+            numel *= t[i].s[d];
+        vals[i] = malloc((size_t)numel * sizeof *vals[i]);
+        for (int64_t k = 0; k < numel; k++)
+            vals[i][k] = 0.5f;
+        if (nan_at && strcmp(nan_at, t[i].name) == 0)
+            vals[i][1] = NAN;
+        cr_assert_eq(rv_st_writer_add(w, t[i].name, RV_F32, t[i].ndim, t[i].s, vals[i]), RV_OK,
+                     "%s", rv_last_error());
+    }
+    snprintf(file, sizeof file, "%s/model.safetensors", dir);
+    cr_assert_eq(rv_st_writer_write(w, file), RV_OK, "%s", rv_last_error());
+    rv_st_writer_free(&w);
+    for (int i = 0; i < n; i++)
+        free(vals[i]);
+}
+
+static void remove_hub(const char *dir)
+{
+    char file[200];
+    snprintf(file, sizeof file, "%s/model.safetensors", dir);
+    unlink(file);
+    snprintf(file, sizeof file, "%s/config.json", dir);
+    unlink(file);
+    rmdir(dir);
+}
+
+/* The hub reader refuses non-finite weights too (split q/k/v and the patch
+ * weight take their own read paths); the same folder without the NaN loads. */
+Test(vit_bad, hub_non_finite_weights_refused, .init = td_setup, .fini = td_teardown)
+{
+    char dir[160];
+    snprintf(dir, sizeof dir, "%s", tpath("hub_nan"));
+    rv_vit_model *m = NULL;
+    write_hub_vit(dir, NULL);
+    cr_assert_eq(rv_vit_load(dir, NULL, &m), RV_OK, "%s", rv_last_error());
+    rv_vit_free(&m);
+    static const char *const names[] = {"encoder.layer.0.attention.attention.key.weight",
+                                        "embeddings.patch_embeddings.projection.weight",
+                                        "embeddings.position_embeddings"};
+    for (int i = 0; i < 3; i++) {
+        char want[200];
+        write_hub_vit(dir, names[i]);
+        snprintf(want, sizeof want, "tensor '%s' holds NaN at index 1", names[i]);
+        assert_fails(rv_vit_load(dir, NULL, &m), RV_ERR_FORMAT, want, dir);
+        cr_assert_null(m);
+    }
+    remove_hub(dir);
 }

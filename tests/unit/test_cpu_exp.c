@@ -1,0 +1,68 @@
+/* test_cpu_exp.c: the attention softmax's base-2 exponential (kernels/cpu/cpu_exp.h,
+ * scalar, and rv_exp2_v16 of cpu_tile_kernels.h, 16 lanes) against libm's exp2 in
+ * double over its whole domain, and its edges: -127 and below (-inf) give exactly
+ * 0, 0 gives 1, and the values NaN or infinite scores produce (NaN, +inf) give 0
+ * and 1 without an out-of-range conversion or shift (the sanitizer pass runs this
+ * under UBSan, which stopped on the shift before). */
+#include <criterion/criterion.h>
+#include <math.h>
+
+#include "../../kernels/cpu/cpu_exp.h"
+
+/* The 16-lane version is compiled for AVX-512, as in the kernels that use it, and
+ * checked only where the CPU has it. */
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512vl,avx512dq,avx512bw,fma")
+#include "../../kernels/cpu/cpu_tile_kernels.h"
+
+static float vec_one(float t)
+{
+    rv_v16 v = rv_v16_splat(0.0f);
+    v[3] = t; /* one lane among ordinary ones */
+    rv_v16 r = rv_exp2_v16(v);
+    return r[3];
+}
+#pragma GCC pop_options
+
+static int have_avx512(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+}
+
+Test(cpu_exp, matches_exp2_over_the_domain)
+{
+    double worst = 0, worst_v = 0;
+    const int vec = have_avx512();
+    if (!vec)
+        cr_log_info("no AVX-512: the 16-lane version is not checked here");
+    for (float t = -126.0f; t <= 0.0f; t += 0.0037f) {
+        double want = exp2((double)t);
+        double e = fabs(rv_exp2_nonpos(t) - want) / want;
+        double ev = vec ? fabs(vec_one(t) - want) / want : 0;
+        worst = e > worst ? e : worst;
+        worst_v = ev > worst_v ? ev : worst_v;
+    }
+    cr_expect_leq(worst, 3e-7, "scalar: worst relative error %.3g", worst);
+    cr_expect_leq(worst_v, 3e-7, "16 lanes: worst relative error %.3g", worst_v);
+}
+
+Test(cpu_exp, edges_and_non_finite_arguments)
+{
+    const struct {
+        float t, want;
+    } cases[] = {
+        {0.0f, 1.0f},      {-1.0f, 0.5f},     {-127.0f, 0.0f},  {-300.0f, 0.0f},
+        {-INFINITY, 0.0f}, {NAN, 0.0f},       {INFINITY, 1.0f}, {5.0f, 1.0f},
+        {3e38f, 1.0f},     {-3e38f, 0.0f},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        float t = cases[i].t;
+        cr_expect_eq(rv_exp2_nonpos(t), cases[i].want, "scalar 2^%g = %g, want %g", t,
+                     rv_exp2_nonpos(t), cases[i].want);
+        if (have_avx512())
+            cr_expect_eq(vec_one(t), cases[i].want, "16 lanes 2^%g = %g, want %g", t,
+                         vec_one(t), cases[i].want);
+    }
+}
