@@ -484,9 +484,10 @@ int rv_bench_attention(int argc, char **argv)
     else
         snprintf(mask_text, sizeof mask_text, "%s", o.causal ? "causal" : "no mask");
     if (!o.json)
-        printf("# ringvit bench attention: backend %s, %d threads, heads %d, dim %d, %s, "
+        printf("# ringvit bench attention: backend %s%s%s, %d threads, heads %d, dim %d, %s, "
                "%s%s %d^3\n#\n# %8s %4s %10s %10s %9s %9s %6s %9s %9s\n",
-               be->name, be->threads, o.heads, o.dim, mask_text,
+               be->name, on_cpu ? " kernels " : "", on_cpu ? rv_bench_cpu_kernels() : "",
+               be->threads, o.heads, o.dim, mask_text,
                on_cpu ? "BLAS core " : "cuBLAS bf16 GEMM", on_cpu ? rv_blas_corename() : "",
                gemm_n, "seq", "pass", "pairs", "time(ms)", "GFLOP/s", on_cpu ? "sgemm" : "GEMM",
                "ratio", "extra MB", "max err");
@@ -519,6 +520,7 @@ int rv_bench_attention(int argc, char **argv)
         json_object_set_new(root, "bench", json_string("attention"));
         json_object_set_new(root, "backend", json_string(be->name));
         json_object_set_new(root, "blas_core", json_string(rv_blas_corename()));
+        json_object_set_new(root, "cpu_kernels", json_string(rv_bench_cpu_kernels()));
         json_object_set_new(root, "threads", json_integer(be->threads));
         json_object_set_new(root, "heads", json_integer(o.heads));
         json_object_set_new(root, "dim", json_integer(o.dim));

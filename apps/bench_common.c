@@ -72,6 +72,12 @@ int rv_bench_gemm_size(const rv_backend *be)
     return strcmp(be->name, "cpu") == 0 ? 2048 : 8192;
 }
 
+const char *rv_bench_cpu_kernels(void)
+{
+    const char *k = rv_cpu_kernels();
+    return k ? k : "refused";
+}
+
 rv_status rv_bench_backend_create(const char *device, int threads, rv_backend **be)
 {
     *be = NULL;

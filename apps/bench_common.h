@@ -20,6 +20,9 @@ rv_status rv_bench_sgemm_rate(rv_backend *be, int repeat, double *gflops);
 rv_status rv_bench_gemm_rate(rv_backend *be, int n, int repeat, double *gflops);
 /* The reference GEMM size of a backend: 2048 on cpu, 8192 on a GPU. */
 int rv_bench_gemm_size(const rv_backend *be);
+/* The CPU attention kernels in use for bench headers ("avx512", "avx2", "blas"),
+ * or "refused" where RINGVIT_CPU_KERNELS names a set this CPU lacks. */
+const char *rv_bench_cpu_kernels(void);
 /* The backend of --device cpu|cuda (threads: the CPU backend's). */
 rv_status rv_bench_backend_create(const char *device, int threads, rv_backend **be);
 

@@ -516,6 +516,7 @@ int rv_bench_ring(int argc, char **argv)
         json_t *j = json_object(), *ranks = json_array();
         json_object_set_new(j, "bench", json_string("ring"));
         json_object_set_new(j, "strategy", json_string(rv_cp_strategy_name(o.strategy)));
+        json_object_set_new(j, "cpu_kernels", json_string(rv_bench_cpu_kernels()));
         json_object_set_new(j, "shard", json_string(rv_shard_kind_name(o.shard)));
         json_object_set_new(j, "cp", json_integer(o.cp));
         json_object_set_new(j, "seq", json_integer(o.seq));
@@ -566,10 +567,10 @@ int rv_bench_ring(int argc, char **argv)
         json_decref(j);
     } else {
         printf("# ringvit bench ring: %s, %s shards, cp %d x %d thread(s) vs 1 rank x %d, "
-               "S=%lld H=%d d=%d%s\n#\n# %4s %10s %10s %6s %10s\n",
+               "S=%lld H=%d d=%d%s, CPU kernels %s\n#\n# %4s %10s %10s %6s %10s\n",
                rv_cp_strategy_name(o.strategy), rv_shard_kind_name(o.shard), o.cp, o.tpr,
                o.cp * o.tpr, (long long)o.seq, o.heads, o.dim, o.causal ? " causal" : "",
-               "pass", "cp(ms)", "single(ms)", "ratio", "max err");
+               rv_bench_cpu_kernels(), "pass", "cp(ms)", "single(ms)", "ratio", "max err");
         printf("  %4s %10.1f %10.1f %6.3f %10.2g\n", "fwd", sh.t_fwd * 1e3, single_fwd * 1e3,
                sh.t_fwd / single_fwd, err_o);
         if (o.backward)

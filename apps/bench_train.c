@@ -257,6 +257,7 @@ int rv_bench_train(int argc, char **argv)
         json_object_set_new(j, "threads", json_integer(o.threads));
         json_object_set_new(j, "threads_per_rank", json_integer(tpr));
         json_object_set_new(j, "blas_core", json_string(rv_blas_corename()));
+        json_object_set_new(j, "cpu_kernels", json_string(rv_bench_cpu_kernels()));
         json_object_set_new(j, "wall_s", json_real(sh.wall));
         json_object_set_new(j, "forward_s", json_real(sh.fwd_s));
         json_object_set_new(j, "backward_s", json_real(sh.bwd_s));
@@ -277,10 +278,11 @@ int rv_bench_train(int argc, char **argv)
         json_decref(j);
     } else {
         printf("# ringvit bench train: model %s (%s, D %d, L %d, H %d), S=%lld%s, attention %s, "
-               "cp %d x %d thread(s), %s, BLAS %s\n#\n", spec, rv_vit_family_name(cfg.family),
+               "cp %d x %d thread(s), %s, BLAS %s, CPU kernels %s\n#\n", spec,
+               rv_vit_family_name(cfg.family),
                cfg.dim, cfg.layers, cfg.heads, (long long)o.seq, o.causal ? " causal" : "",
                span_text, o.cp, tpr,
-               rv_cp_strategy_name(o.strategy), rv_blas_corename());
+               rv_cp_strategy_name(o.strategy), rv_blas_corename(), rv_bench_cpu_kernels());
         printf("# %9s %10s %9s %9s %6s %12s %12s\n", "wall(s)", "tokens/s", "GFLOP/s", "sgemm",
                "util", "peak act(MB)", "peak RSS(MB)");
         printf("  %9.3f %10.0f %9.1f %9.1f %6.3f %12.1f %12.1f\n", sh.wall, o.seq / sh.wall,

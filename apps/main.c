@@ -60,8 +60,10 @@ static void print_usage(FILE *f)
           "  -q, --quiet    less log output on stderr (-qq: errors only)\n"
           "\n"
           "environment:\n"
-          "  RINGVIT_LOG        log level: error, warn, info (default) or debug\n"
-          "  OPENBLAS_CORETYPE  force an OpenBLAS kernel set, e.g. SKYLAKEX\n"
+          "  RINGVIT_LOG          log level: error, warn, info (default) or debug\n"
+          "  OPENBLAS_CORETYPE    force an OpenBLAS kernel set, e.g. SKYLAKEX\n"
+          "  RINGVIT_CPU_KERNELS  CPU attention kernels: avx512, avx2, blas or auto\n"
+          "                       (default auto: the best this CPU runs; see --version)\n"
           "\n"
           "exit status: 0 success, 1 runtime failure, 2 usage error.\n"
           "Run 'ringvit COMMAND --help' for the options of one command.\n",
@@ -97,6 +99,12 @@ static void print_version(void)
     printf("media: no (built without FFmpeg)\n");
 #endif
     printf("blas: OpenBLAS, core %s\n", core && core[0] ? core : "unknown");
+    /* The attention kernels: the best this CPU runs, or RINGVIT_CPU_KERNELS. */
+    const char *kernels = rv_cpu_kernels();
+    if (kernels)
+        printf("cpu kernels: %s (best on this CPU: %s)\n", kernels, rv_cpu_kernels_best());
+    else
+        printf("cpu kernels: refused: %s\n", rv_last_error());
     printf("threads: %d (default)\n", rv_cpu_default_threads());
 }
 

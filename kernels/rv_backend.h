@@ -174,6 +174,16 @@ int rv_cpu_default_threads(void);
 /* Name of the BLAS kernel set in use ("SkylakeX", "Haswell", ...). */
 const char *rv_blas_corename(void);
 
+/* The CPU attention kernels in use: "avx512", "avx2" or "blas", the best this CPU
+ * runs, or the set RINGVIT_CPU_KERNELS names. NULL (and rv_last_error set) when
+ * that variable names a set unknown or one this CPU cannot run; CPU backends are
+ * then refused too. */
+const char *rv_cpu_kernels(void);
+/* The best kernel set this CPU runs, whatever RINGVIT_CPU_KERNELS says. */
+const char *rv_cpu_kernels_best(void);
+/* 1 when this CPU and build can run kernel set name ("avx512", "avx2", "blas"). */
+int rv_cpu_kernels_supported(const char *name);
+
 #ifdef __cplusplus
 }
 #endif

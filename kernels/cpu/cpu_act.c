@@ -25,6 +25,7 @@
  * x and y (dy and dx) may be the same array: each element is read before it is
  * written, by the same iteration. */
 #include <math.h>
+#include <omp.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -96,52 +97,113 @@ static inline float gelu_cdf(float x, float *pdf)
 }
 
 /* One loop per activation: the activation is chosen once per call, so each loop
- * body is branch-free and vectorizes. */
-static void gelu_fwd(int threads, const float *x, float *y, size_t n)
+ * body is branch-free and vectorizes. The loops are compiled twice, for the build's
+ * baseline and for AVX2 with FMA, and the second runs where the CPU has those
+ * (act_spans): in a build without -march=native, fmaf above is otherwise a libm
+ * call per element. The file is compiled with -fno-trapping-math (CMakeLists.txt),
+ * without which GCC vectorizes none of these loops for AVX2 (their selects would
+ * evaluate both sides): a scalar GELU took 7% of an encoder forward, 0.3% now. */
+#define ACT_SPANS(SFX, ATTR)                                                              \
+    ATTR static void gelu_fwd##SFX(const float *x, float *y, size_t n)                    \
+    {                                                                                     \
+        for (size_t i = 0; i < n; i++) {                                                  \
+            float v = x[i], pdf;                                                          \
+            y[i] = v * gelu_cdf(v, &pdf);                                                 \
+        }                                                                                 \
+    }                                                                                     \
+    ATTR static void gelu_bwd##SFX(const float *x, const float *dy, float *dx, size_t n)  \
+    {                                                                                     \
+        for (size_t i = 0; i < n; i++) {                                                  \
+            float v = x[i], pdf;                                                          \
+            float cdf = gelu_cdf(v, &pdf);                                                \
+            dx[i] = dy[i] * (cdf + v * pdf);                                              \
+        }                                                                                 \
+    }                                                                                     \
+    ATTR static void gelu_tanh_fwd##SFX(const float *x, float *y, size_t n)               \
+    {                                                                                     \
+        for (size_t i = 0; i < n; i++)                                                    \
+            y[i] = act_gelu_tanh_fwd(x[i]);                                               \
+    }                                                                                     \
+    ATTR static void gelu_tanh_bwd##SFX(const float *x, const float *dy, float *dx,       \
+                                        size_t n)                                         \
+    {                                                                                     \
+        for (size_t i = 0; i < n; i++)                                                    \
+            dx[i] = act_gelu_tanh_bwd(x[i], dy[i]);                                       \
+    }                                                                                     \
+    ATTR static void quick_gelu_fwd##SFX(const float *x, float *y, size_t n)              \
+    {                                                                                     \
+        for (size_t i = 0; i < n; i++)                                                    \
+            y[i] = act_quick_gelu_fwd(x[i]);                                              \
+    }                                                                                     \
+    ATTR static void quick_gelu_bwd##SFX(const float *x, const float *dy, float *dx,      \
+                                         size_t n)                                        \
+    {                                                                                     \
+        for (size_t i = 0; i < n; i++)                                                    \
+            dx[i] = act_quick_gelu_bwd(x[i], dy[i]);                                      \
+    }                                                                                     \
+    static const act_span_set act_spans##SFX = {                                          \
+        {gelu_fwd##SFX, gelu_tanh_fwd##SFX, quick_gelu_fwd##SFX},                         \
+        {gelu_bwd##SFX, gelu_tanh_bwd##SFX, quick_gelu_bwd##SFX},                         \
+    };
+
+typedef void (*act_fwd_span)(const float *x, float *y, size_t n);
+typedef void (*act_bwd_span)(const float *x, const float *dy, float *dx, size_t n);
+
+/* One compilation of the loops, indexed by rv_act. */
+typedef struct act_span_set {
+    act_fwd_span fwd[3];
+    act_bwd_span bwd[3];
+} act_span_set;
+_Static_assert(RV_ACT_GELU == 0 && RV_ACT_GELU_TANH == 1 && RV_ACT_QUICK_GELU == 2,
+               "act_span_set is indexed by rv_act");
+
+ACT_SPANS(_base, )
+#if defined(__x86_64__) && defined(__GNUC__)
+ACT_SPANS(_fma, __attribute__((target("avx2,fma"))))
+#endif
+
+/* The loops for this CPU. */
+static const act_span_set *act_spans(void)
 {
-#pragma omp parallel for num_threads(threads) schedule(static) if (n > PAR_MIN_ELEMS)
-    for (size_t i = 0; i < n; i++) {
-        float v = x[i], pdf;
-        y[i] = v * gelu_cdf(v, &pdf);
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return &act_spans_fma;
+#endif
+    return &act_spans_base;
+}
+
+/* Thread t of the team takes elements [n t / T, n (t + 1) / T), whole 16-element
+ * blocks but the last. */
+static void thread_span(size_t n, size_t *lo, size_t *hi)
+{
+    size_t t = (size_t)omp_get_thread_num(), nt = (size_t)omp_get_num_threads();
+    size_t blocks = (n + 15) / 16;
+    *lo = blocks * t / nt * 16;
+    *hi = blocks * (t + 1) / nt * 16;
+    *lo = *lo < n ? *lo : n;
+    *hi = *hi < n ? *hi : n;
+}
+
+static void run_fwd(int threads, act_fwd_span f, const float *x, float *y, size_t n)
+{
+#pragma omp parallel num_threads(threads) if (n > PAR_MIN_ELEMS)
+    {
+        size_t lo, hi;
+        thread_span(n, &lo, &hi);
+        f(x + lo, y + lo, hi - lo);
     }
 }
 
-static void gelu_bwd(int threads, const float *x, const float *dy, float *dx, size_t n)
+static void run_bwd(int threads, act_bwd_span f, const float *x, const float *dy, float *dx,
+                    size_t n)
 {
-#pragma omp parallel for num_threads(threads) schedule(static) if (n > PAR_MIN_ELEMS)
-    for (size_t i = 0; i < n; i++) {
-        float v = x[i], pdf;
-        float cdf = gelu_cdf(v, &pdf);
-        dx[i] = dy[i] * (cdf + v * pdf);
+#pragma omp parallel num_threads(threads) if (n > PAR_MIN_ELEMS)
+    {
+        size_t lo, hi;
+        thread_span(n, &lo, &hi);
+        f(x + lo, dy + lo, dx + lo, hi - lo);
     }
-}
-
-static void gelu_tanh_fwd(int threads, const float *x, float *y, size_t n)
-{
-#pragma omp parallel for num_threads(threads) schedule(static) if (n > PAR_MIN_ELEMS)
-    for (size_t i = 0; i < n; i++)
-        y[i] = act_gelu_tanh_fwd(x[i]);
-}
-
-static void gelu_tanh_bwd(int threads, const float *x, const float *dy, float *dx, size_t n)
-{
-#pragma omp parallel for num_threads(threads) schedule(static) if (n > PAR_MIN_ELEMS)
-    for (size_t i = 0; i < n; i++)
-        dx[i] = act_gelu_tanh_bwd(x[i], dy[i]);
-}
-
-static void quick_gelu_fwd(int threads, const float *x, float *y, size_t n)
-{
-#pragma omp parallel for num_threads(threads) schedule(static) if (n > PAR_MIN_ELEMS)
-    for (size_t i = 0; i < n; i++)
-        y[i] = act_quick_gelu_fwd(x[i]);
-}
-
-static void quick_gelu_bwd(int threads, const float *x, const float *dy, float *dx, size_t n)
-{
-#pragma omp parallel for num_threads(threads) schedule(static) if (n > PAR_MIN_ELEMS)
-    for (size_t i = 0; i < n; i++)
-        dx[i] = act_quick_gelu_bwd(x[i], dy[i]);
 }
 
 rv_status cpu_act_fwd(rv_backend *be, rv_act act, const float *x, float *y, size_t n)
@@ -149,17 +211,7 @@ rv_status cpu_act_fwd(rv_backend *be, rv_act act, const float *x, float *y, size
     rv_status st = rv_args_act_fwd(act, x, y, n);
     if (st != RV_OK || n == 0)
         return st;
-    switch (act) {
-    case RV_ACT_GELU:
-        gelu_fwd(be->threads, x, y, n);
-        break;
-    case RV_ACT_GELU_TANH:
-        gelu_tanh_fwd(be->threads, x, y, n);
-        break;
-    case RV_ACT_QUICK_GELU:
-        quick_gelu_fwd(be->threads, x, y, n);
-        break;
-    }
+    run_fwd(be->threads, act_spans()->fwd[act], x, y, n);
     return RV_OK;
 }
 
@@ -169,16 +221,6 @@ rv_status cpu_act_bwd(rv_backend *be, rv_act act, const float *x, const float *d
     rv_status st = rv_args_act_bwd(act, x, dy, dx, n);
     if (st != RV_OK || n == 0)
         return st;
-    switch (act) {
-    case RV_ACT_GELU:
-        gelu_bwd(be->threads, x, dy, dx, n);
-        break;
-    case RV_ACT_GELU_TANH:
-        gelu_tanh_bwd(be->threads, x, dy, dx, n);
-        break;
-    case RV_ACT_QUICK_GELU:
-        quick_gelu_bwd(be->threads, x, dy, dx, n);
-        break;
-    }
+    run_bwd(be->threads, act_spans()->bwd[act], x, dy, dx, n);
     return RV_OK;
 }

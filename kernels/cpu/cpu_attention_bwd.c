@@ -13,8 +13,9 @@
  *   dQ += scale * dS K                   dK += scale * dS^T Q
  * Under a span mask (RV_MASK_SPAN) a key tile walks only the query tiles its box
  * meets (cpu_attn_span.h), masking pair by pair (P = 0) where the boxes partly meet.
- * This is the portable BLAS version; where the CPU has AVX-512 (and
- * RINGVIT_CPU_KERNELS=blas is not set) cpu_attn_bwd_tiles_avx512.c runs instead. */
+ * This is the portable BLAS version; where the CPU has AVX-512 or AVX2 (and
+ * RINGVIT_CPU_KERNELS=blas is not set) the register-blocked kernels' backward
+ * (cpu_attn_tiles_isa.h) runs instead. */
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -200,12 +201,13 @@ rv_status cpu_attn_bwd(rv_backend *be, const rv_attn_bwd_args *a)
                                       be->threads, &pl.kt)) != RV_OK)
             goto end;
     }
-#if defined(__x86_64__) && defined(__GNUC__)
-    if (rv_attn_tiles_select() == &rv_attn_tiles_avx512) {
-        ret = rv_attn_bwd_avx512(be, a, a->mask.kind == RV_MASK_SPAN ? &pl.qt : NULL, &pl.kt);
+    const rv_attn_tile_ops *ops;
+    if ((ret = rv_attn_tiles_select(&ops)) != RV_OK)
+        goto end;
+    if (ops->bwd) { /* the register-blocked kernels' backward (cpu_attn_tiles_isa.h) */
+        ret = ops->bwd(be, a, a->mask.kind == RV_MASK_SPAN ? &pl.qt : NULL, &pl.kt);
         goto end;
     }
-#endif
     pl.scale = rv_attn_scale(a->scale, d);
     pl.scale2 = pl.scale * RV_LOG2E;
     pl.ns = (be->threads + a->heads - 1) / a->heads;

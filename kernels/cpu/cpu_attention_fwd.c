@@ -4,7 +4,8 @@
  * Work items are (head, query tile); each thread walks the key tiles a query tile
  * can see, keeping a running row max m, row sum l and an unnormalised output
  * accumulator. The tile steps (cpu_attn_tiles.h) run on packed copies of the
- * tiles: AVX-512 register-blocked kernels where the CPU has them, else BLAS. Scores are in base-2 units
+ * tiles: the register-blocked kernels of the best instruction set the CPU has
+ * (AVX-512, AVX2), else BLAS (cpu_kernels_select.c). Scores are in base-2 units
  * (scale * log2 e folded into the packed queries) so the exponential is a cheap
  * exp2. Memory per thread is one (BQ x BK) score tile, the packed tiles and a
  * (BQ x dim) accumulator: never an (Sq x Sk) buffer.
@@ -314,7 +315,9 @@ rv_status cpu_attn_fwd(rv_backend *be, const rv_attn_fwd_args *a)
     if (st != RV_OK || none)
         return st;
 
-    const rv_attn_tile_ops *ops = rv_attn_tiles_select();
+    const rv_attn_tile_ops *ops;
+    if ((st = rv_attn_tiles_select(&ops)) != RV_OK)
+        return st;
     const float scale2 = rv_attn_scale(a->scale, a->dim) * RV_LOG2E;
     const int qtiles = (a->sq + RV_FWD_BQ - 1) / RV_FWD_BQ;
     const int items = qtiles * a->heads;

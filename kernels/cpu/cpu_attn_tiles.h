@@ -1,8 +1,10 @@
 /* cpu_attn_tiles.h: the three per-tile steps of the attention forward (scores,
  * online-softmax row update, probabilities times values) behind a small table, so
- * one driver (cpu_attention_fwd.c) runs either the AVX-512 register-blocked
- * kernels or a portable BLAS version, chosen at run time. The backward's AVX-512
- * driver is declared here too and chosen the same way. Internal to kernels/cpu.
+ * one driver (cpu_attention_fwd.c) runs the register-blocked kernels of the best
+ * instruction set the CPU has (AVX-512, AVX2) or a portable BLAS version, chosen at
+ * run time (cpu_kernels_select.c). The table also holds the backward written over
+ * the same kernels (NULL for BLAS, whose backward is cpu_attention_bwd.c's).
+ * Internal to kernels/cpu.
  *
  * Operand layouts (all 64-byte aligned, zero padded):
  *   qp  (rows, d)     query tile scaled by scale * log2 e; rows % 8 == 0
@@ -14,6 +16,8 @@
 #define RV_CPU_ATTN_TILES_H
 
 #include "../rv_backend.h"
+
+struct rv_span_tiles;
 
 typedef struct rv_attn_tile_ops {
     const char *name;
@@ -27,22 +31,23 @@ typedef struct rv_attn_tile_ops {
     /* acc += s @ vp over bk keys. */
     void (*pv)(const float *s, int lds, const float *vp, int ldv, int bk, int rows,
                float *acc);
+    /* The whole backward, for arguments cpu_attn_bwd has checked and found
+     * non-empty; NULL: cpu_attention_bwd.c's BLAS version. Under a span mask qt and
+     * kt are the query tiles of RV_BWD_BQ and key tiles of RV_BWD_BK
+     * (cpu_attn_span.h), else qt is NULL. */
+    rv_status (*bwd)(rv_backend *be, const rv_attn_bwd_args *a,
+                     const struct rv_span_tiles *qt, const struct rv_span_tiles *kt);
 } rv_attn_tile_ops;
 
 extern const rv_attn_tile_ops rv_attn_tiles_blas;
+#if defined(__x86_64__) && defined(__GNUC__)
 extern const rv_attn_tile_ops rv_attn_tiles_avx512;
+extern const rv_attn_tile_ops rv_attn_tiles_avx2;
+#endif
 
-/* The AVX-512 kernels where the CPU has them, else BLAS. RINGVIT_CPU_KERNELS=blas
- * in the environment forces the BLAS version (for tests and comparisons). */
-const rv_attn_tile_ops *rv_attn_tiles_select(void);
-
-/* The attention backward on the AVX-512 tile kernels (cpu_attn_bwd_tiles_avx512.c),
- * for arguments cpu_attn_bwd has checked and found non-empty; call it only where
- * rv_attn_tiles_select() returns &rv_attn_tiles_avx512. Under a span mask qt and
- * kt are the query tiles of RV_BWD_BQ and key tiles of RV_BWD_BK (cpu_attn_span.h),
- * else qt is NULL. */
-struct rv_span_tiles;
-rv_status rv_attn_bwd_avx512(rv_backend *be, const rv_attn_bwd_args *a,
-                             const struct rv_span_tiles *qt, const struct rv_span_tiles *kt);
+/* The kernels to run (cpu_kernels_select.c): RINGVIT_CPU_KERNELS when set, else the
+ * best the CPU has. Fails (naming the variable and what the CPU lacks) when the
+ * variable names a set this CPU or build cannot run. */
+rv_status rv_attn_tiles_select(const rv_attn_tile_ops **ops);
 
 #endif

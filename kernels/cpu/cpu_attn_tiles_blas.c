@@ -1,5 +1,5 @@
 /* cpu_attn_tiles_blas.c: the attention tile steps on OpenBLAS and plain C, for CPUs
- * without AVX-512 (and as a cross-check of the AVX-512 kernels). */
+ * without AVX2 (and as a cross-check of the register-blocked kernels). */
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -50,21 +50,9 @@ static void blas_pv(const float *s, int lds, const float *vp, int ldv, int bk, i
 }
 
 const rv_attn_tile_ops rv_attn_tiles_blas = {
-    /* .name        = */ "blas",
-    /* .qk          = */ blas_qk,
-    /* .softmax_row = */ blas_softmax_row,
-    /* .pv          = */ blas_pv,
+    .name = "blas",
+    .qk = blas_qk,
+    .softmax_row = blas_softmax_row,
+    .pv = blas_pv,
+    .bwd = NULL, /* cpu_attention_bwd.c */
 };
-
-const rv_attn_tile_ops *rv_attn_tiles_select(void)
-{
-    const char *force = getenv("RINGVIT_CPU_KERNELS");
-    if (force && strcmp(force, "blas") == 0)
-        return &rv_attn_tiles_blas;
-#if defined(__x86_64__) && defined(__GNUC__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f"))
-        return &rv_attn_tiles_avx512;
-#endif
-    return &rv_attn_tiles_blas;
-}

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "../rv_cuda.h"
+#include "cpu_attn_tiles.h"
 #include "cpu_ops.h"
 
 char *openblas_get_corename(void);
@@ -92,6 +93,10 @@ const char *rv_blas_corename(void)
 rv_status rv_backend_cpu_create(int threads, rv_backend **out)
 {
     *out = NULL;
+    const rv_attn_tile_ops *ops; /* RINGVIT_CPU_KERNELS may name kernels this CPU lacks */
+    rv_status st = rv_attn_tiles_select(&ops);
+    if (st != RV_OK)
+        return st;
     rv_backend *be = malloc(sizeof *be);
     if (!be)
         return rv_fail(RV_ERR_NOMEM, "cpu backend: out of memory");

@@ -1,9 +1,11 @@
-/* cpu_tile_kernels.h: register-blocked micro-kernels for the attention tiles,
- * written with GCC vector extensions (16 floats per vector: one AVX-512 register,
- * two AVX registers elsewhere) so they compile on any x86-64 and are fastest with
- * -march=native on AVX-512 machines. They replace BLAS calls on the thin products
- * attention is made of (inner dimension = head dim, often 64), where a general
- * GEMM spends much of its time packing.
+/* cpu_tile_kernels.h: register-blocked micro-kernels for the attention tiles on
+ * AVX-512 (16 floats per vector: one AVX-512 register; 32 registers hold an 8 x 32
+ * block), written with GCC vector extensions and included from a file compiled for
+ * AVX-512 (cpu_attn_tiles_avx512.c), with the 16-lane row operations of the
+ * softmax (cpu_vec_rows.h). They replace BLAS
+ * calls on the thin products attention is made of (inner dimension = head dim,
+ * often 64), where a general GEMM spends much of its time packing.
+ * cpu_tile_kernels_avx2.h has the same kernels for AVX2's 16 registers.
  *
  * Operands are packed by the caller into 64-byte aligned, zero-padded buffers:
  *   qp  (rows, d)     query tile, pre-scaled, rows a multiple of 8
@@ -16,6 +18,8 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "cpu_vec_rows.h"
 
 typedef float rv_v16 __attribute__((vector_size(64), aligned(64)));
 typedef int32_t rv_i16 __attribute__((vector_size(64), aligned(64)));
@@ -90,81 +94,25 @@ RV_PV_KERNEL(rv_pv_4x32, 2)
 RV_PV_KERNEL(rv_pv_4x16, 1)
 #undef RV_PV_KERNEL
 
-/* acc (rows, ldv) += p (rows, bk) @ vp (bk, ldv); rows % 4 == 0, ldv % 16 == 0. */
-static inline void rv_pv_tile(const float *p, int ldp, const float *vp, int ldv, int bk,
-                              int rows, float *acc)
+/* acc (rows, cols) += p (rows, k) @ vp (k, ldv); rows % 4 == 0, cols % 16 == 0. */
+static inline void rv_pv_tile(const float *p, int ldp, const float *vp, int ldv, int k,
+                              int rows, int cols, float *acc, int lda)
 {
     for (int i = 0; i < rows; i += 4) {
         const float *pi = p + (size_t)i * ldp;
-        float *ai = acc + (size_t)i * ldv;
+        float *ai = acc + (size_t)i * lda;
         int c = 0;
-        for (; c + 64 <= ldv; c += 64)
-            rv_pv_4x64(pi, ldp, vp + c, ldv, bk, ai + c, ldv);
-        for (; c + 32 <= ldv; c += 32)
-            rv_pv_4x32(pi, ldp, vp + c, ldv, bk, ai + c, ldv);
-        for (; c < ldv; c += 16)
-            rv_pv_4x16(pi, ldp, vp + c, ldv, bk, ai + c, ldv);
+        for (; c + 64 <= cols; c += 64)
+            rv_pv_4x64(pi, ldp, vp + c, ldv, k, ai + c, lda);
+        for (; c + 32 <= cols; c += 32)
+            rv_pv_4x32(pi, ldp, vp + c, ldv, k, ai + c, lda);
+        for (; c < cols; c += 16)
+            rv_pv_4x16(pi, ldp, vp + c, ldv, k, ai + c, lda);
     }
 }
 
 /* ---- row operations of the online softmax, 16 lanes at a time ------------------ */
 
-static inline rv_v16 rv_v16_splat(float x)
-{
-    return (rv_v16){0} + x;
-}
-
-static inline rv_v16 rv_v16_select(rv_i16 mask, rv_v16 a, rv_v16 b)
-{
-    return (rv_v16)((mask & (rv_i16)a) | (~mask & (rv_i16)b));
-}
-
-static inline rv_v16 rv_v16_max(rv_v16 a, rv_v16 b)
-{
-    return rv_v16_select(a > b, a, b);
-}
-
-static inline float rv_v16_hmax(rv_v16 v)
-{
-    float m = v[0];
-    for (int l = 1; l < 16; l++)
-        m = v[l] > m ? v[l] : m;
-    return m;
-}
-
-static inline float rv_v16_hsum(rv_v16 v)
-{
-    float s = 0.0f;
-    for (int l = 0; l < 16; l++)
-        s += v[l];
-    return s;
-}
-
-/* 2^t for t <= 0, lane by lane, as rv_exp2_nonpos in cpu_exp.h: arguments at or
- * below -127 (-inf included) give exactly 0. */
-static inline rv_v16 rv_exp2_v16(rv_v16 t)
-{
-    const rv_v16 lo = rv_v16_splat(-127.0f), shifter = rv_v16_splat(12582912.0f);
-    t = rv_v16_max(t, lo);                       /* NaN lanes become -127: 0 */
-    t = rv_v16_select(t < (rv_v16){0}, t, (rv_v16){0}); /* +inf: 1, never a wild exponent */
-    rv_v16 r = (t + shifter) - shifter;
-    rv_v16 f = t - r;
-    rv_i16 e = (__builtin_convertvector(r, rv_i16) + 127) << 23;
-    rv_v16 p = rv_v16_splat(1.5403530393381606e-4f);
-    p = p * f + 1.3333558146428443e-3f;
-    p = p * f + 9.6181291076284772e-3f;
-    p = p * f + 5.5504108664821580e-2f;
-    p = p * f + 2.4022650695910071e-1f;
-    p = p * f + 6.9314718055994531e-1f;
-    p = p * f + 1.0f;
-    return p * (rv_v16)e;
-}
-
-/* Lanes [0, n) of a vector are live: a mask with -1 there and 0 elsewhere. */
-static inline rv_i16 rv_lanes_below(int n)
-{
-    const rv_i16 iota = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-    return iota < ((rv_i16){0} + n);
-}
+RV_VEC_ROW_OPS(rv_v16, rv_v16, rv_i16, 16)
 
 #endif

@@ -65,7 +65,20 @@ t_version() {
     run_exe --version
     want_rc 0 && want_out '^ringvit [0-9]+\.[0-9]+\.[0-9]+$' &&
         want_out '^cuda: (no|backend built \(sm_[0-9,]+\), [0-9]+ devices?.*)$' && want_out '^mpi: (yes|no)$' && want_out '^media: (yes|no)' &&
-        want_out '^blas: ' && want_out '^threads: [1-9]'
+        want_out '^blas: ' && want_out '^threads: [1-9]' &&
+        want_out '^cpu kernels: (avx512|avx2|blas) \(best on this CPU: (avx512|avx2|blas)\)$'
+}
+# RINGVIT_CPU_KERNELS: the forced set is the one --version and a bench header name;
+# an unknown set is refused by the command that needs the CPU backend.
+t_kernels_forced() {
+    RINGVIT_CPU_KERNELS=blas run_exe --version
+    want_rc 0 && want_out '^cpu kernels: blas \(best' || return 1
+    RINGVIT_CPU_KERNELS=blas run_exe bench attention --seq 64 --heads 2 --dim 32
+    want_rc 0 && want_out '^# ringvit bench attention: backend cpu kernels blas,'
+}
+t_kernels_unknown() {
+    RINGVIT_CPU_KERNELS=avx1024 run_exe bench attention --seq 64 --heads 2 --dim 32
+    want_rc 1 && want_err 'RINGVIT_CPU_KERNELS=avx1024: unknown kernel set'
 }
 t_no_args() { run_exe; want_rc 2 && want_no_out && want_err '^usage: ringvit'; }
 t_unknown_command() {
@@ -276,6 +289,8 @@ sys.exit(0 if ok else 3)
 check help t_help
 check help-short t_help_short
 check version t_version
+check kernels-forced t_kernels_forced
+check kernels-unknown t_kernels_unknown
 check no-args t_no_args
 check unknown-command t_unknown_command
 check unknown-option t_unknown_option

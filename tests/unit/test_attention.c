@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernel_paths.h"
 #include "ref_attention.h"
 #include "ref_ops.h"
 #include "rv_backend.h"
@@ -410,17 +411,49 @@ Test(attention, rejects_bad_shapes)
     rv_backend_free(&be);
 }
 
-/* The portable BLAS tile path (CPUs without AVX-512) against the same references;
- * on AVX-512 machines the tests above run the AVX-512 kernels. Criterion runs each
- * test in its own process, so the environment change stays here. */
+/* Every kernel set (AVX-512, AVX2, BLAS tiles) against the same references,
+ * wherever this CPU runs it (kernel_paths.h; the tests above run the best one):
+ * odd sizes, causal, offsets that leave whole tiles and rows unseen, and head dims
+ * 32, 40, 64, 80 and 128. */
+static void kernel_path_cases(const char *path)
+{
+    if (!kernel_path_force(path))
+        return;
+    const int dims[] = {32, 40, 64, 80, 128};
+    for (int di = 0; di < 5; di++) {
+        if (di % 2) /* the long case at two head dims: its reference is slow */
+            check_case(2, 900 + di, 1000, 1000, 3, dims[di], causal, 1);
+        check_case(1, 910 + di, 129, 517, 4, dims[di], no_mask, 1);
+        check_case(2, 920 + di, 7, 33, 1, dims[di], no_mask, 1);
+        rv_attn_mask m = {.kind = RV_MASK_CAUSAL, .q_start = 200, .k_start = 300};
+        check_case(2, 930 + di, 600, 300, 2, dims[di], m, 1);
+    }
+}
+
+Test(attention, avx512_tile_path)
+{
+    kernel_path_cases("avx512");
+}
+
+Test(attention, avx2_tile_path)
+{
+    kernel_path_cases("avx2");
+}
+
 Test(attention, blas_tile_path)
 {
-    cr_assert_eq(setenv("RINGVIT_CPU_KERNELS", "blas", 1), 0);
-    const int dims[] = {32, 80};
-    for (int di = 0; di < 2; di++) {
-        check_case(2, 900 + di, 1000, 1000, 3, dims[di], causal, 1);
-        check_case(1, 910 + di, 129, 517, 4, dims[di], no_mask, 1);
-        rv_attn_mask m = {.kind = RV_MASK_CAUSAL, .q_start = 200, .k_start = 300};
-        check_case(2, 920 + di, 600, 300, 2, dims[di], m, 1);
-    }
+    kernel_path_cases("blas");
+}
+
+/* A kernel set no build has, and a CPU backend under it: refused, naming it. */
+Test(attention, unknown_kernel_set_refused)
+{
+    cr_assert_eq(setenv("RINGVIT_CPU_KERNELS", "avx1024", 1), 0);
+    cr_assert_null(rv_cpu_kernels());
+    rv_backend *be = NULL;
+    cr_assert_eq(rv_backend_cpu_create(1, &be), RV_ERR_INVALID);
+    cr_assert_null(be);
+    cr_assert(strstr(rv_last_error(), "RINGVIT_CPU_KERNELS=avx1024"), "%s", rv_last_error());
+    cr_assert_eq(setenv("RINGVIT_CPU_KERNELS", "auto", 1), 0);
+    cr_assert_str_eq(rv_cpu_kernels(), rv_cpu_kernels_best());
 }

@@ -12,8 +12,8 @@
  * context-parallel attention calls them); accumulate mode over several key chunks
  * against one call over all keys; rows that see nothing; NaN keys; the argument
  * checks; and that tile skipping is real: the kernels' tile-pair counters against
- * the tiles that hold a visible pair, for 20 000 tokens and a 2 s window. Both tile
- * paths run: AVX-512 where the CPU has it, and BLAS (RINGVIT_CPU_KERNELS=blas). */
+ * the tiles that hold a visible pair, for 20 000 tokens and a 2 s window. Every
+ * kernel set this CPU runs (AVX-512, AVX2, BLAS tiles) is checked too. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -22,6 +22,7 @@
 
 #include "cpu/cpu_attention.h" /* RV_FWD_BQ, ..., the tile sizes */
 #include "cpu/cpu_attn_span.h" /* rv_cpu_attn_tile_counts */
+#include "kernel_paths.h"
 #include "ref_attention.h"
 #include "ref_ops.h"
 #include "rv_backend.h"
@@ -234,12 +235,24 @@ Test(attention_span, masks_forward_and_backward_odd_dim)
     grid(1, 48, 1, 20);
 }
 
-/* The portable BLAS tiles (CPUs without AVX-512); Criterion runs each test in its
- * own process, so the environment change stays here. */
+/* Every kernel set wherever this CPU runs it (kernel_paths.h; the tests above run
+ * the best one), at head dim 40. */
+Test(attention_span, avx512_tile_path)
+{
+    if (kernel_path_force("avx512"))
+        grid(2, 40, 2, 30);
+}
+
+Test(attention_span, avx2_tile_path)
+{
+    if (kernel_path_force("avx2"))
+        grid(2, 40, 2, 30);
+}
+
 Test(attention_span, blas_tile_path)
 {
-    cr_assert_eq(setenv("RINGVIT_CPU_KERNELS", "blas", 1), 0);
-    grid(2, 32, 2, 30);
+    if (kernel_path_force("blas"))
+        grid(2, 40, 2, 30);
 }
 
 /* ---- accumulate over key chunks ------------------------------------------------- */
@@ -601,8 +614,14 @@ Test(attention_span, tile_skipping_is_real)
     tile_skipping("as built");
 }
 
+Test(attention_span, tile_skipping_is_real_avx2)
+{
+    if (kernel_path_force("avx2"))
+        tile_skipping("avx2");
+}
+
 Test(attention_span, tile_skipping_is_real_blas)
 {
-    cr_assert_eq(setenv("RINGVIT_CPU_KERNELS", "blas", 1), 0);
-    tile_skipping("blas");
+    if (kernel_path_force("blas"))
+        tile_skipping("blas");
 }

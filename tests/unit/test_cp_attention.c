@@ -3,12 +3,14 @@
  * applies, N in {1, 2, 3, 4, 5, 8}, S in {N*64, 1000, 1237}, H in {1, 4, 6}, d in
  * {32, 64}, causal (zigzag) and not (contiguous), forward and backward; masked
  * steps, error growth with N, zigzag balance and argument errors; every strategy
- * again under the strict (NCCL-like) communicator at N = 2..5. */
+ * again under the strict (NCCL-like) communicator at N = 2..5, and at N = 3 on each
+ * CPU kernel set this CPU runs. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernel_paths.h"
 #include "ref_attention.h"
 #include "ref_cp.h"
 #include "ref_ops.h"
@@ -108,6 +110,25 @@ Test(cp_attention, grid_cp3) { grid_for(3); }
 Test(cp_attention, grid_cp4) { grid_for(4); }
 Test(cp_attention, grid_cp5) { grid_for(5); }
 Test(cp_attention, grid_cp8) { grid_for(8); }
+
+/* Every strategy at cp 3 on each kernel set this CPU runs (kernel_paths.h; the
+ * tests above run the best one): causal zigzag and unmasked contiguous shards. */
+static void kernel_path_cp(const char *path)
+{
+    if (!kernel_path_force(path))
+        return;
+    for (int strat = 0; strat < 3; strat++)
+        for (int causal = 0; causal < 2; causal++) {
+            ref_cp_case c = {1000, 3, 40, causal,
+                             causal ? RV_SHARD_ZIGZAG : RV_SHARD_CONTIGUOUS,
+                             (rv_cp_strategy)strat, 2000 + 10 * strat + causal};
+            check_case(&c, 3);
+        }
+}
+
+Test(cp_attention, avx512_kernels) { kernel_path_cp("avx512"); }
+Test(cp_attention, avx2_kernels) { kernel_path_cp("avx2"); }
+Test(cp_attention, blas_kernels) { kernel_path_cp("blas"); }
 
 /* Slices longer than the ring's chunk (1024 rows on the CPU): blocks travel in
  * several chunks, each cut from every segment of the slice, with uneven segments

@@ -1,17 +1,29 @@
-/* cpu_attn_bwd_tiles_avx512.c: the attention backward on the AVX-512 register-blocked
- * tile kernels of cpu_tile_kernels.h (compiled for AVX-512 whatever the build's
- * -march, called only where the CPU has it; cpu_attention_bwd.c chooses). Same
- * work split as the BLAS version: items are (head, split), a split owns every
- * ns-th key tile of its head and accumulates that tile's dK, dV in a per-thread
- * buffer while it walks the query tiles that see it. Memory: the query side is
- * packed once per call (four (sq, dim) copies) plus one (dim, sq) dQ^T per split.
+/* cpu_attn_tiles_isa.h: the attention tile steps and the tiled backward, written
+ * once over a set of register-blocked micro-kernels and compiled once per
+ * instruction set: cpu_attn_tiles_avx512.c and cpu_attn_tiles_avx2.c each set the
+ * compiler target, include their kernels and then this file, with
+ *   RV_ISA_QK_TILE(qp, d, ktp, ldk, rows, cols, s, lds)      s = qp @ ktp
+ *   RV_ISA_PV_TILE(p, ldp, vp, ldv, k, rows, cols, acc, lda) acc += p @ vp
+ *   RV_ISA_NAME   the kernel set's name, RV_ISA_TABLE the table it defines.
+ * Not a header to include anywhere else.
+ *
+ * The forward's steps fill an rv_attn_tile_ops table (cpu_attn_tiles.h) that
+ * cpu_attention_fwd.c drives; the row operations of the online softmax run a
+ * register at a time (cpu_vec_rows.h: RV_VF and RV_VI of RV_VL lanes, operations
+ * RV_VOP(op)), also set by the including file.
+ *
+ * The backward: same work split as the BLAS version (cpu_attention_bwd.c): items
+ * are (head, split), a split owns every ns-th key tile of its head and accumulates
+ * that tile's dK, dV in a per-thread buffer while it walks the query tiles that see
+ * it. Memory: the query side is packed once per call (four (sq, dim) copies) plus
+ * one (dim, sq) dQ^T per split.
  *
  * Everything is computed transposed, key rows by query columns, so that every
  * product has a layout the two micro-kernels take without a per-tile transpose:
  *   S^T  = K (scale log2 e Q)^T       qk kernel, Q^T packed once per call, scaled
  *                                     as the forward scales it: the same scores
  *   dP^T = V dO^T                     qk kernel, dO^T packed once per call
- *   P^T  = exp2(S^T - lse2), dS^T = P^T * (dP^T - D)     16 query columns a vector
+ *   P^T  = exp2(S^T - lse2), dS^T = P^T * (dP^T - D)     a vector of query columns at a time
  *          (lse2 = lse log2 e kept as two floats, so its rounding does not
  *          shift every probability of the row)
  *   dV  += P^T dO,  dK += dS^T Q      pv kernel, dK scaled once at the end
@@ -20,9 +32,6 @@
  * deterministic for a given thread count. Span masks (RV_MASK_SPAN): a key tile
  * walks only the query tiles its box meets (cpu_attn_span.h), and the probabilities
  * of invisible pairs are masked to 0 where the boxes partly meet. */
-#if defined(__x86_64__) && defined(__GNUC__)
-#pragma GCC target("avx512f,avx512vl,avx512dq,avx512bw,fma")
-
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -32,7 +41,10 @@
 #include "cpu_attn_span.h"
 #include "cpu_attn_tiles.h"
 #include "cpu_exp.h"
-#include "cpu_tile_kernels.h"
+
+/* A vector of the instruction set's width at p (aligned). */
+#define ISA_V(p) (*(RV_VF *)(p))
+#define ISA_CV(p) (*(const RV_VF *)(p))
 
 #define BQ RV_BWD_BQ /* query columns of a tile */
 #define BK RV_BWD_BK /* key rows of a tile */
@@ -73,23 +85,6 @@ static void *alloc64(size_t floats)
     return aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
 }
 
-/* dqt (dpad, ldq) += kt (dpad, BK) @ dst (bk, BQ) over cols query columns. */
-static void dqt_tile(const float *kt, int dpad, const float *dst, int bk, int cols,
-                     float *dqt, int ldq)
-{
-    for (int c = 0; c < dpad; c += 4) {
-        const float *p = kt + (size_t)c * BK;
-        float *acc = dqt + (size_t)c * ldq;
-        int i = 0;
-        for (; i + 64 <= cols; i += 64)
-            rv_pv_4x64(p, BK, dst + i, BQ, bk, acc + i, ldq);
-        for (; i + 32 <= cols; i += 32)
-            rv_pv_4x32(p, BK, dst + i, BQ, bk, acc + i, ldq);
-        for (; i < cols; i += 16)
-            rv_pv_4x16(p, BK, dst + i, BQ, bk, acc + i, ldq);
-    }
-}
-
 /* Span mask of key row j (chunk-local) against the query columns i0..i0+bq-1:
  * vis[c] = -1 where query i0 + c sees the key, else 0 (and 0 on to BQ). The rule
  * of span_sees (attn_span.h), written as loops GCC vectorizes. */
@@ -119,9 +114,11 @@ static void bwd_probs(const rv_attn_bwd_args *a, int j0, int bk, int bkp, int i0
                       int span, const float *lse2, const float *lse2lo, const float *delta,
                       float *st, float *dpt)
 {
-    const rv_v16 ninf = rv_v16_splat(-INFINITY);
-    const rv_i16 iota = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-    const int cols = round_up(bq, 16);
+    const RV_VF ninf = RV_VOP(splat)(-INFINITY);
+    RV_VI iota;
+    for (int l = 0; l < RV_VL; l++)
+        iota[l] = l;
+    const int cols = round_up(bq, RV_VL);
     int32_t vis[BQ] __attribute__((aligned(64)));
     for (int j = 0; j < bkp; j++) {
         float *s = st + (size_t)j * BQ, *ds = dpt + (size_t)j * BQ;
@@ -130,27 +127,27 @@ static void bwd_probs(const rv_attn_bwd_args *a, int j0, int bk, int bkp, int i0
             lo = (int64_t)j0 + j + a->mask.k_start - a->mask.q_start - i0;
         lo = lo < 0 ? 0 : lo;
         if (j >= bk || lo >= bq) {
-            for (int c = 0; c < BQ; c += 16)
-                RV_V16(s + c) = RV_V16(ds + c) = (rv_v16){0};
+            for (int c = 0; c < BQ; c += RV_VL)
+                ISA_V(s + c) = ISA_V(ds + c) = (RV_VF){0};
             continue;
         }
         if (span == SPAN_SOME)
             span_cols(&a->mask, (int64_t)j0 + j, i0, bq, vis);
-        const rv_i16 vlo = (rv_i16){0} + (int32_t)lo, vhi = (rv_i16){0} + bq;
+        const RV_VI vlo = (RV_VI){0} + (int32_t)lo, vhi = (RV_VI){0} + bq;
         int c = 0;
-        for (; c < cols; c += 16) {
-            rv_i16 idx = iota + c;
-            rv_i16 live = (idx >= vlo) & (idx < vhi);
+        for (; c < cols; c += RV_VL) {
+            RV_VI idx = iota + c;
+            RV_VI live = (idx >= vlo) & (idx < vhi);
             if (span == SPAN_SOME)
-                live &= *(const rv_i16 *)(vis + c);
-            rv_v16 t = (RV_CV16(s + c) - RV_CV16(lse2 + c)) - RV_CV16(lse2lo + c);
-            t = rv_v16_select(live, t, ninf);
-            rv_v16 p = rv_exp2_v16(t);
-            RV_V16(s + c) = p;
-            RV_V16(ds + c) = p * (RV_CV16(ds + c) - RV_CV16(delta + c));
+                live &= *(const RV_VI *)(vis + c);
+            RV_VF t = (ISA_CV(s + c) - ISA_CV(lse2 + c)) - ISA_CV(lse2lo + c);
+            t = RV_VOP(select)(live, t, ninf);
+            RV_VF p = RV_VOP(exp2)(t);
+            ISA_V(s + c) = p;
+            ISA_V(ds + c) = p * (ISA_CV(ds + c) - ISA_CV(delta + c));
         }
-        for (; c < BQ; c += 16)
-            RV_V16(s + c) = RV_V16(ds + c) = (rv_v16){0};
+        for (; c < BQ; c += RV_VL)
+            ISA_V(s + c) = ISA_V(ds + c) = (RV_VF){0};
     }
 }
 
@@ -165,13 +162,14 @@ static void bwd_pair(const rv_attn_bwd_args *a, const bwd_pack *pk, int h, int s
     const size_t tile = ((size_t)h * pk->qtiles + t) * d * BQ;
     const size_t row = (size_t)h * pk->sqpad + i0;
     const int cols = round_up(bq, 32);
-    rv_qk_tile(w->kp, d, pk->qt + tile, BQ, bkp, cols, w->st, BQ);
-    rv_qk_tile(w->vp, d, pk->dot + tile, BQ, bkp, cols, w->dpt, BQ);
+    RV_ISA_QK_TILE(w->kp, d, pk->qt + tile, BQ, bkp, cols, w->st, BQ);
+    RV_ISA_QK_TILE(w->vp, d, pk->dot + tile, BQ, bkp, cols, w->dpt, BQ);
     bwd_probs(a, j0, bk, bkp, i0, bq, span, pk->lse2 + row, pk->lse2lo + row,
               pk->delta + row, w->st, w->dpt);
-    rv_pv_tile(w->st, BQ, pk->dop + row * dpad, dpad, bq, bkp, w->dv);
-    rv_pv_tile(w->dpt, BQ, pk->qp + row * dpad, dpad, bq, bkp, w->dk);
-    dqt_tile(w->kt, dpad, w->dpt, bk, round_up(bq, 16), dqt + i0, pk->sqpad);
+    RV_ISA_PV_TILE(w->st, BQ, pk->dop + row * dpad, dpad, bq, bkp, dpad, w->dv, dpad);
+    RV_ISA_PV_TILE(w->dpt, BQ, pk->qp + row * dpad, dpad, bq, bkp, dpad, w->dk, dpad);
+    /* dQ^T (dpad, bq) += (scale K^T) (dpad, bk) @ dS^T (bk, bq) */
+    RV_ISA_PV_TILE(w->kt, BK, w->dpt, BQ, bk, dpad, round_up(bq, 16), dqt + i0, pk->sqpad);
 }
 
 /* Key tile j0 of head h against every query tile that sees it (split s); its dK,
@@ -310,8 +308,8 @@ static void bwd_dq_reduce(const rv_attn_bwd_args *a, const bwd_pack *pk, int thr
     }
 }
 
-rv_status rv_attn_bwd_avx512(rv_backend *be, const rv_attn_bwd_args *a,
-                             const rv_span_tiles *qtl, const rv_span_tiles *ktl)
+static rv_status isa_bwd(rv_backend *be, const rv_attn_bwd_args *a,
+                         const rv_span_tiles *qtl, const rv_span_tiles *ktl)
 {
     const int d = a->dim, ktiles = (a->sk + BK - 1) / BK;
     bwd_pack pk = {.qtiles = (a->sq + BQ - 1) / BQ, .dpad = round_up(d, 16)};
@@ -392,4 +390,65 @@ end:
     free(pk.dqt);
     return ret;
 }
-#endif
+
+/* ---- the forward's tile steps ---------------------------------------------------- */
+
+static void isa_qk(const float *qp, int d, const float *ktp, int ldk, int rows, int cols,
+                   float *s, int lds)
+{
+    RV_ISA_QK_TILE(qp, d, ktp, ldk, rows, cols, s, lds);
+}
+
+/* Online-softmax update of one query row with its scores s[0..n) (n visible
+ * keys of this tile; the rest of the row up to bk becomes 0). The row is 64-byte
+ * aligned and writable up to bk rounded up to 16. Returns the factor the row's
+ * accumulator must be multiplied by before P @ V is added. */
+static float isa_softmax_row(float *s, int n, int bk, float *m, float *l)
+{
+    const RV_VF ninf = RV_VOP(splat)(-INFINITY);
+    RV_VF vmx = ninf;
+    for (int j = 0; j < n; j += RV_VL) {
+        RV_VF x = ISA_CV(s + j);
+        if (n - j < RV_VL)
+            x = RV_VOP(select)(RV_VOP(lanes_below)(n - j), x, ninf);
+        vmx = RV_VOP(max)(vmx, x);
+    }
+    float mx = RV_VOP(hmax)(vmx);
+    float m_new = mx > *m ? mx : *m;
+    if (m_new == -INFINITY) { /* nothing seen yet in this row */
+        for (int j = 0; j < bk; j += RV_VL)
+            ISA_V(s + j) = (RV_VF){0};
+        return 1.0f;
+    }
+    const RV_VF vm = RV_VOP(splat)(m_new);
+    RV_VF vsum = {0};
+    int j = 0;
+    for (; j < n; j += RV_VL) {
+        RV_VF t = ISA_CV(s + j) - vm;
+        if (n - j < RV_VL)
+            t = RV_VOP(select)(RV_VOP(lanes_below)(n - j), t, ninf);
+        RV_VF p = RV_VOP(exp2)(t);
+        ISA_V(s + j) = p;
+        vsum += p;
+    }
+    for (; j < bk; j += RV_VL)
+        ISA_V(s + j) = (RV_VF){0};
+    float corr = rv_exp2_nonpos(*m - m_new);
+    *l = *l * corr + RV_VOP(hsum)(vsum);
+    *m = m_new;
+    return corr;
+}
+
+static void isa_pv(const float *s, int lds, const float *vp, int ldv, int bk, int rows,
+                   float *acc)
+{
+    RV_ISA_PV_TILE(s, lds, vp, ldv, bk, rows, ldv, acc, ldv);
+}
+
+const rv_attn_tile_ops RV_ISA_TABLE = {
+    .name = RV_ISA_NAME,
+    .qk = isa_qk,
+    .softmax_row = isa_softmax_row,
+    .pv = isa_pv,
+    .bwd = isa_bwd,
+};
