@@ -271,7 +271,7 @@ int rv_bench_ingest(int argc, char **argv)
     if (json) {
         json_t *root = json_object(), *arr = json_array();
         json_object_set_new(root, "bench", json_string("ingest"));
-        json_object_set_new(root, "file", json_string(path));
+        json_object_set_new(root, "file", rv_cli_json_path(path));
         json_object_set_new(root, "codec", json_string(vs->codec));
         json_object_set_new(root, "width", json_integer(vs->width));
         json_object_set_new(root, "height", json_integer(vs->height));

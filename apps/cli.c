@@ -81,14 +81,25 @@ const char *rv_cli_flag_value(const char *cmd, int argc, char **argv, int *i)
 {
     const char *arg = argv[*i];
     const char *eq = strchr(arg, '=');
-    if (eq && arg[0] == '-')
-        return eq + 1;
-    if (*i + 1 >= argc) {
+    const char *v;
+    if (eq && arg[0] == '-') {
+        v = eq + 1;
+    } else if (*i + 1 >= argc) {
         rv_cli_usage_error(cmd, "flag '%s' needs a value", arg);
         return NULL;
+    } else {
+        *i += 1;
+        v = argv[*i];
     }
-    *i += 1;
-    return argv[*i];
+    /* No flag takes an empty value: `-o ""` would otherwise fail only after the
+     * work, when the output is written. */
+    if (!v[0]) {
+        char name[64];
+        snprintf(name, sizeof name, "%.*s", (int)strcspn(arg, "="), arg);
+        rv_cli_usage_error(cmd, "flag '%s' needs a value, not an empty one", name);
+        return NULL;
+    }
+    return v;
 }
 
 /* Flag name without a "=value" tail, for messages. */
@@ -316,4 +327,41 @@ void rv_cli_on_stop_signals(void (*handler)(int sig))
     sa.sa_flags = SA_RESTART;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+}
+
+char *rv_cli_utf8_text(const char *text)
+{
+    const size_t n = strlen(text);
+    char *out = malloc(4 * n + 1), *o = out;
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < n;) {
+        const unsigned char c = (unsigned char)text[i];
+        const size_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3
+                                       : (c & 0xF8) == 0xF0  ? 4
+                                                             : 0;
+        json_t *one = NULL; /* jansson validates the character (overlong, surrogates) */
+        if (len && i + len <= n && (len == 1 || (one = json_stringn(text + i, len)))) {
+            memcpy(o, text + i, len);
+            o += len;
+            i += len;
+        } else {
+            o += sprintf(o, "\\x%02X", c);
+            i++;
+        }
+        json_decref(one);
+    }
+    *o = '\0';
+    return out;
+}
+
+json_t *rv_cli_json_path(const char *path)
+{
+    json_t *j = json_string(path);
+    if (j || !path)
+        return j;
+    char *text = rv_cli_utf8_text(path);
+    j = text ? json_string(text) : NULL;
+    free(text);
+    return j;
 }

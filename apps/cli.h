@@ -105,6 +105,9 @@ void rv_cli_log_init(int verbosity);
  * machine's cores over the ranks on it (OpenMPI and MPICH say how many). At
  * least 1. */
 int rv_cli_threads_per_rank(int threads, int ranks, int mpi);
+/* The most --threads a command takes: beyond the largest machines' hardware
+ * threads, OpenMP teams only slow each other down. */
+#define RV_CLI_MAX_THREADS 1024
 
 /* The compute backend of a rank: cpu with `threads` threads, or with cuda the
  * GPU rank % (GPUs of this process); RV_ERR_UNSUPPORTED naming the reason in a
@@ -125,5 +128,12 @@ void rv_cli_on_stop_signals(void (*handler)(int sig));
 /* Writes root as indented JSON plus a newline to stdout and flushes; does not
  * take the reference. Returns RV_EXIT_OK, or RV_EXIT_FAIL after a message. */
 int rv_cli_json_print(const json_t *root);
+
+/* A path (or any text) as a JSON string: itself where it is UTF-8, else with each
+ * byte that is not part of a UTF-8 character written as \xNN (a file name on Linux
+ * is any bytes; JSON and safetensors metadata hold UTF-8 only). Never NULL but when
+ * out of memory. rv_cli_utf8_text: the same text as a malloc'd C string. */
+json_t *rv_cli_json_path(const char *path);
+char *rv_cli_utf8_text(const char *text);
 
 #endif

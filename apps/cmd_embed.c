@@ -113,8 +113,9 @@ static const char help_text[] =
     "                      in the recording); allgather and ulysses still move every\n"
     "                      block and hold whole-slice activations\n"
     "  --threads N         compute threads in all (local, default: every core) or per\n"
-    "                      process (mpi, default: the cores over the ranks on the machine)\n"
-    "  --decode-threads N  decoder threads per rank (default: its compute threads)\n"
+    "                      process (mpi, default: the cores over the ranks on the machine);\n"
+    "                      at most 1024\n"
+    "  --decode-threads N  decoder threads per rank (default: its compute threads, at most 256)\n"
     "  --timeout SEC       communication deadline inside the encoder (default 120)\n"
     "\n"
     "sampling (tubelet, patch, audio patch sizes and normalisation come from the model):\n"
@@ -128,6 +129,10 @@ static const char help_text[] =
     "                      less gives overlapping segments)\n"
     "  --no-audio, --no-video\n"
     "                      leave a modality out\n"
+    "  --max-tokens N      refuse an input of more than N tokens, or N segments, before\n"
+    "                      decoding it (default 16777216: a day of a recording at the\n"
+    "                      default settings is about 13 million; memory and time grow\n"
+    "                      with it: D x 4 bytes a token for each of several buffers)\n"
     "  --pad, --start S, --duration D, --audio-stream I, --video-stream I, --max-corrupt N\n"
     "                      as in 'ringvit frames'\n"
     "\n"
@@ -175,7 +180,7 @@ typedef struct embed_args {
     int heads, tubelet, want_audio, want_video, segment_set;
     rv_span span;
     double hop_s;
-    int64_t seed;
+    int64_t seed, max_tokens;
     int resume, quiet, json, causal;
     rv_cp_strategy strategy;
     double segment_s, timeout_s;
@@ -193,6 +198,7 @@ static int parse_args(int argc, char **argv, embed_args *a)
     a->gpu = -1;
     a->strategy = RV_CP_RING;
     a->segment_s = 10.0;
+    a->max_tokens = EMBED_MAX_TOKENS;
     if (rv_comm_default_timeout(&a->timeout_s) != RV_OK)
         a->timeout_s = RV_COMM_DEFAULT_TIMEOUT_S;
     a->manifests = calloc((size_t)argc, sizeof *a->manifests);
@@ -247,6 +253,8 @@ static int parse_args(int argc, char **argv, embed_args *a)
         } else if (rv_cli_flag_is(s, "--segment")) {
             rc = rv_cli_take_double(CMD, argc, argv, &i, 0.001, 1e9, &a->segment_s);
             a->segment_set = 1;
+        } else if (rv_cli_flag_is(s, "--max-tokens")) {
+            rc = rv_cli_take_i64(CMD, argc, argv, &i, 1, INT64_MAX, &a->max_tokens);
         } else if (rv_cli_flag_is(s, "--hop")) {
             rc = rv_cli_take_double(CMD, argc, argv, &i, 0.001, 1e9, &a->hop_s);
         } else if (rv_cli_flag_is(s, "--attention")) {
@@ -254,7 +262,7 @@ static int parse_args(int argc, char **argv, embed_args *a)
             if (rv_span_parse(v, &a->span) != RV_OK)
                 return rv_cli_usage_error(CMD, "--attention: %s", rv_last_error());
         } else if (rv_cli_flag_is(s, "--threads")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 4096, &a->threads);
+            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, RV_CLI_MAX_THREADS, &a->threads);
         } else if (rv_cli_flag_is(s, "--decode-threads")) {
             rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 256, &a->decode_threads);
         } else if (rv_cli_flag_is(s, "--timeout")) {
@@ -511,10 +519,15 @@ static int embed_main(int argc, char **argv)
     if ((rc = model_cli_span_tokens(CMD, &a.span, loud, &set.to)) != 0)
         goto end;
     set.threads = rv_cli_threads_per_rank(a.threads, set.ranks, set.mpi);
-    set.io.threads = a.decode_threads > 0 ? a.decode_threads : set.threads;
+    /* Decoders by default as many as the compute threads, up to what FFmpeg's
+     * decoders take (--threads 4096 failed every input). */
+    set.io.threads = a.decode_threads > 0                   ? a.decode_threads
+                     : set.threads > RV_INGEST_MAX_THREADS ? RV_INGEST_MAX_THREADS
+                                                           : set.threads;
     set.timeout_s = a.timeout_s;
     set.segment_s = a.segment_s;
     set.hop_s = a.hop_s;
+    set.max_tokens = a.max_tokens;
     /* With blocks the segments are the blocks unless --segment says otherwise. */
     if (a.span.kind == RV_SPAN_BLOCK && !a.segment_set)
         set.segment_s = a.span.seconds;
@@ -578,6 +591,9 @@ static int embed_main(int argc, char **argv)
             snprintf(b.fatal_msg, sizeof b.fatal_msg, "%s", rv_last_error());
         }
     }
+    char log_error[320] = "";
+    if (embed_report_log_error(b.report))
+        snprintf(log_error, sizeof log_error, "%s", embed_report_log_error(b.report));
     embed_report_close(&b.report);
 
     int ok = 0, bad = 0, skipped = 0;
@@ -599,6 +615,13 @@ static int embed_main(int argc, char **argv)
                          b.fatal_msg[0] ? b.fatal_msg : "the ranks lost each other", b.done, n);
     } else {
         rc = bad ? RV_EXIT_SOME_FAILED : RV_EXIT_OK;
+        /* The outputs are complete, but the record of them is not. */
+        if (log_error[0]) {
+            rc = rc == RV_EXIT_OK ? RV_EXIT_FAIL : rc;
+            if (loud)
+                rv_cli_error("embed: %s (the outputs are written; the log is incomplete)",
+                             log_error);
+        }
         if (loud && !set.quiet && n > 1)
             fprintf(stderr, RV_CLI_PROG ": embed: %d ok, %d failed, %d skipped of %d in %.1f s%s%s\n",
                     ok, bad, skipped, n, now_s() - t0, log ? "; log " : "", log ? log : "");

@@ -138,7 +138,7 @@ static const char help_text[] =
     "                      (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID),\n"
     "                      else rank % GPUs; each rank says which it uses\n"
     "  --threads N         compute threads in all (local, default: every core) or per\n"
-    "                      process (mpi)\n"
+    "                      process (mpi); at most 1024\n"
     "  --timeout SEC       communication deadline inside a step (default 120)\n"
     "  --check-sync K      debug: every K steps check every rank holds the same weights\n"
     "\n"
@@ -250,7 +250,7 @@ static int parse_args(int argc, char **argv, ft_args *a)
         } else if (rv_cli_flag_is(s, "--accum")) {
             rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1 << 20, &a->accum);
         } else if (rv_cli_flag_is(s, "--threads")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 4096, &a->threads);
+            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, RV_CLI_MAX_THREADS, &a->threads);
         } else if (rv_cli_flag_is(s, "--epochs")) {
             rc = rv_cli_take_double(CMD, argc, argv, &i, 1e-9, 1e9, &a->epochs);
             a->epochs_set = 1;
@@ -643,7 +643,7 @@ static int finetune_main(int argc, char **argv)
     set.resume = a.resume;
     set.accum = a.accum;
     set.threads = rv_cli_threads_per_rank(a.threads, set.mpi ? 1 : set.cp * set.dp, set.mpi);
-    set.io.threads = set.threads;
+    set.io.threads = set.threads > RV_INGEST_MAX_THREADS ? RV_INGEST_MAX_THREADS : set.threads;
     set.strategy = a.strategy;
     set.causal = a.causal;
     set.span = a.span;
@@ -719,7 +719,8 @@ static int finetune_main(int argc, char **argv)
         json_decref(cs);
         if (rc)
             goto end;
-        if (info.data_pos != info.step * batch) {
+        int64_t want_pos = 0; /* step x batch; the checkpoint's counters are bounded */
+        if (__builtin_mul_overflow(info.step, batch, &want_pos) || info.data_pos != want_pos) {
             rv_cli_error(CMD ": --resume %s: data position %" PRId64 " is not step %" PRId64
                          " x %" PRId64 " recordings", a.resume, info.data_pos, info.step, batch);
             rc = RV_EXIT_FAIL;
@@ -768,6 +769,9 @@ static int finetune_main(int argc, char **argv)
     } else {
         st = rv_local_run_copy(set.cp * set.dp, ft_rank_main, &job, rv_cli_device_copy(set.cuda));
     }
+    char log_error[320] = "";
+    if (ft_report_log_error(job.report))
+        snprintf(log_error, sizeof log_error, "%s", ft_report_log_error(job.report));
     ft_report_close(&job.report);
     if (st != RV_OK) {
         if (job.error[0])
@@ -780,6 +784,10 @@ static int finetune_main(int argc, char **argv)
     rc = summary(&a, &set, &job, rank == 0);
     if (rc == RV_EXIT_OK && job.res.stopped == 2)
         rc = 128 + (int)ft_stop_signal;
+    if (log_error[0] && rc == RV_EXIT_OK) { /* the model is written; its record is not */
+        rv_cli_error(CMD ": %s (%s); the outputs are written", log_error, set.log ? set.log : "--log");
+        rc = RV_EXIT_FAIL;
+    }
 end:
     if (world) {
         if (rc == RV_EXIT_FAIL && set.cp * set.dp > 1)

@@ -402,7 +402,7 @@ static json_t *report_json(const report *r)
 {
     const rv_tok_layout *L = r->L;
     json_t *root = json_object();
-    json_object_set_new(root, "path", json_string(r->a->path));
+    json_object_set_new(root, "path", rv_cli_json_path(r->a->path));
     json_object_set_new(root, "options", options_json(r->a));
     json_t *plan = json_object();
     json_object_set_new(plan, "source", json_string(r->plan_source));

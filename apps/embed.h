@@ -66,10 +66,18 @@ typedef struct embed_settings {
                                   or -1 (rank % GPUs) */
     double timeout_s;          /* communication deadline inside the forward */
     double segment_s, hop_s;   /* --segment, --hop (0: the segment) */
+    int64_t max_tokens;        /* --max-tokens: the most tokens, or segments, of an input */
     int tokens;                /* --tokens: per-token outputs too */
     int resume;
     int quiet, json;
 } embed_settings;
+
+/* An input of this many tokens or more is announced before it is decoded. */
+#define EMBED_LONG_TOKENS 100000
+
+/* --max-tokens by default: 2^24, above the ~13 million tokens of a 24-hour
+ * recording at the default settings (about 150 tokens a second). */
+#define EMBED_MAX_TOKENS (INT64_C(1) << 24)
 
 typedef enum embed_status {
     EMBED_OK = 0,
@@ -164,6 +172,11 @@ rv_status embed_report_open(const embed_settings *set, const char *log_path, int
  * tokens: the sequence's length (0 unknown). */
 void embed_report_stage(embed_report *r, int index, const char *path, const char *stage,
                         double total_s, int64_t tokens);
+/* Says what a long input will cost before its work starts: tokens, seconds of
+ * recording, the forward's FLOPs (0: unknown) and, after an earlier input set the
+ * rate, the estimated encode time on this machine. */
+void embed_report_plan(embed_report *r, const char *path, int64_t tokens, int64_t video,
+                       int64_t audio, double seconds, double flops);
 /* The FLOPs of the forward about to run (for the encode stage's ETA). */
 void embed_report_flops(embed_report *r, double flops);
 /* n more tokens made (any local rank's thread). */
@@ -174,6 +187,9 @@ void embed_report_done(embed_report *r, int index, const embed_input *in,
 /* A message for standard error that clears the progress line first. */
 void embed_report_message(embed_report *r, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* What went wrong writing the log (the first failure), or NULL: a log that
+ * cannot be written fails the run. Call before embed_report_close. */
+const char *embed_report_log_error(const embed_report *r);
 void embed_report_close(embed_report **r);
 
 #endif

@@ -371,6 +371,25 @@ int embed_job_run(embed_rank *k, int index, embed_result *res)
         out = failed(AGREE_FAILED, res);
         goto end;
     }
+    /* What the input costs, before any of it is decoded: refused over --max-tokens
+     * (tokens, or segments of the pooled output), else said when it is long. The
+     * same arithmetic on every rank: all refuse alike. */
+    const double hop = set->hop_s > 0 ? set->hop_s : set->segment_s;
+    const double segments = isfinite(end_s) && hop > 0 ? ceil(end_s / hop) : 0;
+    if (L.seq > set->max_tokens || segments > (double)set->max_tokens) {
+        rv_fail(RV_ERR_INVALID,
+                "%lld tokens and %.0f segments (of %g s) at these settings, more than "
+                "--max-tokens %lld; raise --max-tokens if the memory and time are meant "
+                "(each token and segment holds several rows of %d floats per rank)",
+                (long long)L.seq, segments, hop, (long long)set->max_tokens, D);
+        out = failed(AGREE_FAILED, res);
+        goto end;
+    }
+    if (L.seq >= EMBED_LONG_TOKENS)
+        embed_report_plan(rep, in->path, L.seq, L.nvideo, L.naudio, end_s,
+                          set->span.kind == RV_SPAN_FULL
+                              ? rv_vit_forward_flops(cfg, L.seq, L.nvideo, L.naudio, set->causal)
+                              : 0);
     /* Zigzag balances causal full attention; a span wants contiguous slices (its
      * ranks talk only to those its keys reach). */
     const rv_shard_kind kind = set->causal && set->span.kind == RV_SPAN_FULL ? RV_SHARD_ZIGZAG

@@ -29,6 +29,7 @@ struct embed_report {
     const embed_settings *set;
     int log_fd;               /* -1: no log */
     char *log_path;
+    char log_error[320];      /* the first failed log write ("" none): the run fails */
     int progress;             /* redraw a progress line (terminal, not quiet) */
     int nfiles;
     pthread_mutex_t mu;
@@ -182,6 +183,29 @@ void embed_report_stage(embed_report *r, int index, const char *path, const char
     pthread_mutex_unlock(&r->mu);
 }
 
+void embed_report_plan(embed_report *r, const char *path, int64_t tokens, int64_t video,
+                       int64_t audio, double seconds, double flops)
+{
+    if (!r || r->set->quiet)
+        return;
+    char eta[96] = "";
+    pthread_mutex_lock(&r->mu);
+    const double rate = r->rate;
+    pthread_mutex_unlock(&r->mu);
+    if (flops > 0 && rate > 0) {
+        char when[32];
+        clock_text(flops / rate, when, sizeof when);
+        snprintf(eta, sizeof eta, "; about %s to encode at the last input's rate", when);
+    }
+    char cost[192] = "";
+    if (flops > 0)
+        snprintf(cost, sizeof cost, ", %.1f TFLOP to encode%s", flops * 1e-12, eta);
+    embed_report_message(r, "embed: %s: %lld tokens (%lld video, %lld audio) for %.0f s of "
+                         "recording%s",
+                         path, (long long)tokens, (long long)video, (long long)audio, seconds,
+                         cost);
+}
+
 void embed_report_flops(embed_report *r, double flops)
 {
     if (!r)
@@ -230,14 +254,14 @@ static void log_line(embed_report *r, const embed_input *in, const embed_result 
     strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
     json_t *j = json_object();
     json_object_set_new(j, "time", json_string(when));
-    json_object_set_new(j, "path", json_string(in->path));
-    json_object_set_new(j, "output", json_string(in->output));
+    json_object_set_new(j, "path", rv_cli_json_path(in->path));
+    json_object_set_new(j, "output", rv_cli_json_path(in->output));
     json_object_set_new(j, "status", json_string(status_name(res->status)));
-    json_object_set_new(j, "error", res->status == EMBED_FAILED ? json_string(res->error) : json_null());
+    json_object_set_new(j, "error", res->status == EMBED_FAILED ? rv_cli_json_path(res->error) : json_null());
     json_object_set_new(j, "seconds", json_real(res->seconds));
     json_object_set_new(j, "tokens", json_integer(res->tokens));
     if (in->note)
-        json_object_set_new(j, "note", json_string(in->note));
+        json_object_set_new(j, "note", rv_cli_json_path(in->note));
     char *text = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6) | JSON_ENSURE_ASCII);
     json_decref(j);
     if (!text)
@@ -248,9 +272,12 @@ static void log_line(embed_report *r, const embed_input *in, const embed_result 
         memcpy(line, text, n);
         line[n] = '\n';
         /* One write: the line lands whole or not at all. */
-        if (write(r->log_fd, line, n + 1) != (ssize_t)(n + 1))
-            embed_report_message(r, "embed: warning: writing the log %s failed: %s",
-                                 r->log_path, strerror(errno));
+        ssize_t put = write(r->log_fd, line, n + 1);
+        if (put != (ssize_t)(n + 1) && !r->log_error[0]) {
+            snprintf(r->log_error, sizeof r->log_error, "writing the log %s failed: %s",
+                     r->log_path, put < 0 ? strerror(errno) : "short write (disk full?)");
+            embed_report_message(r, "embed: %s", r->log_error);
+        }
         free(line);
     }
     free(text);
@@ -260,10 +287,10 @@ static void json_line(embed_report *r, const embed_input *in, const embed_result
 {
     const embed_settings *s = r->set;
     json_t *j = json_object(), *st = json_object();
-    json_object_set_new(j, "path", json_string(in->path));
-    json_object_set_new(j, "output", json_string(in->output));
+    json_object_set_new(j, "path", rv_cli_json_path(in->path));
+    json_object_set_new(j, "output", rv_cli_json_path(in->output));
     json_object_set_new(j, "status", json_string(status_name(res->status)));
-    json_object_set_new(j, "error", res->status == EMBED_FAILED ? json_string(res->error) : json_null());
+    json_object_set_new(j, "error", res->status == EMBED_FAILED ? rv_cli_json_path(res->error) : json_null());
     json_object_set_new(j, "seconds", json_real(res->seconds));
     json_object_set_new(j, "tokens", json_integer(res->tokens));
     json_object_set_new(j, "video_tokens", json_integer(res->video_tokens));
@@ -288,7 +315,7 @@ static void json_line(embed_report *r, const embed_input *in, const embed_result
     json_object_set_new(j, "model", json_string(s->model_name));
     json_object_set_new(j, "model_hash", json_string(s->model_hash));
     if (in->note)
-        json_object_set_new(j, "note", json_string(in->note));
+        json_object_set_new(j, "note", rv_cli_json_path(in->note));
     char *text = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9));
     json_decref(j);
     if (text) {
@@ -326,6 +353,11 @@ void embed_report_done(embed_report *r, int index, const embed_input *in,
     pthread_mutex_unlock(&r->mu);
     if (r->set->json)
         json_line(r, in, res);
+}
+
+const char *embed_report_log_error(const embed_report *r)
+{
+    return r && r->log_error[0] ? r->log_error : NULL;
 }
 
 void embed_report_close(embed_report **rp)

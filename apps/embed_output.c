@@ -34,6 +34,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "embed.h"
 #include "out_path.h"
 #include "rv_safetensors.h"
@@ -66,6 +67,10 @@ rv_status embed_output_write(const embed_output *o)
     rv_st_writer *w = NULL;
     rv_status st;
     char attention[64];
+    /* Metadata is UTF-8: a file name that is not keeps its other bytes as \xNN. */
+    char *source = rv_cli_utf8_text(o->source);
+    if (!source)
+        return rv_fail(RV_ERR_NOMEM, "%s: out of memory", o->path);
     rv_span_format(&s->span, attention, sizeof attention);
     /* 8-byte elements first, then 4, then 1: every tensor starts aligned. */
     if ((st = rv_st_writer_new(&w)) != RV_OK ||
@@ -97,7 +102,7 @@ rv_status embed_output_write(const embed_output *o)
          (st = rv_st_writer_add(w, "token_modality", RV_U8, 1, s1, o->token_modality)) != RV_OK))
         goto end;
     if ((st = rv_st_writer_meta(w, "format", EMBED_FORMAT)) != RV_OK ||
-        (st = rv_st_writer_meta(w, "source", o->source)) != RV_OK ||
+        (st = rv_st_writer_meta(w, "source", source)) != RV_OK ||
         (st = rv_st_writer_meta(w, "probe", o->probe_json ? o->probe_json : "null")) != RV_OK ||
         (st = rv_st_writer_meta(w, "model", s->model_name)) != RV_OK ||
         (st = rv_st_writer_meta(w, "model_hash", s->model_hash)) != RV_OK ||
@@ -129,6 +134,7 @@ rv_status embed_output_write(const embed_output *o)
     embed_tmp_path[0] = '\0';
 end:
     rv_st_writer_free(&w);
+    free(source);
     return st;
 }
 

@@ -209,6 +209,9 @@ void ft_report_eval(ft_report *r, int64_t step, double epoch, double loss, doubl
 void ft_report_event(ft_report *r, const char *event, int64_t step, const char *path);
 /* A message on standard error that clears the progress line first. */
 void ft_report_message(ft_report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* What went wrong writing the log (the first failure), or NULL: a log that
+ * cannot be written fails the run. Call before ft_report_close. */
+const char *ft_report_log_error(const ft_report *r);
 void ft_report_close(ft_report **r);
 
 #endif

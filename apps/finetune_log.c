@@ -34,6 +34,7 @@ struct ft_report {
     int64_t steps_run; /* steps in this run */
     double step_s;     /* seconds of those steps */
     int64_t last_line_step;
+    char log_error[320]; /* the first failed log write ("" none): the run fails */
 };
 
 static double now_s(void)
@@ -70,7 +71,11 @@ static void log_json(ft_report *r, json_t *j)
         memcpy(line, text, n);
         line[n] = '\n';
         ssize_t w = write(r->fd, line, n + 1);
-        (void)w;
+        if (w != (ssize_t)(n + 1) && !r->log_error[0]) {
+            snprintf(r->log_error, sizeof r->log_error, "writing the log failed: %s",
+                     w < 0 ? strerror(errno) : "short write (disk full?)");
+            fprintf(stderr, RV_CLI_PROG ": finetune: %s\n", r->log_error);
+        }
         free(line);
     }
     free(text);
@@ -179,7 +184,7 @@ void ft_report_event(ft_report *r, const char *event, int64_t step, const char *
         return;
     json_t *j = json_pack("{s:s, s:I}", "event", event, "step", (json_int_t)step);
     if (j && path)
-        json_object_set_new(j, "path", json_string(path));
+        json_object_set_new(j, "path", rv_cli_json_path(path));
     log_json(r, j);
 }
 
@@ -194,6 +199,11 @@ void ft_report_message(ft_report *r, const char *fmt, ...)
     fputc('\n', stderr);
     va_end(ap);
     fflush(stderr);
+}
+
+const char *ft_report_log_error(const ft_report *r)
+{
+    return r && r->log_error[0] ? r->log_error : NULL;
 }
 
 void ft_report_close(ft_report **p)

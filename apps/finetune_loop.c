@@ -500,6 +500,13 @@ static rv_status train(ft_rank *k)
         if (v[3] > 0)
             return rv_fail(RV_ERR_IO, "step %" PRId64 ": a training recording could not be read",
                            step + 1);
+        /* Every rank holds the summed loss: all stop together, before a checkpoint of
+         * this step is written. */
+        if (!isfinite(v[0]))
+            return rv_fail(RV_ERR_INVALID,
+                           "step %" PRId64 ": the loss is not finite (%g): lower --lr or raise "
+                           "--warmup; nothing of this step is saved",
+                           step + 1, v[0]);
         const int64_t done = step + 1;
         const double epoch = (double)(done * batch) / (double)n;
         if (k->rank == 0) {

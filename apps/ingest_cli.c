@@ -34,7 +34,7 @@ json_t *rv_probe_json(const rv_probe *p)
         json_decref(arr);
         return NULL;
     }
-    json_object_set_new(root, "path", json_string(p->path));
+    json_object_set_new(root, "path", rv_cli_json_path(p->path));
     json_object_set_new(root, "format", json_string(p->format));
     json_object_set_new(root, "duration_s", num_or_null(p->duration_s));
     json_object_set_new(root, "start_s", num_or_null(p->start_s));

@@ -24,6 +24,7 @@
 
 #include "rv_safetensors.h"
 #include "rv_vit_train.h"
+#include "vit_load_util.h"
 #include "vit_tensors.h"
 
 #define META_CKPT "ringvit.checkpoint"
@@ -101,6 +102,8 @@ rv_status rv_ckpt_save(const char *path, const rv_vit_model *m, const rv_train_h
         goto end;
     for (int i = 0; i < count; i++) {
         const float *data = list[i].data;
+        if ((s = vit_floats_finite("saving checkpoint", path, list[i].name, data, list[i].numel)) != RV_OK)
+            goto end;
         if (list[i].layout == VIT_VIDEO) {
             video = malloc((size_t)list[i].numel * sizeof *video);
             if (!video) {
@@ -164,6 +167,10 @@ static rv_status check_config(const char *lb, const rv_vit_config *f, const rv_v
     return RV_OK;
 }
 
+/* The largest step, data position or optimizer step a checkpoint may hold: 2^40,
+ * far beyond any run, and small enough that step x batch stays in 64 bits. */
+#define CKPT_MAX_COUNT (INT64_C(1) << 40)
+
 /* A JSON integer member (>= 0) of the checkpoint metadata. */
 static rv_status get_int(const char *lb, json_t *j, const char *key, int64_t *out)
 {
@@ -197,6 +204,16 @@ static rv_status parse_ckpt(const char *lb, const char *text, const rv_train_hea
         (s = get_int(lb, j, "adam_step", adam_step)) != RV_OK ||
         (s = get_int(lb, j, "n", &file_n)) != RV_OK)
         goto end;
+    /* Counters a run can reach; larger ones would overflow the arithmetic done on
+     * them (step x batch, adam_step + 1). */
+    if (info->step > CKPT_MAX_COUNT || info->data_pos > CKPT_MAX_COUNT ||
+        *adam_step > CKPT_MAX_COUNT) {
+        s = rv_fail(RV_ERR_FORMAT,
+                    "checkpoint '%s': metadata '" META_CKPT "' has step %" PRId64 ", data_pos "
+                    "%" PRId64 ", adam_step %" PRId64 "; each must be at most %" PRId64,
+                    lb, info->step, info->data_pos, *adam_step, (int64_t)CKPT_MAX_COUNT);
+        goto end;
+    }
     const char *seed = json_string_value(json_object_get(j, "seed"));
     char *endp = NULL;
     errno = 0;

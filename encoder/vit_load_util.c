@@ -1,6 +1,7 @@
 /* vit_load_util.c: the checks and conversions the weight readers share
  * (vit_load_util.h), and rv_vit_load_info's name lists. */
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,6 +87,19 @@ rv_status vit_check_finite(const rv_safetensors *st, const rv_st_tensor *t)
                        "or corrupt file?)",
                        rv_st_label(st), t->name, what, i, t->numel);
     }
+    return RV_OK;
+}
+
+rv_status vit_floats_finite(const char *what, const char *path, const char *name,
+                            const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return rv_fail(RV_ERR_INVALID,
+                           "%s '%s': tensor '" VIT_NAME_FMT "' holds %s at index %" PRId64
+                           " (of %" PRId64 " values); a diverged model is not written",
+                           what, path, name, isnan(x[i]) ? "NaN" : x[i] > 0 ? "+Inf" : "-Inf",
+                           i, n);
     return RV_OK;
 }
 

@@ -39,6 +39,12 @@ rv_status vit_extent(const rv_safetensors *st, const rv_st_tensor *t, int dim, i
  * embedding into NaN, so it is refused at load rather than written out. */
 rv_status vit_check_finite(const rv_safetensors *st, const rv_st_tensor *t);
 
+/* The writers' side: RV_ERR_INVALID naming the tensor and the first bad index when
+ * the n floats of tensor name hold a NaN or an infinity, so a diverged model is
+ * never written (what: "saving weights", "saving checkpoint"; path: the output). */
+rv_status vit_floats_finite(const char *what, const char *path, const char *name,
+                            const float *x, int64_t n);
+
 /* RV_ERR_FORMAT when the tensors a config requires (need_floats values, at
  * least 2 bytes each: F16/BF16 are the smallest accepted dtypes) cannot fit in
  * the have_bytes of tensor data the weights hold. Checked before the model is

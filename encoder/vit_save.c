@@ -8,6 +8,7 @@
 
 #include "rv_safetensors.h"
 #include "rv_vit.h"
+#include "vit_load_util.h"
 #include "vit_tensors.h"
 
 rv_status rv_vit_save(const rv_vit_model *m, const char *path)
@@ -36,6 +37,8 @@ rv_status rv_vit_save(const rv_vit_model *m, const char *path)
         goto end;
     for (int i = 0; i < n; i++) {
         const float *data = list[i].data;
+        if ((s = vit_floats_finite("saving weights", path, list[i].name, data, list[i].numel)) != RV_OK)
+            goto end;
         if (list[i].layout == VIT_VIDEO) {
             video = malloc((size_t)list[i].numel * sizeof *video);
             if (!video) {

@@ -53,8 +53,9 @@ rv_status rv_ingest_opts_check(const rv_ingest_opts *o)
                        o->chunk_frames);
     if (o->max_corrupt < 0)
         return rv_fail(RV_ERR_INVALID, "ingest: max_corrupt must be >= 0");
-    if (o->threads < 0 || o->threads > 256)
-        return rv_fail(RV_ERR_INVALID, "ingest: threads %d must be in [0, 256]", o->threads);
+    if (o->threads < 0 || o->threads > RV_INGEST_MAX_THREADS)
+        return rv_fail(RV_ERR_INVALID, "ingest: threads %d must be in [0, %d]", o->threads,
+                       RV_INGEST_MAX_THREADS);
     return RV_OK;
 }
 

@@ -2,18 +2,22 @@
  * opening their decoders, with every failure turned into a status and a message
  * that names the file and says what is wrong with it. */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include <stdio.h>
 
 #include <libavutil/avutil.h>
+#include <libavutil/dict.h>
 
 #include "ingest_internal.h"
 
 rv_status rv_media_open(const char *path, AVFormatContext **out)
 {
     AVFormatContext *fmt = NULL;
+    AVDictionary **opts = NULL; /* (streams at the start) decoder options */
+    unsigned nopts = 0;
     rv_status st = RV_OK;
     struct stat sb;
     int ret;
@@ -53,7 +57,21 @@ rv_status rv_media_open(const char *path, AVFormatContext **out)
                          rv_av_err(ret), why[0] ? ": " : "", why);
         goto end;
     }
-    ret = avformat_find_stream_info(fmt, NULL);
+    /* Reading the stream information may decode a first frame (a still image's
+     * size is in its data): the decoders it opens refuse pictures over the size
+     * limit before allocating them, or a few hundred bytes of PNG declaring
+     * 16000x16000 take a gigabyte here. */
+    if (fmt->nb_streams > 0) {
+        opts = calloc(fmt->nb_streams, sizeof *opts);
+        if (!opts) {
+            st = rv_fail(RV_ERR_NOMEM, "%s: out of memory", path);
+            goto end;
+        }
+        nopts = fmt->nb_streams;
+        for (unsigned i = 0; i < nopts; i++)
+            av_dict_set_int(&opts[i], "max_pixels", RV_INGEST_MAX_PIXELS, 0);
+    }
+    ret = avformat_find_stream_info(fmt, opts);
     if (ret < 0) {
         const char *why = rv_av_last_log();
         st = rv_fail(RV_ERR_FORMAT, "%s: cannot read the stream information (%s%s%s)", path,
@@ -67,6 +85,9 @@ rv_status rv_media_open(const char *path, AVFormatContext **out)
     *out = fmt;
     fmt = NULL;
 end:
+    for (unsigned i = 0; i < nopts; i++)
+        av_dict_free(&opts[i]);
+    free(opts);
     avformat_close_input(&fmt);
     return st;
 }
@@ -167,7 +188,12 @@ rv_status rv_decoder_open(const char *path, AVFormatContext *fmt, int index, int
     *out = NULL;
     if (par->codec_type == AVMEDIA_TYPE_VIDEO) {
         if (par->width <= 0 || par->height <= 0) {
-            s = rv_fail(RV_ERR_FORMAT, "%s: video stream %d has no picture size", path, index);
+            /* Also what a picture over the limit leaves: the stream information's
+             * decoder refused to allocate it (rv_media_open). */
+            s = rv_fail(RV_ERR_FORMAT,
+                        "%s: video stream %d has no picture size FFmpeg could read (or its "
+                        "pictures exceed %d px in all, which are refused before decoding)",
+                        path, index, RV_INGEST_MAX_PIXELS);
             goto end;
         }
         if (par->width > RV_INGEST_MAX_SIDE || par->height > RV_INGEST_MAX_SIDE ||
@@ -198,6 +224,9 @@ rv_status rv_decoder_open(const char *path, AVFormatContext *fmt, int index, int
     }
     dec->pkt_timebase = st->time_base;
     dec->thread_count = threads > 0 ? threads : 0;
+    /* A stream whose pictures grow past the limit mid-stream: refused by the
+     * decoder before the picture is allocated. */
+    dec->max_pixels = RV_INGEST_MAX_PIXELS;
     if ((ret = avcodec_open2(dec, codec, NULL)) < 0) {
         s = rv_fail(ret == AVERROR_PATCHWELCOME || ret == AVERROR(ENOSYS)
                         ? RV_ERR_UNSUPPORTED

@@ -44,6 +44,7 @@ extern "C" {
 #define RV_AUDIO_RATE 16000   /* Hz, the rate of every audio sample handed out */
 #define RV_INGEST_MAX_SIDE 16384        /* largest accepted coded width or height, px */
 #define RV_INGEST_MAX_PIXELS (1 << 26)  /* largest accepted width * height, px */
+#define RV_INGEST_MAX_THREADS 256       /* most decoder threads (rv_ingest_opts.threads) */
 
 /* ---- probe: what a file holds, without decoding it ----------------------------- */
 

@@ -14,6 +14,10 @@
 #     `embed f.mp4 x.wav --out-dir o` fails f.mp4 and embeds x.wav (exit 3);
 #     probe, frames and tokens of a FIFO exit 1; `probe -` still reads standard
 #     input.
+#   - a PNG declaring 16000x16000 is refused before a picture is allocated;
+#   - --threads past 1024 and empty flag values are usage errors; a log that
+#     cannot be written fails the run; a non-UTF-8 file name keeps every JSON
+#     field (\xNN escapes); --max-tokens refuses an input before decoding it.
 # Every command runs under `timeout 60`, so a regression fails instead of hanging.
 # Run by ctest as `sh test_files.sh $<TARGET_FILE:ringvit_cli>`; POSIX sh only.
 # Prints one line per check, then "N passed, M failed"; exits 1 on any failure,
@@ -207,5 +211,114 @@ t_manifest_nul() {
         want_rc 2 && want_err 'nul.txt:2: a NUL byte in the line' && [ ! -e no/x.safetensors ]
 }
 check embed-manifest-nul-byte t_manifest_nul
+
+# ---- pixel limits before decoding ---------------------------------------------------
+# 266 bytes of PNG declaring 16000x16000 (a first IDAT row, then nothing) are refused
+# within 100 MB of the peak memory a 64x48 PNG takes; the stream information's
+# decoder allocated the picture first (940 MB, 6 s on this 2-core machine before).
+# peak_kb ARGS...: ringvit ARGS under python's resource accounting; sets rc and
+# kb (peak resident KB), stderr in $tmp/err.
+peak_kb() {
+    set -- "$(/usr/bin/python3 - "$EXE" "$@" <<'PY'
+import resource, subprocess, sys
+with open("err", "wb") as err:
+    r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=err, timeout=60)
+print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+PY
+)"
+    rc=${1%% *}
+    kb=${1##* }
+}
+t_png_bomb() {
+    /usr/bin/python3 - <<'PY' || { why="cannot write big.png"; return 1; }
+import struct, zlib
+def chunk(t, d):
+    return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d))
+w = h = 16000
+png = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+       + chunk(b"IDAT", zlib.compress(b"\0" * (1 + 3 * w) * 4, 9)) + chunk(b"IEND", b""))
+open("big.png", "wb").write(png)
+PY
+    ff -f lavfi -i testsrc=size=64x48:rate=1 -frames:v 1 small.png || { why="ffmpeg: small.png"; return 1; }
+    peak_kb frames small.png -o small.safetensors
+    want_rc 0 || return 1
+    small=$kb
+    peak_kb frames big.png -o big.safetensors
+    want_rc 1 && want_err 'big.png: video stream 0 has no picture size .*exceed 67108864 px' &&
+        [ ! -e big.safetensors ] || return 1
+    [ "$kb" -le $((small + 102400)) ] || { why="peak RSS ${kb} KB against ${small} KB for 64x48"; return 1; }
+    peak_kb probe big.png
+    [ "$kb" -le $((small + 102400)) ] || { why="probe: peak RSS ${kb} KB against ${small} KB"; return 1; }
+}
+check png-16000x16000-refused-before-decoding t_png_bomb
+
+# ---- the small inconsistencies -------------------------------------------------------
+# --threads 4096 passed the parser, then failed every input (the decoders take at
+# most 256): a usage error now; up to 1024 run, with at most 256 decoder threads.
+t_threads_4096() {
+    run_t embed x.wav --model tiny --quiet --threads 4096 -o t4096.safetensors &&
+        want_rc 2 && want_err '--threads wants an integer in \[1, 1024\]' && [ ! -e t4096.safetensors ] || return 1
+    run_t embed x.wav --model tiny --quiet --threads 300 -o t300.safetensors &&
+        want_rc 0 && [ -s t300.safetensors ]
+}
+check embed-threads-4096-usage-error t_threads_4096
+# An empty value is a usage error before any work (-o "" failed after the work).
+t_empty_output() {
+    run_t embed x.wav --model tiny --quiet -o "" &&
+        want_rc 2 && want_err "flag '-o' needs a value, not an empty one" || return 1
+    run_t frames x.wav --output= && want_rc 2 && want_err "flag '--output' needs a value"
+}
+check empty-flag-value-is-usage-error t_empty_output
+# A log that cannot be written fails the run (it exited 0 with a warning): a file
+# size limit stands in for a full disk, the log already past it, the output below.
+t_log_full() {
+    head -c 300000 /dev/zero | tr '\0' '\n' >full.jsonl
+    timeout 60 sh -c 'trap "" XFSZ; ulimit -f 256; exec "$0" "$@"' "$EXE" embed x.wav \
+        --model tiny --quiet --out-dir lf --log full.jsonl >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    want_rc 1 && want_err 'writing the log full.jsonl failed' &&
+        want_err 'the outputs are written; the log is incomplete' && [ -s lf/x.safetensors ]
+}
+check embed-log-on-full-disk-fails t_log_full
+# A file name that is not UTF-8 embeds, and its log line, --json line and output
+# metadata keep every field, the bad byte written as \xFF.
+t_non_utf8_path() {
+    bad=$(printf 'n\377.wav')
+    cp x.wav "$bad" || { why="cannot make a non-UTF-8 name"; return 1; }
+    run_t embed "$bad" --model tiny --quiet --json --out-dir nu --log nu.jsonl
+    want_rc 0 || return 1
+    grep -q '"path":"n\\\\xFF.wav","output":"nu/n\\\\xFF.safetensors","status":"ok"' nu.jsonl ||
+        { why="log line: $(cat nu.jsonl)"; return 1; }
+    grep -q '"path":"n\\\\xFF.wav"' "$tmp/out" || { why="--json lacks the path"; return 1; }
+    /usr/bin/python3 - "nu/$(printf 'n\377').safetensors" <<'PY' || { why="metadata source"; return 1; }
+import json, struct, sys
+with open(sys.argv[1].encode("utf-8", "surrogateescape"), "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    meta = json.loads(f.read(n))["__metadata__"]
+sys.exit(0 if meta["source"] == "n\\xFF.wav" else 1)
+PY
+}
+check non-utf8-path-escaped-in-json t_non_utf8_path
+# --max-tokens: refused from the plan, before decoding, naming the flag; a WAV
+# whose header says 1 Hz (2 s of samples read as 32 000 s) is refused at once.
+t_max_tokens() {
+    run_t embed x.wav --model tiny --quiet --max-tokens 10 -o mt.safetensors &&
+        want_rc 3 && want_err 'x.wav: 97 tokens and 1 segments .* more than --max-tokens 10' &&
+        [ ! -e mt.safetensors ] || return 1
+    /usr/bin/python3 - <<'PY' || { why="cannot write slow.wav"; return 1; }
+import struct
+data = open("x.wav", "rb").read()
+i = data.index(b"fmt ")
+# the sample rate and byte rate of the fmt chunk: 1 Hz, 2 bytes a second
+data = data[:i + 12] + struct.pack("<II", 1, 2) + data[i + 20:]
+open("slow.wav", "wb").write(data)
+PY
+    start=$(date +%s)
+    run_t embed slow.wav --model tiny --quiet --max-tokens 100000 -o slow.safetensors
+    took=$(($(date +%s) - start))
+    want_rc 3 && want_err 'slow.wav: [0-9]+ tokens .* more than --max-tokens 100000' || return 1
+    [ "$took" -le 10 ] || { why="took ${took} s"; return 1; }
+}
+check embed-max-tokens t_max_tokens
 
 cli_summary

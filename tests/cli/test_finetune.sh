@@ -196,6 +196,26 @@ check resume-bit-identical t_resume
 check resume-other-settings-refused t_resume_refused
 check output-loads-in-embed t_embed_reads
 
+# A model whose activations overflow (a LayerNorm bias of 3e38: finite weights,
+# infinite activations) stops at its first step with a clear error, and neither a
+# checkpoint nor the output is written.
+t_diverged_stops() {
+    run_exe init --preset tiny -o ok.safetensors && want_rc 0 || return 1
+    /usr/bin/python3 - <<'PY' || { why="cannot write huge.safetensors"; return 1; }
+import json, struct
+b = bytearray(open("ok.safetensors", "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+s, e = json.loads(b[8:8 + n])["encoder.layers.encoder_layer_0.ln_1.bias"]["data_offsets"]
+b[8 + n + s:8 + n + e] = struct.pack("<f", 3e38) * ((e - s) // 4)
+open("huge.safetensors", "wb").write(b)
+PY
+    run_exe finetune --task classify --manifest small.tsv --model huge.safetensors $SMALL \
+        --threads 1 --steps 4 --save-every 1 --ckpt huge.ckpt -o huge_out.safetensors
+    want_rc 1 && want_err 'not finite' && [ ! -e huge.ckpt ] && [ ! -e huge_out.safetensors ] ||
+        { why="${why:-a checkpoint or output of a diverged run was written}"; return 1; }
+}
+check diverged-run-stops-unsaved t_diverged_stops
+
 # ---- dp x cp equals one rank with the same global batch ----------------------------------
 EQ="$SMALL --threads 1 --steps 2 --lr 2e-4 --seed 3"
 t_dp_cp() {

@@ -465,6 +465,11 @@ Test(ckpt, bad_tensors_and_metadata, .init = setup, .fini = teardown)
         {"\"step\":17", "\"step\":-1", "step"},
         {"\"data_pos\":12345678901", "\"data_pos\":1.5", "data_pos"},
         {"\"adam_step\":17", "\"adam_step\":\"17\"", "adam_step"},
+        /* Counters past what a run reaches: step x batch and adam_step + 1 would
+         * overflow (the hostile-input issue: UBSan found both). */
+        {"\"adam_step\":17", "\"adam_step\":9223372036854775807", "adam_step"},
+        {"\"step\":17", "\"step\":4611686018427387904", "step"},
+        {"\"data_pos\":12345678901", "\"data_pos\":1099511627777", "data_pos"},
         {"\"classes\":7", "\"classes\":8", "classes"},
         {"\"settings\":\"", "\"settings\":5,\"x\":\"", "settings"},
     };
@@ -485,6 +490,41 @@ Test(ckpt, bad_tensors_and_metadata, .init = setup, .fini = teardown)
     free(marena);
     free(mom);
     state_free(&b);
+    state_free(&a);
+}
+
+/* A diverged model (a NaN or an infinity in any parameter) is never written: the
+ * checkpoint and weights writers refuse it naming the tensor and index, and the file
+ * already there stays as it was. */
+Test(ckpt, non_finite_weights_are_not_saved, .init = setup, .fini = teardown)
+{
+    state a = make_state(1, 32, RV_TASK_CLASSIFY, 5, 41);
+    const char *path = tpath("ck.safetensors"), *wpath = tpath("w.safetensors");
+    cr_assert_eq(rv_ckpt_save(path, a.m, a.h, a.o, &a.info), RV_OK, "%s", rv_last_error());
+    cr_assert_eq(rv_vit_save(a.m, wpath), RV_OK, "%s", rv_last_error());
+    struct stat before, wbefore;
+    cr_assert_eq(stat(path, &before), 0);
+    cr_assert_eq(stat(wpath, &wbefore), 0);
+    const float bad[2] = {NAN, -INFINITY};
+    const char *what[2] = {"NaN", "-Inf"};
+    for (int k = 0; k < 2; k++) {
+        const size_t at = a.m->arena_floats / 2 + (size_t)k;
+        const float keep = a.m->arena[at];
+        a.m->arena[at] = bad[k];
+        rv_status st = rv_ckpt_save(path, a.m, a.h, a.o, &a.info);
+        cr_assert_eq(st, RV_ERR_INVALID, "a %s weight was saved in a checkpoint", what[k]);
+        cr_assert(strstr(rv_last_error(), what[k]) && strstr(rv_last_error(), "not written"),
+                  "%s", rv_last_error());
+        st = rv_vit_save(a.m, wpath);
+        cr_assert_eq(st, RV_ERR_INVALID, "a %s weight was saved", what[k]);
+        cr_assert(strstr(rv_last_error(), "tensor '"), "%s", rv_last_error());
+        a.m->arena[at] = keep;
+    }
+    struct stat after, wafter;
+    cr_assert_eq(stat(path, &after), 0);
+    cr_assert_eq(stat(wpath, &wafter), 0);
+    cr_assert(after.st_ino == before.st_ino && after.st_size == before.st_size &&
+              wafter.st_ino == wbefore.st_ino, "an output was replaced");
     state_free(&a);
 }
 
