@@ -254,12 +254,11 @@ check png-16000x16000-refused-before-decoding t_png_bomb
 
 # ---- the small inconsistencies -------------------------------------------------------
 # --threads 4096 passed the parser, then failed every input (the decoders take at
-# most 256): a usage error now; up to 1024 run, with at most 256 decoder threads.
+# most 256): a usage error now (up to 1024 run, with at most 256 decoder threads;
+# not run here: a team of hundreds of threads takes seconds on 2 cores).
 t_threads_4096() {
     run_t embed x.wav --model tiny --quiet --threads 4096 -o t4096.safetensors &&
-        want_rc 2 && want_err '--threads wants an integer in \[1, 1024\]' && [ ! -e t4096.safetensors ] || return 1
-    run_t embed x.wav --model tiny --quiet --threads 300 -o t300.safetensors &&
-        want_rc 0 && [ -s t300.safetensors ]
+        want_rc 2 && want_err '--threads wants an integer in \[1, 1024\]' && [ ! -e t4096.safetensors ]
 }
 check embed-threads-4096-usage-error t_threads_4096
 # An empty value is a usage error before any work (-o "" failed after the work).
