@@ -108,6 +108,11 @@ int rv_cli_threads_per_rank(int threads, int ranks, int mpi);
 /* The most --threads a command takes: beyond the largest machines' hardware
  * threads, OpenMP teams only slow each other down. */
 #define RV_CLI_MAX_THREADS 1024
+/* --max-tokens by default (embed, tokens): 2^24, above the ~13 million tokens of a
+ * 24-hour recording at the default settings (about 150 tokens a second). */
+#define RV_CLI_MAX_TOKENS (INT64_C(1) << 24)
+/* --max-frames by default (frames): 2^20, 9.7 hours at 30 fps. */
+#define RV_CLI_MAX_FRAMES (INT64_C(1) << 20)
 
 /* The compute backend of a rank: cpu with `threads` threads, or with cuda the
  * GPU rank % (GPUs of this process); RV_ERR_UNSUPPORTED naming the reason in a

@@ -116,7 +116,10 @@ static const char help_text[] =
     "                      process (mpi, default: the cores over the ranks on the machine);\n"
     "                      at most 1024\n"
     "  --decode-threads N  decoder threads per rank (default: its compute threads, at most 256)\n"
-    "  --timeout SEC       communication deadline inside the encoder (default 120)\n"
+    "  --timeout SEC       how long a rank waits for a silent peer (default 120): inside\n"
+    "                      the encoder, and between stages, where a peer still decoding\n"
+    "                      or writing is waited for as long as it works; a rank stopped or\n"
+    "                      hung is named and the job ends within about 2 x SEC\n"
     "\n"
     "sampling (tubelet, patch, audio patch sizes and normalisation come from the model):\n"
     "  --fps F             video frames sampled per second (default 1)\n"
@@ -198,7 +201,7 @@ static int parse_args(int argc, char **argv, embed_args *a)
     a->gpu = -1;
     a->strategy = RV_CP_RING;
     a->segment_s = 10.0;
-    a->max_tokens = EMBED_MAX_TOKENS;
+    a->max_tokens = RV_CLI_MAX_TOKENS;
     if (rv_comm_default_timeout(&a->timeout_s) != RV_OK)
         a->timeout_s = RV_COMM_DEFAULT_TIMEOUT_S;
     a->manifests = calloc((size_t)argc, sizeof *a->manifests);
@@ -628,9 +631,19 @@ static int embed_main(int argc, char **argv)
     }
 end:
     if (world) {
-        /* A broken communicator cannot finalize cleanly: end the job. */
-        if (b.fatal && set.ranks > 1)
+        /* A broken communicator cannot finalize cleanly: end the job. Rank 0 ends
+         * it once it has said why; the others give it a moment to (it may be the
+         * silent one). */
+        if (b.fatal && set.ranks > 1) {
+            if (rank != 0) {
+                struct timespec pause = {EMBED_ABORT_PAUSE_S, 0};
+                nanosleep(&pause, NULL);
+                /* Still here: rank 0 could not say it. */
+                rv_cli_error("embed: the batch could not go on: %s",
+                             b.fatal_msg[0] ? b.fatal_msg : "the ranks lost each other");
+            }
             rv_comm_abort(world, rc);
+        }
         rv_comm_free(&world);
         rv_comm_mpi_finalize();
     }

@@ -34,7 +34,7 @@ static const char help_text[] =
     "usage: ringvit frames FILE -o OUT.safetensors [--fps F] [--size N] [--pad]\n"
     "                      [--start S] [--duration D] [--audio-stream I | --no-audio]\n"
     "                      [--video-stream I] [--threads T] [--max-corrupt N]\n"
-    "                      [--decode-all]\n"
+    "                      [--decode-all] [--max-frames N]\n"
     "\n"
     "Samples the video of FILE at F frames per second by presentation time (frame k\n"
     "at t0 + S + k/F, t0 the first frame's time; the last frame shown at or before\n"
@@ -56,6 +56,9 @@ static const char help_text[] =
     "  --threads T         decoder threads (default: automatic)\n"
     "  --max-corrupt N     corrupt packets skipped before failing (default 32)\n"
     "  --decode-all        decode every frame (the reference for the fast path)\n"
+    "  --max-frames N      refuse more than N frames (default 1048576: 9.7 hours at\n"
+    "                      30 fps): from the stated duration before decoding, else as\n"
+    "                      soon as the count passes it\n"
     "\n"
     "Prints one summary line on stdout; progress on stderr when it is a terminal.\n"
     "\n"
@@ -71,6 +74,8 @@ typedef struct frames_state {
     double total_s;        /* for the progress line; NAN unknown */
     double start_s;
     double last_print;
+    int64_t max_frames;    /* --max-frames */
+    const char *path;
 } frames_state;
 
 static double now_s(void)
@@ -84,6 +89,10 @@ static rv_status on_chunk(const rv_ingest_chunk *c, void *user)
 {
     frames_state *fs = user;
     rv_status st;
+    if (fs->nframes + c->nframes > fs->max_frames)
+        return rv_fail(RV_ERR_INVALID, "%s: more than --max-frames %lld frames at these "
+                       "settings; raise --max-frames if the time and disk are meant", fs->path,
+                       (long long)fs->max_frames);
     if (c->nframes > 0) {
         size_t fsize = (size_t)c->size * c->size * 3;
         if ((st = rv_spill_write(&fs->frames, c->frames, fsize * (size_t)c->nframes)) != RV_OK)
@@ -134,12 +143,14 @@ static rv_status on_chunk(const rv_ingest_chunk *c, void *user)
 typedef struct frames_args {
     const char *path, *out;
     rv_ingest_opts o;
+    int64_t max_frames;
 } frames_args;
 
 static int parse_args(int argc, char **argv, frames_args *a)
 {
     rv_ingest_opts_default(&a->o);
     a->path = a->out = NULL;
+    a->max_frames = RV_CLI_MAX_FRAMES;
     int rc = 0, no_audio = 0, audio_set = 0, video_set = 0;
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
@@ -151,6 +162,8 @@ static int parse_args(int argc, char **argv, frames_args *a)
             /* parsed into a->o */
         } else if (strcmp(s, "--no-audio") == 0) {
             no_audio = 1;
+        } else if (rv_cli_flag_is(s, "--max-frames")) {
+            rc = rv_cli_take_i64(CMD, argc, argv, &i, 1, INT64_MAX, &a->max_frames);
         } else if (strcmp(s, "--decode-all") == 0) {
             a->o.decode_all = 1;
         } else if (s[0] == '-' && s[1] != '\0') {
@@ -228,6 +241,23 @@ static int frames_main(int argc, char **argv)
     }
     if (spooled)
         snprintf(probe->path, sizeof probe->path, "-");
+    /* The work the stated duration implies, refused before any decoding. */
+    double span = probe->duration_s - a.o.start_s;
+    if (a.o.duration_s > 0 && a.o.duration_s < span)
+        span = a.o.duration_s;
+    const double planned = floor(span * a.o.fps_num / a.o.fps_den);
+    if (probe->video >= 0 && a.o.video_stream != -2 && isfinite(planned) &&
+        planned > (double)a.max_frames) {
+        rv_cli_fail(rv_fail(RV_ERR_INVALID, "%s: %.0f frames (%.0f s at %d/%d fps), more than "
+                            "--max-frames %lld; raise --max-frames if the time and disk "
+                            "(%.0f MB) are meant", a.path, planned, span, a.o.fps_num,
+                            a.o.fps_den, (long long)a.max_frames,
+                            planned * a.o.size * a.o.size * 3 / 1e6),
+                    CMD);
+        goto end;
+    }
+    fs.max_frames = a.max_frames;
+    fs.path = a.path;
     if ((st = rv_spill_open(&fs.frames, target)) != RV_OK ||
         (st = rv_spill_open(&fs.audio, target)) != RV_OK) {
         rv_cli_fail(st, CMD);

@@ -47,7 +47,8 @@ static const char help_text[] =
     "                      [--audio-window SEC | --block SEC | --frame] [--cls] [--dist]\n"
     "                      [--no-audio | --audio-stream I] [--no-video | --video-stream I]\n"
     "                      [--cp N] [--shard contiguous|zigzag] [--plan-only]\n"
-    "                      [--threads T] [--max-corrupt N] [--json] [-o OUT.safetensors]\n"
+    "                      [--threads T] [--max-corrupt N] [--max-tokens N] [--json]\n"
+    "                      [-o OUT.safetensors]\n"
     "\n"
     "Turns FILE into one token sequence: video tubelets (T sampled frames x P x P\n"
     "pixels x RGB, ImageNet-normalised) and audio patches (F mel bins x W frames of\n"
@@ -92,6 +93,9 @@ static const char help_text[] =
     "  --plan-only         only the plan from the probe; decode nothing\n"
     "  --threads T, --max-corrupt N\n"
     "                      decoder threads, corrupt packets skipped before failing\n"
+    "  --max-tokens N      refuse a sequence of more than N tokens (default 16777216,\n"
+    "                      about 24 hours at the defaults): from the plan before decoding,\n"
+    "                      or as soon as a file that states no duration passes it\n"
     "  --json              one JSON object on stdout instead of the table\n"
     "  -o, --output OUT    write the tokens (video_patches, audio_fbank, audio_patches,\n"
     "                      token_modality, token_pos, token_time, token_window) to\n"
@@ -116,6 +120,7 @@ typedef struct tokens_args {
     rv_shard_kind shard;
     int plan_only, json;
     int blocks;          /* 0 none, 1 --block SEC, 2 --frame */
+    int64_t max_tokens;  /* --max-tokens */
 } tokens_args;
 
 /* "a,b,c" -> three finite floats in [lo, hi]. */
@@ -143,6 +148,7 @@ static int parse_args(int argc, char **argv, tokens_args *a)
     rv_tok_opts_default(&a->to);
     a->cp = 1;
     a->shard = RV_SHARD_CONTIGUOUS;
+    a->max_tokens = RV_CLI_MAX_TOKENS;
     int rc = 0, no_audio = 0, no_video = 0, audio_set = 0, video_set = 0, stride_set = 0;
     int window_set = 0;
     for (int i = 1; i < argc; i++) {
@@ -193,6 +199,8 @@ static int parse_args(int argc, char **argv, tokens_args *a)
             a->blocks = 2;
         } else if (rv_cli_flag_is(s, "--cp")) {
             rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 65536, &a->cp);
+        } else if (rv_cli_flag_is(s, "--max-tokens")) {
+            rc = rv_cli_take_i64(CMD, argc, argv, &i, 1, INT64_MAX, &a->max_tokens);
         } else if (rv_cli_flag_is(s, "--shard")) {
             if (!(v = rv_cli_flag_value(CMD, argc, argv, &i)))
                 return RV_EXIT_USAGE;
@@ -269,11 +277,22 @@ typedef struct collect {
     rv_spill sp[SP_COUNT];
     int64_t tokens, video, audio, cls, fbank;
     int64_t video_dim, audio_dim;
+    int64_t max_tokens;        /* --max-tokens */
+    const char *path;
 } collect;
+
+static rv_status too_many(const char *path, int64_t tokens, int64_t max)
+{
+    return rv_fail(RV_ERR_INVALID, "%s: the sequence reaches %lld tokens at these settings, "
+                   "more than --max-tokens %lld; raise --max-tokens if the time and disk are "
+                   "meant", path, (long long)tokens, (long long)max);
+}
 
 static rv_status on_batch(const rv_tok_batch *b, void *user)
 {
     collect *c = user;
+    if (c->tokens + b->count > c->max_tokens)
+        return too_many(c->path, c->tokens + b->count, c->max_tokens);
     c->tokens += b->count;
     c->video += b->nvideo;
     c->audio += b->naudio;
@@ -634,6 +653,12 @@ static int tokens_main(int argc, char **argv)
         source = "decode";
     } else if (st != RV_OK) {
         rv_cli_fail(st, CMD);
+        goto end;
+    }
+    col.max_tokens = a.max_tokens;
+    col.path = a.path;
+    if (!a.plan_only && strcmp(source, "probe") == 0 && plan.seq > a.max_tokens) {
+        rv_cli_fail(too_many(a.path, plan.seq, a.max_tokens), CMD);
         goto end;
     }
     if (!a.plan_only) {

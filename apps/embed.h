@@ -30,9 +30,9 @@
 #define RV_EXIT_SOME_FAILED 3
 #define EMBED_FORMAT "ringvit-embed" /* metadata "format" of every output */
 #define EMBED_LOG_NAME "embed-log.jsonl"
-/* Deadline of the waits between stages (a rank may decode for long while
- * another waits for it); the forward's own waits use --timeout. */
-#define EMBED_STAGE_TIMEOUT_S 86400.0
+/* Under MPI, how long a rank other than 0 waits for rank 0 to end a broken job
+ * (rank 0 says why first) before it ends the job itself. */
+#define EMBED_ABORT_PAUSE_S 2
 
 /* Set by the SIGINT/SIGTERM handler (cmd_embed.c): stop after the current stage. */
 extern volatile sig_atomic_t embed_stop_signal;
@@ -75,9 +75,6 @@ typedef struct embed_settings {
 /* An input of this many tokens or more is announced before it is decoded. */
 #define EMBED_LONG_TOKENS 100000
 
-/* --max-tokens by default: 2^24, above the ~13 million tokens of a 24-hour
- * recording at the default settings (about 150 tokens a second). */
-#define EMBED_MAX_TOKENS (INT64_C(1) << 24)
 
 typedef enum embed_status {
     EMBED_OK = 0,

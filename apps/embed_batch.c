@@ -1,7 +1,8 @@
 /* embed_batch.c: one rank's run of `ringvit embed`: its compute backend, two
  * views of its communicator (the forward's, with --timeout deadlines, and one
- * for the votes between stages, whose waits may be long: a rank may still be
- * decoding its part of an hour-long file while another waits), a third for the
+ * for the gather of --tokens), a watch for the votes between stages (a vote may
+ * wait long, as a rank may still be decoding its part of an hour-long file, but
+ * only while that rank beats: one silent for --timeout fails it), a third for the
  * forward's device buffers under MPI with --device cuda (NCCL bootstrapped over
  * the first, or the first staged through host memory), then every input in
  * turn. Rank 0 reports each input; a signal or a broken communicator
@@ -27,7 +28,7 @@ int embed_agree(embed_rank *k, rv_status mine, const double *val, int nval)
         const char *m = rv_last_error();
         snprintf(v.msg, sizeof v.msg, "%s", m && m[0] ? m : rv_status_name(mine));
     }
-    rv_status st = rv_comm_allgather(k->ctl, &v, k->votes, sizeof v);
+    rv_status st = rv_comm_watch_allgather(k->watch, &v, k->votes, sizeof v);
     if (st != RV_OK)
         return AGREE_FATAL;
     int stop = 0, broken = 0, first = -1;
@@ -80,14 +81,16 @@ rv_status embed_batch_rank(rv_comm *comm, void *arg)
     int out = AGREE_OK;
     rv_status st = rv_comm_split(comm, 0, comm->rank, &k.ctl);
     if (st == RV_OK)
-        st = rv_comm_set_timeout(k.ctl, EMBED_STAGE_TIMEOUT_S);
+        st = rv_comm_set_timeout(k.ctl, b->set->timeout_s);
+    if (st == RV_OK)
+        st = rv_comm_watch_create(comm, b->set->timeout_s, &k.watch);
     if (st == RV_OK)
         st = rv_comm_set_timeout(comm, b->set->timeout_s);
     if (st == RV_OK && !(k.votes = calloc((size_t)k.size, sizeof *k.votes)))
         st = rv_fail(RV_ERR_NOMEM, "rank %d: out of memory", k.rank);
     if (st != RV_OK) {
-        /* Cannot vote: the others fail on this rank's departure (local) or on
-         * the stage deadline. */
+        /* Cannot vote: the others fail on this rank's departure (local), or
+         * once it has been silent for --timeout. */
         out = AGREE_FATAL;
         if (own)
             snprintf(b->fatal_msg, sizeof b->fatal_msg, "%s", rv_last_error());
@@ -166,6 +169,7 @@ end:
     free(k.votes);
     rv_comm_free(&k.dev);
     rv_comm_free(&k.ctl);
+    rv_comm_watch_free(&k.watch);
     /* The outcome is in the batch; the run itself went as far as it could. */
     return RV_OK;
 }

@@ -60,6 +60,7 @@ typedef struct slice {
     double flops;                       /* the embedding's */
     embed_report *report;
     int64_t report_scale;               /* tokens the report counts per token made here */
+    rv_comm_watch *watch;               /* beaten per batch: this rank is working */
 } slice;
 
 static void slice_free(slice *s)
@@ -112,6 +113,7 @@ static void copy(void *dst, const void *src, size_t n)
 static rv_status on_batch(const rv_tok_batch *b, void *user)
 {
     slice *s = user;
+    rv_comm_watch_beat(s->watch);
     if (embed_stop_signal)
         return rv_fail(RV_ERR_IO, "stopped by a signal");
     if (s->got + b->count > s->len || s->got_video + b->nvideo > s->nvideo ||
@@ -158,11 +160,13 @@ static int64_t audio_steps_of(const rv_tok_layout *L)
 
 typedef struct count {
     int64_t frames, samples;
+    rv_comm_watch *watch; /* beaten per chunk: the other ranks wait for the count */
 } count;
 
 static rv_status on_chunk(const rv_ingest_chunk *c, void *user)
 {
     count *n = user;
+    rv_comm_watch_beat(n->watch);
     if (embed_stop_signal)
         return rv_fail(RV_ERR_IO, "stopped by a signal");
     n->frames += c->nframes;
@@ -203,17 +207,21 @@ static int pieces_of(const rv_shard_plan *sp, piece *out)
 
 /* Rank 0 receives every slice in sequence order and appends it to sp_out;
  * the others send theirs. A failure to write on rank 0 still drains every
- * message (so no rank waits in vain) and is returned in *write_st. */
+ * message (so no rank waits in vain) and is returned in *write_st. Every wait is
+ * the watch's: as long as the peer it waits for works (rank 0 writing the
+ * slices before, a sender still sending), and no longer than --timeout after
+ * the peer falls silent. */
 static rv_status gather_tokens(embed_rank *k, const rv_shard_plan *sp, const float *y, int dim,
                                rv_spill *sp_out, rv_status *write_st)
 {
     const size_t row = sizeof(float) * (size_t)dim;
     piece *pc = malloc(sizeof *pc * (size_t)(2 * sp->ranks));
     rv_comm_request **req = calloc((size_t)(2 * sp->ranks), sizeof *req);
+    int *to0 = calloc((size_t)(2 * sp->ranks), sizeof *to0); /* zeros: the peer of each send */
     float *buf = NULL;
     rv_status st = RV_OK;
     *write_st = RV_OK;
-    if (!pc || !req) {
+    if (!pc || !req || !to0) {
         st = rv_fail(RV_ERR_NOMEM, "rank %d: out of memory", k->rank);
         goto end;
     }
@@ -223,7 +231,7 @@ static rv_status gather_tokens(embed_rank *k, const rv_shard_plan *sp, const flo
             if (pc[i].rank == k->rank)
                 st = rv_comm_isend(k->ctl, y + pc[i].local * dim, row * (size_t)pc[i].len, 0, i,
                                    &req[nreq++]);
-        rv_status w = rv_comm_waitall(req, nreq);
+        rv_status w = rv_comm_watch_waitall(k->watch, req, to0, nreq);
         st = st != RV_OK ? st : w;
         goto end;
     }
@@ -242,16 +250,18 @@ static rv_status gather_tokens(embed_rank *k, const rv_shard_plan *sp, const flo
         if (pc[i].rank != 0) {
             rv_comm_request *r = NULL;
             if ((st = rv_comm_irecv(k->ctl, buf, row * (size_t)pc[i].len, pc[i].rank, i, &r)) != RV_OK ||
-                (st = rv_comm_wait(&r)) != RV_OK)
+                (st = rv_comm_watch_waitall(k->watch, &r, &pc[i].rank, 1)) != RV_OK)
                 break;
             src = buf;
         }
         if (*write_st == RV_OK)
             *write_st = rv_spill_write(sp_out, src, row * (size_t)pc[i].len);
+        rv_comm_watch_beat(k->watch);
     }
 end:
     free(buf);
     free(req);
+    free(to0);
     free(pc);
     return st;
 }
@@ -341,7 +351,7 @@ int embed_job_run(embed_rank *k, int index, embed_result *res)
     if (k->votes[0].val[1]) {
         /* No stated duration: rank 0 counts the frames and samples. */
         embed_report_stage(rep, index, in->path, "count", 0, 0);
-        count n = {0, 0};
+        count n = {.watch = k->watch};
         rv_ingest_stats is;
         memset(&is, 0, sizeof is);
         st = k->rank == 0 ? rv_ingest_stream(in->path, &set->io, on_chunk, &n, &is) : RV_OK;
@@ -385,11 +395,12 @@ int embed_job_run(embed_rank *k, int index, embed_result *res)
         out = failed(AGREE_FAILED, res);
         goto end;
     }
+    /* The forward's cost (full attention; a span's depends on the token times). */
+    const double fwd_flops = set->span.kind == RV_SPAN_FULL
+                                 ? rv_vit_forward_flops(cfg, L.seq, L.nvideo, L.naudio, set->causal)
+                                 : 0;
     if (L.seq >= EMBED_LONG_TOKENS)
-        embed_report_plan(rep, in->path, L.seq, L.nvideo, L.naudio, end_s,
-                          set->span.kind == RV_SPAN_FULL
-                              ? rv_vit_forward_flops(cfg, L.seq, L.nvideo, L.naudio, set->causal)
-                              : 0);
+        embed_report_plan(rep, in->path, L.seq, L.nvideo, L.naudio, end_s, fwd_flops);
     /* Zigzag balances causal full attention; a span wants contiguous slices (its
      * ranks talk only to those its keys reach). */
     const rv_shard_kind kind = set->causal && set->span.kind == RV_SPAN_FULL ? RV_SHARD_ZIGZAG
@@ -414,6 +425,7 @@ int embed_job_run(embed_rank *k, int index, embed_result *res)
     embed_report_stage(rep, index, in->path, "tokenize", end_s, L.seq);
     s.report = rep;
     s.report_scale = set->mpi ? k->size : 1;
+    s.watch = k->watch;
     if (st == RV_OK)
         st = rv_tokenize_rank(in->path, &L, &sp, k->rank, on_batch, &s, &ts);
     rv_backend_free(&hb);
@@ -433,9 +445,7 @@ int embed_job_run(embed_rank *k, int index, embed_result *res)
 
     /* 3. encode and pool */
     t = now_s();
-    embed_report_flops(rep, set->span.kind == RV_SPAN_FULL
-                                ? rv_vit_forward_flops(cfg, L.seq, L.nvideo, L.naudio, set->causal)
-                                : 0);
+    embed_report_flops(rep, fwd_flops);
     embed_report_stage(rep, index, in->path, "encode", end_s, L.seq);
     rv_vit_tokens tok = {.len = s.len, .modality = s.modality, .pos = s.pos, .time = s.time,
                          .nvideo = s.nvideo, .naudio = s.naudio, .grid = L.grid,
@@ -493,6 +503,8 @@ int embed_job_run(embed_rank *k, int index, embed_result *res)
             wst = rv_spill_map(&tok_spill);
             for (int64_t i = 0; i < L.seq && wst == RV_OK; i++) {
                 rv_token tk;
+                if ((i & 0xffff) == 0)
+                    rv_comm_watch_beat(k->watch); /* the others wait in the next vote */
                 if ((wst = rv_tok_info(&L, i, &tk)) != RV_OK)
                     break;
                 tok_mod[i] = (uint8_t)tk.modality;
@@ -507,6 +519,7 @@ int embed_job_run(embed_rank *k, int index, embed_result *res)
             embed_output o = {in->output, set, in->path, probe_text, &L, end_s, &pooled,
                               (const float *)tok_spill.map, tok_time, tok_mod, tok_pos};
             wst = embed_output_write(&o);
+            rv_comm_watch_beat(k->watch);
         }
         if (wst != RV_OK) {
             res->status = EMBED_FAILED;

@@ -10,6 +10,7 @@
 #include "embed.h"
 #include "rv_backend.h"
 #include "rv_comm.h"
+#include "rv_comm_watch.h"
 
 #define EMBED_VOTE_VALS 10
 
@@ -28,7 +29,9 @@ typedef struct embed_rank {
     rv_comm *dev;       /* the same ranks for the forward's device buffers when comm
                          * cannot take them: NCCL (--backend nccl) or a staged copy
                          * of comm (--backend mpi --device cuda); NULL: comm */
-    rv_comm *ctl;       /* the same ranks, EMBED_STAGE_TIMEOUT_S deadlines (votes, gather) */
+    rv_comm *ctl;       /* the same ranks for the gather of --tokens (waits under watch) */
+    rv_comm_watch *watch; /* the votes and the gather wait on live peers: a rank silent
+                         * for --timeout fails them (rv_comm_watch.h) */
     rv_backend *be;     /* this rank's compute threads, or its GPU stream */
     rv_vit_model *dev_weights; /* the model in be's memory (--device cuda), else NULL */
     int rank, size;

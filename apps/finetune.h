@@ -33,9 +33,6 @@
 #define FT_FORMAT "ringvit-finetune" /* metadata "format" of the -o file */
 #define FT_META_CLASSES "ringvit.classes"   /* JSON array of the class names */
 #define FT_META_SETTINGS "ringvit.finetune" /* the settings JSON */
-/* Deadline of the waits between steps (a rank may decode for long while the
- * others wait); the forward and backward use --timeout. */
-#define FT_STAGE_TIMEOUT_S 86400.0
 
 /* Set by the SIGINT/SIGTERM handler: stop after the current step. */
 extern volatile sig_atomic_t ft_stop_signal;
@@ -105,11 +102,12 @@ typedef struct ft_slice {
 } ft_slice;
 
 /* Probes path, plans its sequence over ranks (zigzag when causal without a span,
- * else contiguous) and decodes
- * and tokenizes rank's slice. A file that states no duration is counted first
- * (every rank alike). */
+ * else contiguous) and decodes and tokenizes rank's slice. A file that states no
+ * duration is counted first (every rank alike). beat(beat_arg), when given, is
+ * called at every batch and chunk: this rank is still working. */
 rv_status ft_slice_load(const char *path, const rv_tok_opts *to, const rv_ingest_opts *io,
-                        int zigzag, int ranks, int rank, ft_slice **out);
+                        int zigzag, int ranks, int rank, void (*beat)(void *), void *beat_arg,
+                        ft_slice **out);
 rv_vit_tokens ft_slice_tokens(const ft_slice *s);
 /* Bytes it holds. */
 size_t ft_slice_bytes(const ft_slice *s);

@@ -74,7 +74,7 @@ static void log_json(ft_report *r, json_t *j)
         if (w != (ssize_t)(n + 1) && !r->log_error[0]) {
             snprintf(r->log_error, sizeof r->log_error, "writing the log failed: %s",
                      w < 0 ? strerror(errno) : "short write (disk full?)");
-            fprintf(stderr, RV_CLI_PROG ": finetune: %s\n", r->log_error);
+            ft_report_message(r, "finetune: %s", r->log_error);
         }
         free(line);
     }

@@ -30,16 +30,18 @@
 #include "finetune.h"
 #include "out_path.h"
 #include "rv_backend.h"
+#include "rv_comm_watch.h"
 
 typedef struct ft_rank {
     ft_job *job;
     const ft_settings *set;
-    rv_comm *world;            /* stage deadlines (votes) */
+    rv_comm *world;
     rv_comm *cp, *dp;          /* --timeout deadlines (forward, backward, all-reduce) */
     rv_comm *cp_dev;           /* the cp group for the encoder's device buffers when cp
                                 * cannot take them (MPI with --device cuda): NCCL
                                 * bootstrapped over cp, or cp staged; NULL: cp */
-    rv_comm *cp_ctl, *dp_ctl;  /* stage deadlines: votes within the cp group */
+    rv_comm_watch *w_world;    /* the votes between stages: a wait lasts as long as the */
+    rv_comm_watch *w_cp;       /* peers beat, over the world and within the cp group */
     int rank, cpr, dpr;        /* world rank, index in the cp group, dp index */
     rv_backend *be;
     rv_vit_model *m, *g;       /* parameters, gradients */
@@ -74,10 +76,34 @@ static rv_status own_fail(ft_rank *k, rv_status st)
     return st;
 }
 
-/* Sums v (n) over comm in place. */
-static rv_status vote(rv_comm *comm, double *v, int n)
+#define VOTE_MAX 8
+
+/* Sums v (n <= VOTE_MAX) over the watch's ranks in place, in rank order. */
+static rv_status vote(rv_comm_watch *w, double *v, int n)
 {
-    return rv_comm_allreduce(comm, v, v, (size_t)n, RV_COMM_F64);
+    double *all = NULL;
+    const int size = rv_comm_watch_size(w);
+    if (!(all = malloc(sizeof(double) * VOTE_MAX * (size_t)size)))
+        return rv_fail(RV_ERR_NOMEM, "vote: out of memory");
+    double mine[VOTE_MAX] = {0};
+    memcpy(mine, v, sizeof(double) * (size_t)n);
+    rv_status st = rv_comm_watch_allgather(w, mine, all, sizeof mine);
+    if (st == RV_OK)
+        for (int i = 0; i < n; i++) {
+            v[i] = 0;
+            for (int r = 0; r < size; r++)
+                v[i] += all[VOTE_MAX * r + i];
+        }
+    free(all);
+    return st;
+}
+
+/* This rank is still working (tokenizing): beats both watches. */
+static void beat(void *arg)
+{
+    ft_rank *k = arg;
+    rv_comm_watch_beat(k->w_world);
+    rv_comm_watch_beat(k->w_cp);
 }
 
 /* ---- setup ---------------------------------------------------------------------------- */
@@ -89,7 +115,8 @@ static rv_status rank_setup(ft_rank *k)
     rv_status st;
     uint8_t *decay = NULL;
     if ((st = rv_comm_mesh_split(k->world, set->cp, &k->cp, &k->dp)) != RV_OK ||
-        (st = rv_comm_mesh_split(k->world, set->cp, &k->cp_ctl, &k->dp_ctl)) != RV_OK ||
+        (st = rv_comm_watch_create(k->world, set->timeout_s, &k->w_world)) != RV_OK ||
+        (st = rv_comm_watch_create(k->cp, set->timeout_s, &k->w_cp)) != RV_OK ||
         (st = rv_comm_set_timeout(k->cp, set->timeout_s)) != RV_OK ||
         (st = rv_comm_set_timeout(k->dp, set->timeout_s)) != RV_OK)
         return st;
@@ -158,7 +185,7 @@ static void rank_free(ft_rank *k)
     rv_backend_free(&k->be);
     rv_comm_free(&k->cp_dev);
     rv_comm_free(&k->cp), rv_comm_free(&k->dp);
-    rv_comm_free(&k->cp_ctl), rv_comm_free(&k->dp_ctl);
+    rv_comm_watch_free(&k->w_world), rv_comm_watch_free(&k->w_cp);
 }
 
 /* ---- one recording -------------------------------------------------------------------- */
@@ -176,7 +203,7 @@ static rv_status get_slice(ft_rank *k, ft_slice **cache, const ft_item *it, ft_s
         rv_clear_error();
         st = ft_slice_load(it->path, &k->set->to, &k->set->io,
                            k->set->causal && k->set->span.kind == RV_SPAN_FULL, k->set->cp,
-                           k->cpr, &s);
+                           k->cpr, beat, k, &s);
         if (st != RV_OK)
             own_fail(k, st);
         else if (k->set->cache)
@@ -185,7 +212,7 @@ static rv_status get_slice(ft_rank *k, ft_slice **cache, const ft_item *it, ft_s
             *owned = 1;
     }
     double bad = st != RV_OK;
-    rv_status vs = vote(k->cp_ctl, &bad, 1);
+    rv_status vs = vote(k->w_cp, &bad, 1);
     *ok = vs == RV_OK && bad == 0;
     if (!*ok && *owned)
         ft_slice_free(&s);
@@ -329,7 +356,7 @@ static rv_status check_sync(ft_rank *k, int64_t step)
     for (size_t i = 0; i < k->h->arena_floats * sizeof(float); i++)
         hh = (hh ^ b[i]) * 0x100000001b3ull;
     snprintf(mine + 16, 17, "%016" PRIx64, hh);
-    if ((st = rv_comm_allgather(k->world, mine, all, 32)) != RV_OK)
+    if ((st = rv_comm_watch_allgather(k->w_world, mine, all, 32)) != RV_OK)
         goto end;
     for (int r = 1; r < k->world->size; r++)
         if (memcmp(all, all + 32 * r, 32) != 0) {
@@ -370,7 +397,7 @@ static rv_status evaluate(ft_rank *k, double *loss, double *acc, int64_t *count)
         v[1] += pred == set->val.item[i].label;
         v[2] += 1;
     }
-    if ((st = vote(k->world, v, 4)) != RV_OK)
+    if ((st = vote(k->w_world, v, 4)) != RV_OK)
         return st;
     if (v[3] > 0)
         return rv_fail(RV_ERR_IO, "evaluation: a validation recording could not be read");
@@ -407,7 +434,7 @@ static rv_status save_ckpt(ft_rank *k, int64_t step)
         }
     }
     double bad = st != RV_OK;
-    rv_status vs = vote(k->world, &bad, 1);
+    rv_status vs = vote(k->w_world, &bad, 1);
     if (vs != RV_OK)
         return vs;
     return bad ? (st != RV_OK ? st : rv_fail(RV_ERR_IO, "rank 0 could not write the checkpoint"))
@@ -426,7 +453,7 @@ static rv_status write_output(ft_rank *k, int64_t step)
             k->job->res.output_written = 1;
     }
     double bad = st != RV_OK;
-    rv_status vs = vote(k->world, &bad, 1);
+    rv_status vs = vote(k->w_world, &bad, 1);
     if (vs != RV_OK)
         return vs;
     return bad ? (st != RV_OK ? st : rv_fail(RV_ERR_IO, "rank 0 could not write the output"))
@@ -495,7 +522,7 @@ static rv_status train(ft_rank *k)
         if ((st = sync_and_step(k, &norm, &lr)) != RV_OK)
             return own_fail(k, st);
         v[4] = ft_stop_signal != 0;
-        if ((st = vote(k->world, v, 5)) != RV_OK)
+        if ((st = vote(k->w_world, v, 5)) != RV_OK)
             return st;
         if (v[3] > 0)
             return rv_fail(RV_ERR_IO, "step %" PRId64 ": a training recording could not be read",
@@ -566,9 +593,6 @@ rv_status ft_rank_main(rv_comm *world, void *arg)
         own_fail(&k, st);
         goto end;
     }
-    rv_comm_set_timeout(world, FT_STAGE_TIMEOUT_S);
-    rv_comm_set_timeout(k.cp_ctl, FT_STAGE_TIMEOUT_S);
-    rv_comm_set_timeout(k.dp_ctl, FT_STAGE_TIMEOUT_S);
     st = train(&k);
 end:
     rank_free(&k);

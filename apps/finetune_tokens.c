@@ -23,9 +23,20 @@ static void copy(void *dst, const void *src, size_t n)
         memcpy(dst, src, n);
 }
 
+/* What the callbacks fill, and whom they tell that this rank works. */
+typedef struct loading {
+    ft_slice *s;
+    int64_t frames, samples; /* counted (a file without a stated duration) */
+    void (*beat)(void *);
+    void *beat_arg;
+} loading;
+
 static rv_status on_batch(const rv_tok_batch *b, void *user)
 {
-    ft_slice *s = user;
+    loading *ld = user;
+    ft_slice *s = ld->s;
+    if (ld->beat)
+        ld->beat(ld->beat_arg);
     if (s->got + b->count > s->len || s->got_video + b->nvideo > s->nvideo ||
         s->got_audio + b->naudio > s->naudio)
         return rv_fail(RV_ERR_INTERNAL, "tokenizer handed out more tokens than the plan gives "
@@ -45,20 +56,19 @@ static rv_status on_batch(const rv_tok_batch *b, void *user)
     return RV_OK;
 }
 
-typedef struct count {
-    int64_t frames, samples;
-} count;
-
 static rv_status on_chunk(const rv_ingest_chunk *c, void *user)
 {
-    count *n = user;
-    n->frames += c->nframes;
-    n->samples += c->nsamples;
+    loading *ld = user;
+    if (ld->beat)
+        ld->beat(ld->beat_arg);
+    ld->frames += c->nframes;
+    ld->samples += c->nsamples;
     return RV_OK;
 }
 
 rv_status ft_slice_load(const char *path, const rv_tok_opts *to, const rv_ingest_opts *io,
-                        int zigzag, int ranks, int rank, ft_slice **out)
+                        int zigzag, int ranks, int rank, void (*beat)(void *), void *beat_arg,
+                        ft_slice **out)
 {
     rv_probe *probe = NULL;
     ft_slice *s = calloc(1, sizeof *s);
@@ -66,17 +76,17 @@ rv_status ft_slice_load(const char *path, const rv_tok_opts *to, const rv_ingest
     *out = NULL;
     if (!s)
         return rv_fail(RV_ERR_NOMEM, "%s: out of memory", path);
+    loading ld = {.s = s, .beat = beat, .beat_arg = beat_arg};
     double end_s = 0;
     if ((st = rv_probe_file(path, &probe)) != RV_OK)
         goto end;
     st = rv_tok_layout_from_probe(probe, to, io, &s->L, &end_s);
     if (st == RV_ERR_UNSUPPORTED) {
         /* No stated duration (a still image): count what a whole pass yields. */
-        count n = {0, 0};
         rv_ingest_stats is;
         memset(&is, 0, sizeof is);
-        if ((st = rv_ingest_stream(path, io, on_chunk, &n, &is)) != RV_OK ||
-            (st = rv_tok_layout_make(to, io, n.frames, n.samples, &s->L)) != RV_OK)
+        if ((st = rv_ingest_stream(path, io, on_chunk, &ld, &is)) != RV_OK ||
+            (st = rv_tok_layout_make(to, io, ld.frames, ld.samples, &s->L)) != RV_OK)
             goto end;
         end_s = is.end_s;
     } else if (st != RV_OK) {
@@ -114,7 +124,7 @@ rv_status ft_slice_load(const char *path, const rv_tok_opts *to, const rv_ingest
                      (long long)s->len);
         goto end;
     }
-    if ((st = rv_tokenize_rank(path, &s->L, &s->plan, rank, on_batch, s, NULL)) != RV_OK)
+    if ((st = rv_tokenize_rank(path, &s->L, &s->plan, rank, on_batch, &ld, NULL)) != RV_OK)
         goto end;
     if (s->got != s->len || s->got_video != s->nvideo || s->got_audio != s->naudio)
         st = rv_fail(RV_ERR_INTERNAL, "%s: rank %d: %lld tokens made, the plan gives it %lld",

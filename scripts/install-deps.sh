@@ -11,6 +11,8 @@ packages=(
   libavformat-dev libavcodec-dev libavutil-dev libswscale-dev libswresample-dev ffmpeg
   # compute, communication, JSON, tests
   libopenblas-dev libopenblas-openmp-dev libopenmpi-dev openmpi-bin libjansson-dev libcriterion-dev
+  # the fuzz targets (scripts/fuzz.sh: libFuzzer, and clang's OpenMP runtime)
+  clang-14 libomp-14-dev
   # peers that generate golden data under tests/peer
   python3 python3-numpy python3-torch python3-torchvision python3-torchaudio python3-av
 )

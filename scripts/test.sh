@@ -3,8 +3,9 @@
 #   1. install the build dependencies (scripts/install-deps.sh),
 #   2. Release build in build/ with tests, then every ctest test (unit, cli, mpi,
 #      and gpu where a GPU is present; the others report themselves skipped),
-#   3. AddressSanitizer + UBSan build in build-asan/ (CPU only), then the unit tests.
-# RINGVIT_SKIP_ASAN=1 skips step 3 for quick local iteration; CI never sets it.
+#   3. AddressSanitizer + UBSan build in build-asan/ (CPU only), then the unit tests,
+#   4. the libFuzzer targets (scripts/fuzz.sh, build-fuzz/), 15 s each.
+# RINGVIT_SKIP_ASAN=1 skips steps 3 and 4 for quick local iteration; CI never sets it.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -43,7 +44,7 @@ LD_LIBRARY_PATH="$(dirname "$pcdir")" "$prefix/consumer-pc"
 "$prefix/bin/ringvit" --version
 
 if [ "${RINGVIT_SKIP_ASAN:-0}" = "1" ]; then
-  section "sanitizer pass skipped (RINGVIT_SKIP_ASAN=1)"
+  section "sanitizer pass and fuzzing skipped (RINGVIT_SKIP_ASAN=1)"
 else
   section "sanitizer build (build-asan/: ASan + UBSan, CPU only)"
   cmake -S . -B build-asan -DRINGVIT_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -55,6 +56,9 @@ else
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest -L unit --output-on-failure)
+
+  section "fuzzing (build-fuzz/: libFuzzer + ASan + UBSan, 15 s per target)"
+  scripts/fuzz.sh 15
 fi
 
 section "all tests passed"

@@ -1,8 +1,10 @@
 #!/bin/sh
 # test_embed_mpi.sh MPIEXEC EXE: `ringvit embed --backend mpi` under
 # `mpiexec -n 3 --oversubscribe` gives the same outputs as `--cp 3` with the
-# local backend (ring and allgather, --tokens), and a batch with a bad file
-# exits 3 on every process with the failure in rank 0's log.
+# local backend (ring and allgather, --tokens), a batch with a bad file
+# exits 3 on every process with the failure in rank 0's log, and a rank
+# stopped (kill -STOP) in the middle of a batch is named by the others, which
+# end the job within about 2 x --timeout.
 # Run by ctest (label mpi); POSIX sh only. Exits 77 (skipped) in a build
 # without MPI; fails without ffmpeg or numpy (test dependencies).
 
@@ -70,6 +72,49 @@ ok=1
 [ "$st" -eq 3 ] && [ -s out/clip.safetensors ] && [ ! -e out/notes.safetensors ] &&
     [ "$(grep -c '"status":"failed"' out/embed-log.jsonl)" -eq 1 ] && ok=0
 result mpi-batch-exit-3 "$ok" "exit status $st (want 3 from every process), or outputs/log wrong"
+
+# A rank stopped mid-batch (SIGSTOP: alive to the launcher, silent to its peers).
+# The survivors wait at most --timeout inside the encoder and --timeout past its
+# last sign of work between stages, name it, and end the job.
+for i in 1 2 3 4 5 6 7 8 9 10 11 12; do ln -sf clip.mp4 "stall$i.mp4"; done
+: >err
+"$MPIEXEC" -n 3 --oversubscribe "$EXE" embed --backend mpi stall*.mp4 --size 32 --fps 10 \
+    --timeout 3 --out-dir stall 2>err &
+mp=$!
+n=0
+while ! grep -q '^ringvit: embedded' err && [ "$n" -lt 600 ] && kill -0 "$mp" 2>/dev/null; do
+    sleep 0.1
+    n=$((n + 1))
+done
+victim=""
+for p in $(pgrep -P "$mp"); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -q '^OMPI_COMM_WORLD_RANK=2$' && victim=$p
+done
+ok=1
+if [ -n "$victim" ] && kill -STOP "$victim"; then
+    t0=$(date +%s)
+    n=0
+    while kill -0 "$mp" 2>/dev/null && [ "$n" -lt 600 ]; do
+        sleep 0.1
+        n=$((n + 1))
+    done
+    took=$(($(date +%s) - t0))
+    if kill -0 "$mp" 2>/dev/null; then
+        kill -9 "$mp" "$victim" 2>/dev/null
+        echo "     | still running 60 s after the stop"
+    else
+        wait "$mp"
+        st=$?
+        # 2 x 3 s and the launcher's teardown (about 6 s measured).
+        [ "$st" -ne 0 ] && [ "$took" -le 10 ] && grep -q 'rank 2 has sent nothing' err && ok=0
+        echo "     | exit $st $took s after the stop"
+    fi
+    kill -9 "$victim" 2>/dev/null
+else
+    kill -9 "$mp" 2>/dev/null
+    echo "     | could not find rank 2's process (pid of mpiexec $mp) or the first output"
+fi
+result mpi-stopped-rank-named "$ok" "the survivors did not name rank 2 and end within 10 s"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -17,7 +17,8 @@
 #   - a PNG declaring 16000x16000 is refused before a picture is allocated;
 #   - --threads past 1024 and empty flag values are usage errors; a log that
 #     cannot be written fails the run; a non-UTF-8 file name keeps every JSON
-#     field (\xNN escapes); --max-tokens refuses an input before decoding it.
+#     field (\xNN escapes); --max-tokens (embed, tokens) and --max-frames
+#     (frames) refuse an input before decoding it.
 # Every command runs under `timeout 60`, so a regression fails instead of hanging.
 # Run by ctest as `sh test_files.sh $<TARGET_FILE:ringvit_cli>`; POSIX sh only.
 # Prints one line per check, then "N passed, M failed"; exits 1 on any failure,
@@ -319,5 +320,28 @@ PY
     [ "$took" -le 10 ] || { why="took ${took} s"; return 1; }
 }
 check embed-max-tokens t_max_tokens
+# tokens and frames: the same refusal from the plan (or the stated duration), and
+# while decoding when the count passes the limit.
+t_max_tokens_frames() {
+    run_t tokens x.wav --max-tokens 10 -o mt.safetensors &&
+        want_rc 1 && want_err 'x.wav: the sequence reaches 96 tokens .* more than --max-tokens 10' &&
+        [ ! -e mt.safetensors ] || return 1
+    run_t tokens x.wav --max-tokens 96 -o mt.safetensors && want_rc 0 || return 1
+    run_t frames clip.mp4 --fps 10 --size 32 --max-frames 5 -o mf.safetensors &&
+        want_rc 1 && want_err 'clip.mp4: 20 frames .* more than --max-frames 5' &&
+        [ ! -e mf.safetensors ] || return 1
+    run_t frames clip.mp4 --fps 10 --size 32 --max-frames 20 -o mf.safetensors && want_rc 0 ||
+        return 1
+    # A raw H.264 stream states no duration: both stop while decoding.
+    ff -i clip.mp4 -an -c:v copy -bsf:v h264_mp4toannexb raw.h264 || { why="no raw.h264"; return 1; }
+    rm -f mf.safetensors mt.safetensors
+    run_t frames raw.h264 --fps 10 --size 32 --max-frames 5 -o mf.safetensors &&
+        want_rc 1 && want_err 'raw.h264: more than --max-frames 5' && [ ! -e mf.safetensors ] ||
+        return 1
+    run_t tokens raw.h264 --fps 10 --size 32 --max-tokens 30 -o mt.safetensors &&
+        want_rc 1 && want_err 'raw.h264: the sequence reaches [0-9]+ tokens .* --max-tokens 30' &&
+        [ ! -e mt.safetensors ]
+}
+check tokens-frames-max-limits t_max_tokens_frames
 
 cli_summary

@@ -100,44 +100,73 @@ EOF
     "$EXE" tokens a25.wav -o t25.safetensors >/dev/null 2>&1 ||
     { echo "FAILED: ringvit frames / tokens of the inputs"; exit 1; }
 
-# golden MODEL KIND INPUT REF_INPUT CP [embed flags...]: embed at --cp CP and
-# compare with the peer's float64 reference.
+# The comparisons with the peer's float64 references run at the end, all in one
+# Python process (torch is imported once, each reference computed once):
+# compare NAME MODEL_DIR KIND OUT REF_INPUT [WAV] queues one; compare_all runs
+# them and counts each as a check of its own ("NAME-vs-reference").
+: >"$tmp/compare.tsv"
+g_n=0
+compare() {
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t-\n' "$1" "$2" "$3" "$4" "$5" "${6:--}" >>"$tmp/compare.tsv"
+}
+compare_all() {
+    "$PY" "$PEER" check-batch "$tmp/compare.tsv" >"$tmp/compare.out" 2>"$tmp/compare.err"
+    while IFS="$(printf '\t')" read -r c_name c_rc c_line; do
+        if [ "$c_rc" = 0 ]; then
+            pass=$((pass + 1))
+            echo "ok   $c_name-vs-reference"
+            echo "     $c_line"
+        else
+            fail=$((fail + 1))
+            failed="$failed $c_name-vs-reference"
+            echo "FAIL $c_name-vs-reference: $c_line"
+        fi
+    done <"$tmp/compare.out"
+    # Every queued comparison must have answered.
+    if [ "$(wc -l <"$tmp/compare.out")" -ne "$(wc -l <"$tmp/compare.tsv")" ]; then
+        fail=$((fail + 1))
+        failed="$failed compare-all"
+        echo "FAIL compare-all: $(wc -l <"$tmp/compare.out") of $(wc -l <"$tmp/compare.tsv") comparisons ran"
+        sed 's/^/     | /' "$tmp/compare.err" | tail -n 20
+    fi
+}
+
+# golden NAME MODEL KIND INPUT REF_INPUT CP [embed flags...]: embed at --cp CP;
+# the comparison with the reference is queued.
 golden() {
-    g_model=$1 g_kind=$2 g_in=$3 g_ref=$4 g_cp=$5
-    shift 5
-    g_out="$tmp/o_$(basename "$g_model")_$g_cp.safetensors"
+    g_name=$1 g_model=$2 g_kind=$3 g_in=$4 g_ref=$5 g_cp=$6
+    shift 6
+    g_n=$((g_n + 1))
+    g_out="$tmp/o_$g_n.safetensors"
     run_exe embed "$g_in" --model "models/$g_model" --cp "$g_cp" --tokens --quiet -o "$g_out" "$@"
     want_rc 0 || return 1
     g_wav=""
-    case "$g_in" in *.wav) g_wav="--wav $g_in" ;; esac
-    # shellcheck disable=SC2086 # g_wav is one flag and its value, or nothing
-    "$PY" "$PEER" check "models/$g_model" "$g_kind" "$g_out" "$g_ref" $g_wav >"$tmp/cmp" 2>&1 ||
-        { why="$(tail -n 2 "$tmp/cmp")"; return 1; }
-    echo "     $(tail -n 1 "$tmp/cmp")"
+    case "$g_in" in *.wav) g_wav=$g_in ;; esac
+    compare "$g_name" "models/$g_model" "$g_kind" "$g_out" "$g_ref" "$g_wav"
 }
 
 for cp in 1 3; do
-    eval "t_vit_$cp() { golden vit video clip.mp4 f48.safetensors $cp --fps 1 --size 48; }"
-    eval "t_vit_t2_$cp() { golden vit video clip.mp4 f48x2.safetensors $cp --fps 2 --size 48 --tubelet 2; }"
-    eval "t_vit_cls_$cp() { golden vit_cls video clip.mp4 f32.safetensors $cp --fps 1; }"
-    eval "t_dinov2_$cp() { golden dinov2 video clip.mp4 f48.safetensors $cp --fps 1 --size 48; }"
-    eval "t_clip_$cp() { golden clip video clip.mp4 f48.safetensors $cp --fps 1 --size 48; }"
-    eval "t_clip_vision_t2_$cp() { golden clip_vision video clip.mp4 f48x2.safetensors $cp --fps 2 --size 48 --tubelet 2; }"
-    eval "t_videomae_$cp() { golden videomae video clip.mp4 f32x8.safetensors $cp --fps 8; }"
-    eval "t_videomae_pt_$cp() { golden videomae_pt video clip.mp4 f32x8.safetensors $cp --fps 8; }"
-    eval "t_ast_10s_$cp() { golden ast audio a10.wav t10.safetensors $cp; }"
-    eval "t_ast_25s_$cp() { golden ast audio a25.wav t25.safetensors $cp; }"
+    eval "t_vit_$cp() { golden golden-vit-cp$cp vit video clip.mp4 f48.safetensors $cp --fps 1 --size 48; }"
+    eval "t_vit_t2_$cp() { golden golden-vit_t2-cp$cp vit video clip.mp4 f48x2.safetensors $cp --fps 2 --size 48 --tubelet 2; }"
+    eval "t_vit_cls_$cp() { golden golden-vit_cls-cp$cp vit_cls video clip.mp4 f32.safetensors $cp --fps 1; }"
+    eval "t_dinov2_$cp() { golden golden-dinov2-cp$cp dinov2 video clip.mp4 f48.safetensors $cp --fps 1 --size 48; }"
+    eval "t_clip_$cp() { golden golden-clip-cp$cp clip video clip.mp4 f48.safetensors $cp --fps 1 --size 48; }"
+    eval "t_clip_vision_t2_$cp() { golden golden-clip_vision_t2-cp$cp clip_vision video clip.mp4 f48x2.safetensors $cp --fps 2 --size 48 --tubelet 2; }"
+    eval "t_videomae_$cp() { golden golden-videomae-cp$cp videomae video clip.mp4 f32x8.safetensors $cp --fps 8; }"
+    eval "t_videomae_pt_$cp() { golden golden-videomae_pt-cp$cp videomae_pt video clip.mp4 f32x8.safetensors $cp --fps 8; }"
+    eval "t_ast_10s_$cp() { golden golden-ast_10s-cp$cp ast audio a10.wav t10.safetensors $cp; }"
+    eval "t_ast_25s_$cp() { golden golden-ast_25s-cp$cp ast audio a25.wav t25.safetensors $cp; }"
     for t in vit vit_t2 vit_cls dinov2 clip clip_vision_t2 videomae videomae_pt ast_10s ast_25s; do
         check "golden-$t-cp$cp" "t_${t}_$cp"
     done
 done
-t_ulysses() { golden dinov2 video clip.mp4 f48.safetensors 2 --fps 1 --size 48 --strategy ulysses; }
+t_ulysses() { golden golden-dinov2-ulysses-cp2 dinov2 video clip.mp4 f48.safetensors 2 --fps 1 --size 48 --strategy ulysses; }
 check golden-dinov2-ulysses-cp2 t_ulysses
-t_allgather() { golden ast audio a25.wav t25.safetensors 3 --strategy allgather; }
+t_allgather() { golden golden-ast-allgather-cp3 ast audio a25.wav t25.safetensors 3 --strategy allgather; }
 check golden-ast-allgather-cp3 t_allgather
-t_f16() { golden vit_f16 video clip.mp4 f48.safetensors 1 --fps 1 --size 48; }
+t_f16() { golden golden-vit-f16 vit_f16 video clip.mp4 f48.safetensors 1 --fps 1 --size 48; }
 check golden-vit-f16 t_f16
-t_bf16() { golden vit_bf16 video clip.mp4 f48.safetensors 2 --fps 1 --size 48; }
+t_bf16() { golden golden-vit-bf16 vit_bf16 video clip.mp4 f48.safetensors 2 --fps 1 --size 48; }
 check golden-vit-bf16 t_bf16
 
 # Shards: vit's tensors split over two files listed by model.safetensors.index.json.
@@ -174,8 +203,7 @@ EOF
     run_exe embed clip.mp4 --model models/vit_sharded --fps 1 --size 48 --tokens --quiet \
         -o sharded.safetensors
     want_rc 0 || return 1
-    "$PY" "$PEER" check models/vit video sharded.safetensors f48.safetensors >"$tmp/cmp" 2>&1 ||
-        { why="$(tail -n 1 "$tmp/cmp")"; return 1; }
+    compare golden-vit-sharded models/vit video sharded.safetensors f48.safetensors
 }
 check golden-vit-sharded t_sharded
 
@@ -226,8 +254,7 @@ t_missing() {
 t_extra() {
     run_exe embed clip.mp4 --model models/vit_extra --fps 1 --size 48 --tokens -o extra.safetensors
     want_rc 0 && want_err "warning: .*vit_extra.*unknown tensor: 'foo.bar'" &&
-        "$PY" "$PEER" check models/vit_extra video extra.safetensors f48.safetensors >"$tmp/cmp" 2>&1 ||
-        { why="${why:-$(tail -n 1 "$tmp/cmp")}"; return 1; }
+        compare hostile-extra-tensor models/vit_extra video extra.safetensors f48.safetensors
 }
 t_nofolder() {
     run_exe embed clip.mp4 --model models/none/ -o x.safetensors
@@ -350,6 +377,8 @@ t_inspect_usage() {
 for t in vit dinov2 videomae videomae_pt ast clip text bad usage; do
     check "inspect-$t" "t_inspect_$t"
 done
+
+compare_all
 
 echo "$pass passed, $fail failed"
 if [ "$fail" -ne 0 ]; then

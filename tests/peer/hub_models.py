@@ -1454,6 +1454,26 @@ def main(argv):
         rc, line = run_check(pos[0], pos[1], pos[2], pos[3], tol, opts.get("--wav"))
         print(line)
         return rc
+    if cmd == "check-batch" and len(pos) == 1 and not opts:
+        # One process for many checks (torch is imported once, each reference
+        # computed once): lines of NAME, MODEL, KIND, OUT, INPUTS, WAV, TOL
+        # separated by tabs ("-" for no WAV, the default TOL); prints
+        # "NAME<TAB>exit code<TAB>line" for each; exits 1 if any failed.
+        worst = 0
+        with open(pos[0]) as f:
+            for raw in f:
+                fields = raw.rstrip("\n").split("\t")
+                if len(fields) != 7 or fields[2] not in ("video", "audio"):
+                    print(f"{fields[0]}\t1\thub_models check-batch: bad line {raw!r}")
+                    worst = 1
+                    continue
+                name, model, kind, out, inputs, wav, tol = fields
+                rc, line = run_check(model, kind, out, inputs,
+                                     1e-4 if tol == "-" else float(tol),
+                                     None if wav == "-" else wav)
+                print(f"{name}\t{rc}\t{line}", flush=True)
+                worst = max(worst, rc)
+        return 1 if worst else 0
     if cmd == "ref" and len(pos) == 4 and pos[1] in ("video", "audio") \
             and set(opts) <= {"--tubelet"}:
         tub = int(opts["--tubelet"]) if "--tubelet" in opts else None
