@@ -4,7 +4,7 @@
 #   2. Release build in build/ with tests, then every ctest test (unit, cli, mpi,
 #      and gpu where a GPU is present; the others report themselves skipped),
 #   3. AddressSanitizer + UBSan build in build-asan/ (CPU only), then the unit tests,
-#   4. the libFuzzer targets (scripts/fuzz.sh, build-fuzz/), 15 s each.
+#   4. the libFuzzer targets (scripts/fuzz.sh, build-fuzz/), 10 s each.
 # RINGVIT_SKIP_ASAN=1 skips steps 3 and 4 for quick local iteration; CI never sets it.
 set -euo pipefail
 
@@ -57,8 +57,8 @@ else
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest -L unit --output-on-failure)
 
-  section "fuzzing (build-fuzz/: libFuzzer + ASan + UBSan, 15 s per target)"
-  scripts/fuzz.sh 15
+  section "fuzzing (build-fuzz/: libFuzzer + ASan + UBSan, 10 s per target)"
+  scripts/fuzz.sh 10
 fi
 
 section "all tests passed"
