@@ -205,6 +205,11 @@ int rv_cli_take_device(const char *cmd, int argc, char **argv, int *i, const cha
         return RV_EXIT_USAGE;
     if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0)
         return rv_cli_usage_error(cmd, "--device wants cpu or cuda, got '%s'", v);
+#ifndef RINGVIT_HAVE_CUDA
+    if (strcmp(v, "cuda") == 0)
+        return rv_cli_usage_error(cmd, "--device cuda: this build has no CUDA (configure where "
+                                  "the CUDA toolkit is installed, -DRINGVIT_CUDA=ON)");
+#endif
     *out = v;
     return 0;
 }

@@ -35,33 +35,49 @@ char embed_tmp_path[4200];
 static const char help_text[] =
     "usage: ringvit embed INPUT... [-o OUT.safetensors | --out-dir DIR] [--manifest LIST.txt]\n"
     "                     [--resume] [--model DIR|WEIGHTS.safetensors|PRESET] [--seed N]\n"
-    "                     [--cp N] [--backend local|mpi|nccl] [--device cpu|cuda] [--gpu N]\n"
+    "                     [--cp C] [--ranks W] [--prefetch N] [--backend local|mpi|nccl]\n"
+    "                     [--device cpu|cuda] [--gpu N]\n"
     "                     [--strategy ring|allgather|ulysses] [--causal]\n"
     "                     [--attention full|frame|block=S|window=S] [--hop S]\n"
     "                     [--fps F] [--size N] [--segment SECONDS] [--no-audio | --no-video]\n"
     "                     [--tokens] [--threads N] [--quiet] [--json]\n"
+    "                     [--dtype f32|f16|bf16] [--normalize] [--progress SECONDS]\n"
     "\n"
     "Embeds each recording (video with its audio, a video alone, a still image, or\n"
     "an audio file) with the vision transformer: the recording becomes one token\n"
     "sequence (video tubelets and audio patches interleaved by time), the sequence\n"
-    "is split over N ranks, each rank decodes and tokenizes only its own time range\n"
-    "and the encoder attends over the whole sequence with context parallelism. The\n"
-    "outputs are the same for every N and strategy (within 1e-5 relative).\n"
+    "is split over the C ranks of a group, each rank decodes and tokenizes only its\n"
+    "own time range and the encoder attends over the whole sequence with context\n"
+    "parallelism. With W ranks in all, W / C groups embed different inputs at once,\n"
+    "each taking the next unclaimed input when it is free. The outputs are the same\n"
+    "for every W, C and strategy (within 1e-5 relative).\n"
     "\n"
     "inputs and outputs:\n"
     "  INPUT...            media files\n"
     "  --manifest LIST     more inputs, one path per line ('#' comments, blank lines\n"
     "                      ignored; relative paths are relative to LIST's folder)\n"
-    "  -o, --output OUT    the output of a single INPUT\n"
+    "  -o, --output OUT    the output of a single INPUT; '-': standard output (not a\n"
+    "                      terminal, not with --json; no temporary file, no log\n"
+    "                      unless --log; messages stay on standard error)\n"
     "  --out-dir DIR       outputs DIR/<input name without extension>.safetensors\n"
     "                      (default: the current folder); a name taken by an earlier\n"
     "                      input gets -2, -3, ...; the log DIR/" EMBED_LOG_NAME " gets\n"
     "                      one JSON line per input (path, output, status, error,\n"
-    "                      seconds, tokens)\n"
+    "                      seconds, tokens); DIR/" EMBED_INDEX_NAME ", rewritten at the\n"
+    "                      end of each run, one line per input whose output is\n"
+    "                      complete, in input order (path, output, duration_s, tokens,\n"
+    "                      model_hash, status ok|skipped; a skipped input's duration\n"
+    "                      and tokens read from its output, null when absent)\n"
     "  --log FILE          the JSON-lines log there instead (with -o: no log unless given)\n"
-    "  --resume            skip inputs whose complete output (same model) exists\n"
+    "  --resume            skip inputs whose complete output exists (same model,\n"
+    "                      --dtype and --normalize; with the tokens for --tokens)\n"
     "  --tokens            also write every token's output (tokens, token_time,\n"
     "                      token_modality, token_pos)\n"
+    "  --dtype T           f32 (default), f16 or bf16: the embeddings (global,\n"
+    "                      segments, the means, cls, dist, pooled, projected, tokens)\n"
+    "                      rounded to nearest even; times and counts stay as they are\n"
+    "  --normalize         divide each row of global, segments and tokens by its L2\n"
+    "                      norm (a zero row stays zero), before --dtype\n"
     "\n"
     "model:\n"
     "  --model M           a model folder as the Hugging Face hub stores it (config.json,\n"
@@ -82,7 +98,17 @@ static const char help_text[] =
     "                      'embed' says which it uses and why)\n"
     "\n"
     "parallelism:\n"
-    "  --cp N              ranks (default 1; under mpiexec: the process count)\n"
+    "  --cp C              ranks of a group, which share one recording (default 1;\n"
+    "                      under mpiexec: the process count, one group); C divides W\n"
+    "  --ranks W           ranks in all (--backend local: threads; default C): W / C\n"
+    "                      groups take inputs from the list as each becomes free;\n"
+    "                      under mpiexec W is the process count (-n); rank 0 of each\n"
+    "                      group writes its outputs, rank 0 of all the log\n"
+    "  --prefetch N        inputs each rank decodes and tokenizes ahead, on a thread,\n"
+    "                      while the encoder works (default 1, 0: in turn); memory: up\n"
+    "                      to N + 1 inputs' token slices per rank, each (tokens / C) x\n"
+    "                      (D x 4 + 49) bytes (400 000 tokens of a base model at --cp 1:\n"
+    "                      1.2 GB), plus N inputs' decoders and compute threads\n"
     "  --backend B         local (default: N threads of this process), mpi (run under\n"
     "                      mpiexec -n N, one rank per process, on one or many\n"
     "                      machines) or nccl (mpiexec -n N with --device cuda, one\n"
@@ -136,23 +162,29 @@ static const char help_text[] =
     "                      decoding it (default 16777216: a day of a recording at the\n"
     "                      default settings is about 13 million; memory and time grow\n"
     "                      with it: D x 4 bytes a token for each of several buffers)\n"
-    "  --pad, --start S, --duration D, --audio-stream I, --video-stream I, --max-corrupt N\n"
-    "                      as in 'ringvit frames'\n"
+    "  --pad, --start S, --duration D, --audio-stream I, --video-stream I, --max-corrupt\n"
+    "                      as in 'ringvit frames' (--max-corrupt N or P%: a file fails\n"
+    "                      past N corrupt packets or P% of its packets; default both 32, 1%)\n"
     "\n"
     "reporting:\n"
     "  --quiet             nothing on standard error but errors\n"
     "  --json              one JSON object per input and line on standard output (path,\n"
     "                      output, status, seconds, tokens, stage seconds, peak memory)\n"
+    "  --progress SECONDS  when standard error is not a terminal (a batch log): a\n"
+    "                      progress line at most every SECONDS once an input has taken\n"
+    "                      that long (input, stage, tokens made, elapsed); default 30,\n"
+    "                      0: none\n"
     "\n"
     "Each output holds global (D), segments (G, D), segment_start, segment_end (G, s),\n"
     "segment_tokens (G), video_mean, audio_mean (D), pooled (D: the model family's\n"
     "pooled output, as transformers' pooler_output), projected (CLIP's image embedding,\n"
     "when stored), cls and dist (D, models with those tokens) plus metadata (source,\n"
-    "probe, model and its hash, config, family, random_weights, cp, strategy, ringvit\n"
-    "version). Outputs are written to a temporary name and renamed when\n"
-    "complete: a batch killed at any moment and rerun with --resume ends with every\n"
-    "output complete. SIGINT or SIGTERM stops after the current stage (a second one\n"
-    "at once), leaving no partial output.\n"
+    "probe, model and its hash, config, family, random_weights, cp, strategy, dtype,\n"
+    "normalize, ringvit version); with --dtype f16 or bf16 the embeddings above are\n"
+    "F16 or BF16. Outputs are written to a temporary name and renamed when complete:\n"
+    "a batch killed at any moment and rerun with --resume ends with every output\n"
+    "complete. SIGINT or SIGTERM stops after the current stage (a second one at\n"
+    "once), leaving no partial output.\n"
     "\n"
     "Exit status: 0 every input embedded or skipped, 3 some inputs failed (each is\n"
     "logged and the batch goes on), 2 usage, 1 nothing could run (model, backend,\n"
@@ -166,6 +198,11 @@ static const char help_text[] =
     "  ringvit embed talk.wav --model ast-finetuned-audioset-10-10-0.4593/ -o talk.safetensors\n"
     "  ringvit embed --manifest videos.txt --out-dir emb --resume --json\n"
     "  mpiexec -n 4 --hostfile hosts ringvit embed --backend mpi long.mp4 -o long.safetensors\n"
+    "  # 2 cores, 2 groups of 1 rank, each decoding its next input while it encodes:\n"
+    "  ringvit embed --manifest clips.txt --out-dir emb --ranks 2 --cp 1\n"
+    "  # 16 processes, 4 groups of 4 over a manifest:\n"
+    "  mpiexec -n 16 --hostfile hosts ringvit embed --backend mpi --cp 4 --manifest videos.txt \\\n"
+    "      --out-dir /shared/emb\n"
     "  # one machine of 8 GPUs, one process per GPU:\n"
     "  mpiexec -n 8 ringvit embed --backend nccl --device cuda --cp 8 long.mp4 -o long.safetensors\n"
     "  # 2 machines of 8 GPUs (or --hostfile hosts with 'a slots=8' and 'b slots=8'):\n"
@@ -178,7 +215,7 @@ typedef struct embed_args {
     int nmanifests;
     const char **inputs;
     int ninputs;
-    int cp, cp_set, threads, decode_threads, seed_set, size_set, no_audio, no_video, tokens;
+    int cp, cp_set, ranks, prefetch, threads, decode_threads, seed_set, size_set, no_audio, no_video, tokens;
     int gpu; /* --gpu, or -1 */
     int heads, tubelet, want_audio, want_video, segment_set;
     rv_span span;
@@ -188,6 +225,9 @@ typedef struct embed_args {
     rv_cp_strategy strategy;
     double segment_s, timeout_s;
     rv_ingest_opts io;
+    rv_dtype dtype;     /* --dtype */
+    int normalize;      /* --normalize */
+    double progress_s;  /* --progress */
 } embed_args;
 
 static int parse_args(int argc, char **argv, embed_args *a)
@@ -198,10 +238,13 @@ static int parse_args(int argc, char **argv, embed_args *a)
     a->backend = "local";
     a->device = "cpu";
     a->cp = 1;
+    a->prefetch = 1;
     a->gpu = -1;
     a->strategy = RV_CP_RING;
     a->segment_s = 10.0;
     a->max_tokens = RV_CLI_MAX_TOKENS;
+    a->dtype = RV_F32;
+    a->progress_s = 30;
     if (rv_comm_default_timeout(&a->timeout_s) != RV_OK)
         a->timeout_s = RV_COMM_DEFAULT_TIMEOUT_S;
     a->manifests = calloc((size_t)argc, sizeof *a->manifests);
@@ -239,6 +282,10 @@ static int parse_args(int argc, char **argv, embed_args *a)
         } else if (rv_cli_flag_is(s, "--cp")) {
             rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1024, &a->cp);
             a->cp_set = 1;
+        } else if (rv_cli_flag_is(s, "--ranks")) {
+            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1024, &a->ranks);
+        } else if (rv_cli_flag_is(s, "--prefetch")) {
+            rc = rv_cli_take_int(CMD, argc, argv, &i, 0, EMBED_MAX_PREFETCH, &a->prefetch);
         } else if (rv_cli_flag_is(s, "--backend")) {
             VALUE();
             if (strcmp(v, "local") && strcmp(v, "mpi") && strcmp(v, "nccl"))
@@ -297,6 +344,20 @@ static int parse_args(int argc, char **argv, embed_args *a)
             a->quiet = 1;
         } else if (strcmp(s, "--json") == 0) {
             a->json = 1;
+        } else if (rv_cli_flag_is(s, "--dtype")) {
+            VALUE();
+            if (strcmp(v, "f32") == 0)
+                a->dtype = RV_F32;
+            else if (strcmp(v, "f16") == 0)
+                a->dtype = RV_F16;
+            else if (strcmp(v, "bf16") == 0)
+                a->dtype = RV_BF16;
+            else
+                return rv_cli_usage_error(CMD, "--dtype wants f32, f16 or bf16, got '%s'", v);
+        } else if (strcmp(s, "--normalize") == 0) {
+            a->normalize = 1;
+        } else if (rv_cli_flag_is(s, "--progress")) {
+            rc = rv_cli_take_double(CMD, argc, argv, &i, 0, 1e6, &a->progress_s);
         } else if (strcmp(s, "--") == 0) {
             for (i++; i < argc; i++)
                 a->inputs[a->ninputs++] = argv[i];
@@ -328,13 +389,31 @@ static int parse_args(int argc, char **argv, embed_args *a)
     if (a->out && a->out_dir)
         return rv_cli_usage_error(CMD, "-o names one output, --out-dir a folder of them: "
                                   "give one of them");
+    if (rv_out_is_stdout(a->out) && a->json)
+        return rv_cli_usage_error(CMD, "-o - and --json both want standard output: give one "
+                                  "of them");
+    if (rv_out_is_stdout(a->out) && a->resume)
+        return rv_cli_usage_error(CMD, "--resume has no output to look at with -o -");
+    /* mpiexec forwards each process's standard output (OpenMPI through a
+     * terminal, which would mangle the bytes). */
+    if (rv_out_is_stdout(a->out) && strcmp(a->backend, "local") != 0)
+        return rv_cli_usage_error(CMD, "-o - needs --backend local (under mpiexec standard "
+                                  "output is the launcher's): write a file");
     if (a->ninputs == 0 && a->nmanifests == 0)
         return rv_cli_usage_error(CMD, "which recordings? give INPUT files or --manifest LIST");
     if ((rc = model_cli_check_backend(CMD, a->backend, strcmp(a->device, "cuda") == 0, a->gpu,
                                       &a->span)) != 0)
         return rc;
-    if (strcmp(a->backend, "local") == 0 && a->cp_set == 0)
-        a->cp = 1;
+    if (strcmp(a->backend, "local") == 0) {
+        if (a->ranks == 0)
+            a->ranks = a->cp;
+        if (a->ranks % a->cp)
+            return rv_cli_usage_error(CMD, "--ranks %d is not a multiple of --cp %d (the ranks "
+                                      "form groups of --cp)", a->ranks, a->cp);
+    } else if (a->ranks) {
+        return rv_cli_usage_error(CMD, "--ranks is the thread count of --backend local; under "
+                                  "mpiexec the ranks are its processes (-n)");
+    }
     return 0;
 }
 
@@ -409,6 +488,8 @@ static int embed_main(int argc, char **argv)
     double t0 = now_s();
     if ((rc = parse_args(argc, argv, &a)) != 0)
         goto end;
+    if (rv_out_is_stdout(a.out) && (rc = rv_out_stdout_take(CMD)) != 0)
+        goto end;
     set.cuda = strcmp(a.device, "cuda") == 0;
     rv_status dst = rv_cli_device_check(set.cuda); /* before any work */
     if (dst != RV_OK) {
@@ -435,6 +516,8 @@ static int embed_main(int argc, char **argv)
     set.nccl = strcmp(a.backend, "nccl") == 0;
     set.mpi = set.nccl || strcmp(a.backend, "mpi") == 0;
     set.ranks = a.cp;
+    set.world = a.ranks;
+    set.prefetch = a.prefetch;
     set.gpu = a.gpu;
     if (set.mpi) {
         if (!rv_comm_backend_built("mpi")) {
@@ -449,13 +532,16 @@ static int embed_main(int argc, char **argv)
             goto end;
         }
         rank = world->rank;
-        if (a.cp_set && a.cp != world->size) {
-            rc = rank == 0 ? rv_cli_usage_error(CMD, "--cp %d but mpiexec started %d processes "
-                                                "(leave --cp out under MPI)", a.cp, world->size)
+        if (a.cp_set && world->size % a.cp) {
+            rc = rank == 0 ? rv_cli_usage_error(CMD, "--cp %d does not divide the %d processes "
+                                                "mpiexec started (the ranks form groups of --cp; "
+                                                "leave --cp out for one group of all)", a.cp,
+                                                world->size)
                            : RV_EXIT_USAGE;
             goto end;
         }
-        set.ranks = world->size;
+        set.world = world->size;
+        set.ranks = a.cp_set ? a.cp : world->size;
         if (set.cuda && /* one GPU per process */
             (rc = model_cli_mpi_gpu(CMD, a.gpu, rank, world->size, a.quiet, set.nccl,
                                     &set.gpu)) != 0)
@@ -521,7 +607,7 @@ static int embed_main(int argc, char **argv)
     /* Blocks and frames: the tokenizer's windows are the blocks, as if embedded alone. */
     if ((rc = model_cli_span_tokens(CMD, &a.span, loud, &set.to)) != 0)
         goto end;
-    set.threads = rv_cli_threads_per_rank(a.threads, set.ranks, set.mpi);
+    set.threads = rv_cli_threads_per_rank(a.threads, set.world, set.mpi);
     /* Decoders by default as many as the compute threads, up to what FFmpeg's
      * decoders take (--threads 4096 failed every input). */
     set.io.threads = a.decode_threads > 0                   ? a.decode_threads
@@ -538,6 +624,9 @@ static int embed_main(int argc, char **argv)
     set.resume = a.resume;
     set.quiet = a.quiet || !loud;
     set.json = a.json && loud;
+    set.dtype = a.dtype;
+    set.normalize = a.normalize;
+    set.progress_s = a.progress_s;
 
     /* Outputs, stale temporary files and the log (rank 0). */
     const char *dir = a.out_dir ? a.out_dir : ".";
@@ -552,6 +641,9 @@ static int embed_main(int argc, char **argv)
     b.set = &set;
     b.in = in;
     b.n = n;
+    b.groups_left = set.world / set.ranks;
+    pthread_mutex_init(&b.lock, NULL);
+    pthread_cond_init(&b.changed, NULL);
     if (!(b.res = calloc((size_t)n, sizeof *b.res))) {
         rc = loud ? (rv_cli_error("embed: out of memory"), RV_EXIT_FAIL) : RV_EXIT_FAIL;
         goto end;
@@ -565,7 +657,7 @@ static int embed_main(int argc, char **argv)
             goto end;
         /* Before any work: an output that is a device, FIFO, socket or folder
          * would stop the batch only after its input was embedded. */
-        for (int i = 0; i < n; i++) {
+        for (int i = 0; i < n && !rv_out_is_stdout(a.out); i++) {
             char target[4096];
             rv_status ost = rv_out_target(in[i].output, target, sizeof target);
             if (ost != RV_OK) {
@@ -588,23 +680,26 @@ static int embed_main(int argc, char **argv)
     if (set.mpi) {
         embed_batch_rank(world, &b);
     } else {
-        rv_status st = rv_local_run_copy(set.ranks, embed_batch_rank, &b, rv_cli_device_copy(set.cuda));
+        rv_status st = rv_local_run_copy(set.world, embed_batch_rank, &b, rv_cli_device_copy(set.cuda));
         if (st != RV_OK && !b.fatal) {
             b.fatal = 1;
             snprintf(b.fatal_msg, sizeof b.fatal_msg, "%s", rv_last_error());
         }
     }
-    char log_error[320] = "";
+    char log_error[320] = "", index_error[320] = "";
     if (embed_report_log_error(b.report))
         snprintf(log_error, sizeof log_error, "%s", embed_report_log_error(b.report));
+    /* The index of --out-dir (not when nothing could run: the last one stays). */
+    if (b.report && !a.out && (b.done > 0 || !b.fatal)) {
+        char index_path[4200];
+        snprintf(index_path, sizeof index_path, "%s/%s", dir, EMBED_INDEX_NAME);
+        if (embed_report_index(b.report, index_path) != RV_OK)
+            snprintf(index_error, sizeof index_error, "%s", rv_last_error());
+    }
     embed_report_close(&b.report);
 
-    int ok = 0, bad = 0, skipped = 0;
-    for (int i = 0; i < b.done; i++) {
-        ok += b.res[i].status == EMBED_OK;
-        bad += b.res[i].status == EMBED_FAILED;
-        skipped += b.res[i].status == EMBED_SKIPPED;
-    }
+    const int ok = b.counts[EMBED_OK], bad = b.counts[EMBED_FAILED],
+              skipped = b.counts[EMBED_SKIPPED];
     if (b.stopped) {
         rc = 128 + (embed_stop_signal ? (int)embed_stop_signal : SIGTERM);
         if (loud)
@@ -629,6 +724,10 @@ static int embed_main(int argc, char **argv)
             fprintf(stderr, RV_CLI_PROG ": embed: %d ok, %d failed, %d skipped of %d in %.1f s%s%s\n",
                     ok, bad, skipped, n, now_s() - t0, log ? "; log " : "", log ? log : "");
     }
+    if (index_error[0]) {
+        rc = rc == RV_EXIT_OK ? RV_EXIT_FAIL : rc;
+        rv_cli_error("embed: %s (the outputs are written; the index is not)", index_error);
+    }
 end:
     if (world) {
         /* A broken communicator cannot finalize cleanly: end the job. Rank 0 ends
@@ -646,6 +745,10 @@ end:
         }
         rv_comm_free(&world);
         rv_comm_mpi_finalize();
+    }
+    if (b.set) {
+        pthread_mutex_destroy(&b.lock);
+        pthread_cond_destroy(&b.changed);
     }
     free(b.res);
     free(set.config_json);

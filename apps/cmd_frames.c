@@ -33,7 +33,7 @@
 static const char help_text[] =
     "usage: ringvit frames FILE -o OUT.safetensors [--fps F] [--size N] [--pad]\n"
     "                      [--start S] [--duration D] [--audio-stream I | --no-audio]\n"
-    "                      [--video-stream I] [--threads T] [--max-corrupt N]\n"
+    "                      [--video-stream I] [--threads T] [--max-corrupt N|P%]\n"
     "                      [--decode-all] [--max-frames N]\n"
     "\n"
     "Samples the video of FILE at F frames per second by presentation time (frame k\n"
@@ -44,7 +44,8 @@ static const char help_text[] =
     "  frames (count, N, N, 3) U8, frame_time (count) F64 s, frame_source_time\n"
     "  (count) F64 s, audio (samples) F32, and metadata 'probe' and 'ingest' (JSON).\n"
     "\n"
-    "  -o, --output OUT    the safetensors file to write (required)\n"
+    "  -o, --output OUT    the safetensors file to write (required); '-': standard\n"
+    "                      output (not a terminal; the summary line goes to stderr)\n"
     "  --fps F             frames per second: 1 (default), 29.97, 30000/1001 ...\n"
     "  --size N            output side in pixels (default 224)\n"
     "  --pad               letterbox into N x N instead of cropping\n"
@@ -54,7 +55,8 @@ static const char help_text[] =
     "  --no-audio          no audio (an empty audio tensor)\n"
     "  --video-stream I    video from container stream I\n"
     "  --threads T         decoder threads (default: automatic)\n"
-    "  --max-corrupt N     corrupt packets skipped before failing (default 32)\n"
+    "  --max-corrupt N|P%  fail past N corrupt packets, or P% of the file's packets\n"
+    "                      (stated, or duration x rate); default: past both 32 and 1%\n"
     "  --decode-all        decode every frame (the reference for the fast path)\n"
     "  --max-frames N      refuse more than N frames (default 1048576: 9.7 hours at\n"
     "                      30 fps): from the stated duration before decoding, else as\n"
@@ -184,6 +186,8 @@ static int parse_args(int argc, char **argv, frames_args *a)
         return rv_cli_usage_error(CMD, "which file? give a media FILE");
     if (!a->out)
         return rv_cli_usage_error(CMD, "no output file; give -o OUT.safetensors");
+    if (rv_out_is_stdout(a->out))
+        return rv_out_stdout_take(CMD);
     return 0;
 }
 
@@ -227,8 +231,11 @@ static int frames_main(int argc, char **argv)
     rv_status st;
     char input[4096], target[4096];
     int spooled = 0;
-    /* Before the work, and again just before writing (see out_path.h). */
-    if ((st = rv_out_target(a.out, target, sizeof target)) != RV_OK)
+    /* Before the work, and again just before writing (see out_path.h); "-" is
+     * standard output (its scratch files go to $TMPDIR). */
+    if (rv_out_is_stdout(a.out))
+        snprintf(target, sizeof target, "-");
+    else if ((st = rv_out_target(a.out, target, sizeof target)) != RV_OK)
         return rv_cli_fail(st, CMD);
     if ((rc = rv_cli_input_open(CMD, a.path, input, sizeof input, &spooled)) != 0)
         return rc;
@@ -296,8 +303,7 @@ static int frames_main(int argc, char **argv)
         (st = rv_st_writer_meta(w, "format", "ringvit-frames")) != RV_OK ||
         (st = rv_st_writer_meta(w, "probe", probe_text)) != RV_OK ||
         (st = rv_st_writer_meta(w, "ingest", meta_text)) != RV_OK ||
-        (st = rv_out_target(a.out, target, sizeof target)) != RV_OK ||
-        (st = rv_st_writer_write(w, target)) != RV_OK) {
+        (st = rv_out_write_st(w, a.out)) != RV_OK) {
         rv_cli_fail(st, CMD);
         goto end;
     }

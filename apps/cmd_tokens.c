@@ -47,7 +47,7 @@ static const char help_text[] =
     "                      [--audio-window SEC | --block SEC | --frame] [--cls] [--dist]\n"
     "                      [--no-audio | --audio-stream I] [--no-video | --video-stream I]\n"
     "                      [--cp N] [--shard contiguous|zigzag] [--plan-only]\n"
-    "                      [--threads T] [--max-corrupt N] [--max-tokens N] [--json]\n"
+    "                      [--threads T] [--max-corrupt N|P%] [--max-tokens N] [--json]\n"
     "                      [-o OUT.safetensors]\n"
     "\n"
     "Turns FILE into one token sequence: video tubelets (T sampled frames x P x P\n"
@@ -91,15 +91,16 @@ static const char help_text[] =
     "  --cp N              ranks to shard the sequence over (default 1)\n"
     "  --shard KIND        contiguous (default) or zigzag (2N chunks, for causal masks)\n"
     "  --plan-only         only the plan from the probe; decode nothing\n"
-    "  --threads T, --max-corrupt N\n"
-    "                      decoder threads, corrupt packets skipped before failing\n"
+    "  --threads T, --max-corrupt N|P%\n"
+    "                      decoder threads; fail past N corrupt packets, or with P%\n                      past P% of the file's packets (default: past both 32 and 1%)\n"
     "  --max-tokens N      refuse a sequence of more than N tokens (default 16777216,\n"
     "                      about 24 hours at the defaults): from the plan before decoding,\n"
     "                      or as soon as a file that states no duration passes it\n"
     "  --json              one JSON object on stdout instead of the table\n"
     "  -o, --output OUT    write the tokens (video_patches, audio_fbank, audio_patches,\n"
     "                      token_modality, token_pos, token_time, token_window) to\n"
-    "                      OUT.safetensors\n"
+    "                      OUT.safetensors; '-': to standard output (not a terminal;\n"
+    "                      the table goes to stderr, --json is refused)\n"
     "\n"
     "Exit status: 0 ok, 1 the file cannot be read or tokenized, 2 usage.\n"
     "\n"
@@ -264,6 +265,11 @@ static int parse_args(int argc, char **argv, tokens_args *a)
         return rv_cli_usage_error(CMD, "--plan-only decodes nothing, so -o has nothing to write");
     if (!a->path)
         return rv_cli_usage_error(CMD, "which file? give a media FILE");
+    if (rv_out_is_stdout(a->out) && a->json)
+        return rv_cli_usage_error(CMD, "-o - and --json both want standard output: give one "
+                                  "of them (the table goes to stderr with -o -)");
+    if (rv_out_is_stdout(a->out))
+        return rv_out_stdout_take(CMD);
     return 0;
 }
 
@@ -559,7 +565,7 @@ static void report_table(const report *r)
         printf("\n");
     }
     if (r->a->out)
-        printf("wrote:      %s\n", r->a->out);
+        printf("wrote:      %s\n", rv_out_is_stdout(r->a->out) ? "standard output" : r->a->out);
 }
 
 static double wall_now(void)
@@ -574,7 +580,7 @@ static rv_status write_output(const tokens_args *a, collect *c, const rv_tok_lay
 {
     rv_status st = RV_OK;
     rv_st_writer *w = NULL;
-    char *probe_text = NULL, *meta_text = NULL, target[4096];
+    char *probe_text = NULL, *meta_text = NULL;
     for (int i = 0; i < SP_COUNT && st == RV_OK; i++)
         st = rv_spill_map(&c->sp[i]);
     if (st != RV_OK)
@@ -608,8 +614,7 @@ static rv_status write_output(const tokens_args *a, collect *c, const rv_tok_lay
         (st = rv_st_writer_meta(w, "format", "ringvit-tokens")) != RV_OK ||
         (st = rv_st_writer_meta(w, "probe", probe_text)) != RV_OK ||
         (st = rv_st_writer_meta(w, "tokens", meta_text)) != RV_OK ||
-        (st = rv_out_target(a->out, target, sizeof target)) != RV_OK ||
-        (st = rv_st_writer_write(w, target)) != RV_OK)
+        (st = rv_out_write_st(w, a->out)) != RV_OK)
         goto end;
 end:
     rv_st_writer_free(&w);
@@ -637,8 +642,11 @@ static int tokens_main(int argc, char **argv)
     const char *source = "probe";
     rv_status st;
     char target[4096];
-    /* Before the work, and again just before writing (see out_path.h). */
-    if (a.out && !a.plan_only && (st = rv_out_target(a.out, target, sizeof target)) != RV_OK)
+    /* Before the work, and again just before writing (see out_path.h); "-" is
+     * standard output (its scratch files go to $TMPDIR). */
+    if (rv_out_is_stdout(a.out))
+        snprintf(target, sizeof target, "-");
+    else if (a.out && !a.plan_only && (st = rv_out_target(a.out, target, sizeof target)) != RV_OK)
         return rv_cli_fail(st, CMD);
     rc = RV_EXIT_FAIL;
 

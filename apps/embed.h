@@ -2,27 +2,38 @@
  *
  *   cmd_embed.c     flags, help, the model, output names, signals, exit codes
  *   embed_inputs.c  the input list (arguments and --manifest) and output names
- *   embed_batch.c   one rank's loop over the inputs, and the votes by which the
- *                   ranks agree after every stage that can fail
- *   embed_job.c     one recording on one rank: probe, plan, tokenize, forward,
- *                   pool, gather (--tokens)
+ *   embed_batch.c   one rank's loop over the inputs (its group's claims, the
+ *                   inputs prepared ahead), and the votes by which the ranks of
+ *                   a group agree after every stage that can fail
+ *   embed_dispatch.c which group embeds which input: the next unclaimed input to
+ *                   the first free group, outcomes to rank 0's report
+ *   embed_prepare.c one recording's work on one rank before the encoder: probe,
+ *                   plan, decode and tokenize its slice (ahead, on a thread, with
+ *                   --prefetch)
+ *   embed_job.c     one recording on one group: the votes on the prepared
+ *                   work, forward, pool, gather (--tokens), write
  *   embed_output.c  the output safetensors: write, check (--resume), stale
  *                   temporary files
  *   embed_log.c     the JSON-lines log, progress on standard error, --json
  *
- * Every rank runs embed_batch_rank with the same embed_batch: the ranks of
- * --backend local are threads sharing it, under --backend mpi or nccl each
- * process has its own copy (the same inputs and settings). Rank 0 writes the outputs and the
- * log and prints; the other ranks only compute. */
+ * The W ranks form W / C groups of C ranks (--ranks W --cp C; under mpiexec W
+ * is the process count): data parallel over the inputs, context parallel
+ * within a recording. Every rank runs embed_batch_rank with the same
+ * embed_batch: the ranks of --backend local are threads sharing it, under
+ * --backend mpi or nccl each process has its own copy (the same inputs and
+ * settings). Rank 0 of each group writes its outputs; rank 0 of the world
+ * hands out the inputs, writes the log and prints; the other ranks compute. */
 #ifndef RV_EMBED_H
 #define RV_EMBED_H
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
 #include "rv_comm.h"
 #include "rv_ingest.h"
+#include "rv_safetensors.h"
 #include "rv_tokens.h"
 #include "rv_vit.h"
 
@@ -57,7 +68,9 @@ typedef struct embed_settings {
     rv_cp_strategy strategy;
     int causal;
     rv_span span;              /* --attention */
-    int ranks;                 /* cp size */
+    int ranks;                 /* cp size: the ranks of a group */
+    int world;                 /* ranks in all (a multiple of ranks) */
+    int prefetch;              /* --prefetch: inputs a rank prepares ahead */
     int mpi;                   /* 1: --backend mpi or nccl (one rank per process) */
     int nccl;                  /* 1: --backend nccl: the forward's messages over NCCL */
     int threads;               /* compute threads per rank */
@@ -70,7 +83,18 @@ typedef struct embed_settings {
     int tokens;                /* --tokens: per-token outputs too */
     int resume;
     int quiet, json;
+    /* The outputs' form (embed_output.c) and the heartbeat (embed_log.c). */
+    rv_dtype dtype;            /* --dtype: the float embeddings as RV_F32, RV_F16 or RV_BF16 */
+    int normalize;             /* --normalize: rows of global, segments, tokens L2-normalised */
+    double progress_s;         /* --progress: a line every this many s when stderr is not
+                                  a terminal (0: none) */
 } embed_settings;
+
+/* The index of an --out-dir run, beside its outputs (embed_log.c). */
+#define EMBED_INDEX_NAME "index.jsonl"
+
+/* The most inputs --prefetch prepares ahead. */
+#define EMBED_MAX_PREFETCH 16
 
 /* An input of this many tokens or more is announced before it is decoded. */
 #define EMBED_LONG_TOKENS 100000
@@ -96,6 +120,9 @@ typedef struct embed_result {
     double rank_mb;           /* most bytes a rank held for this input (its token
                                  slice, outputs and activations), MiB */
     double rss_mb;            /* largest peak resident set of a rank's process, MiB */
+    double wait_s;            /* the encoder's wait for this input's tokens (the
+                                 group's slowest rank), s */
+    int group;                /* the group that embedded it */
 } embed_result;
 
 typedef struct embed_report embed_report; /* embed_log.c */
@@ -111,6 +138,12 @@ typedef struct embed_batch {
     char fatal_msg[1024];
     int stopped;              /* a signal stopped the batch */
     int done;                 /* inputs handled */
+    int counts[3];            /* inputs ok, failed, skipped (every process, at the end) */
+    /* The dispatch (embed_dispatch.c), in world rank 0's process: */
+    pthread_mutex_t lock;
+    pthread_cond_t changed;   /* a group finished */
+    int next;                 /* the first unclaimed input */
+    int groups_left;          /* groups that have not finished */
 } embed_batch;
 
 /* ---- embed_inputs.c --------------------------------------------------------- */
@@ -158,11 +191,18 @@ int embed_output_complete(const char *path, const embed_settings *set);
 /* Removes the temporary files "<out>.tmp.<pid>" that a killed run left beside
  * the outputs in[0..n) (only when process pid is gone). Returns how many. */
 int embed_output_clean_stale(const embed_input *in, int n);
+/* A complete output's metadata "recording_s" and "tokens" (for the index of an
+ * input skipped by --resume): *recording_s NAN and *tokens -1 where absent.
+ * Returns 0, or -1 when the file cannot be opened. */
+int embed_output_info(const char *path, double *recording_s, int64_t *tokens);
+/* The metadata "dtype" of --dtype ("f32", "f16", "bf16"). */
+const char *embed_output_dtype_name(rv_dtype dtype);
 
 /* ---- embed_log.c ------------------------------------------------------------ */
 
-/* log_path NULL: no JSON-lines log. Progress lines only when stderr is a
- * terminal and not quiet. */
+/* log_path NULL: no JSON-lines log. Not quiet: a progress line redrawn in place
+ * when stderr is a terminal, else (set->progress_s > 0) a heartbeat line at most
+ * every progress_s seconds while an input has taken longer than that. */
 rv_status embed_report_open(const embed_settings *set, const char *log_path, int nfiles,
                             embed_report **out);
 /* A new stage of input index (progress line). total_s: the recording's length;
@@ -187,6 +227,13 @@ void embed_report_message(embed_report *r, const char *fmt, ...)
 /* What went wrong writing the log (the first failure), or NULL: a log that
  * cannot be written fails the run. Call before embed_report_close. */
 const char *embed_report_log_error(const embed_report *r);
+/* Writes path (EMBED_INDEX_NAME in --out-dir) atomically ("<path>.tmp.<pid>",
+ * renamed): one JSON line per input, in input order, whose output is complete
+ * after the run, from the outcomes embed_report_done was given ("ok" embedded
+ * now, "skipped" by --resume): {"path", "output", "duration_s", "tokens",
+ * "model_hash", "status"}; a skipped input's duration and tokens come from its
+ * output's metadata (null when absent). Call before embed_report_close. */
+rv_status embed_report_index(const embed_report *r, const char *path);
 void embed_report_close(embed_report **r);
 
 #endif

@@ -1,13 +1,18 @@
 /* embed_log.c: what `ringvit embed` tells about its inputs, all from rank 0:
  *   - the JSON-lines log (DIR/embed-log.jsonl, appended): one object per input,
  *     {"time", "path", "output", "status": ok|failed|skipped, "error", "seconds",
- *     "tokens"[, "note"]}, each written with one write(2), so a run killed at any
- *     moment leaves whole lines;
+ *     "tokens", "group"[, "note"]}, in the order inputs finish, each written
+ *     with one write(2), so a run killed at any moment leaves whole lines;
  *   - standard error: when it is a terminal, a progress line redrawn in place
  *     twice a second (stage, recording seconds done of total, tokens, rate, ETA),
- *     then one line per input; otherwise only the line per input; nothing but
- *     errors with --quiet;
- *   - standard output with --json: one JSON object per input and line. */
+ *     then one line per input; otherwise the line per input and, once an input
+ *     has taken --progress seconds, a heartbeat line at most every --progress
+ *     seconds (which input of how many, its stage, tokens made of all, elapsed),
+ *     so a long recording in a batch log is not silent; nothing but errors with
+ *     --quiet;
+ *   - standard output with --json: one JSON object per input and line;
+ *   - the index (--out-dir: DIR/index.jsonl), written at the end from the
+ *     outcomes: one line per input whose output is complete. */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -31,6 +36,8 @@ struct embed_report {
     char *log_path;
     char log_error[320];      /* the first failed log write ("" none): the run fails */
     int progress;             /* redraw a progress line (terminal, not quiet) */
+    double beat_s;            /* else a heartbeat line this often (0: none) */
+    double last_beat;         /* when the last heartbeat line was printed */
     int nfiles;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -47,6 +54,14 @@ struct embed_report {
     double flops;             /* the forward's FLOPs (encode stage), 0 unknown */
     double rate;              /* FLOP/s of the last encode, for its ETA; 0 none yet */
     atomic_llong done;        /* tokens made so far in this input */
+    /* Each input's outcome, for the index (nfiles, indexed as the inputs). */
+    struct outcome {
+        double started;        /* its first stage (monotonic s; 0: not yet) */
+        const embed_input *in; /* NULL: not handled */
+        embed_status status;
+        double recording_s;
+        int64_t tokens;
+    } *outcomes;
 };
 
 static double now_s(void)
@@ -106,6 +121,32 @@ static void draw(embed_report *r)
     r->line_shown = 1;
 }
 
+/* A heartbeat line, when stderr is not a terminal (mu held): once the input in
+ * progress has taken beat_s, then at most every beat_s. */
+static void beat(embed_report *r)
+{
+    const double now = now_s();
+    if (r->beat_s <= 0 || !r->stage[0] || r->index < 0 || r->index >= r->nfiles)
+        return;
+    const double started = r->outcomes[r->index].started;
+    if (now - started < r->beat_s || now - r->last_beat < r->beat_s)
+        return;
+    char elapsed[32], stage[32], tokens[96] = "";
+    clock_text(now - started, elapsed, sizeof elapsed);
+    clock_text(now - r->t_stage, stage, sizeof stage);
+    long long done = atomic_load(&r->done);
+    if (r->seq > 0 && strcmp(r->stage, "tokenize") == 0)
+        snprintf(tokens, sizeof tokens, ", %lld/%lld tokens, %.0f s of recording",
+                 done < r->seq ? done : (long long)r->seq, (long long)r->seq, r->total_s);
+    else if (r->seq > 0)
+        snprintf(tokens, sizeof tokens, ", %lld tokens, %.0f s of recording", (long long)r->seq,
+                 r->total_s);
+    fprintf(stderr, RV_CLI_PROG ": embed: progress [%d/%d] %s: %s for %s%s, %s elapsed\n",
+            r->index + 1, r->nfiles, r->name, r->stage, stage, tokens, elapsed);
+    fflush(stderr);
+    r->last_beat = now;
+}
+
 static void clear_line(embed_report *r)
 {
     if (r->line_shown) {
@@ -127,8 +168,10 @@ static void *progress_main(void *arg)
             t.tv_nsec -= 1000000000L;
         }
         pthread_cond_timedwait(&r->cv, &r->mu, &t);
-        if (!r->quit)
+        if (!r->quit && r->progress)
             draw(r);
+        else if (!r->quit)
+            beat(r);
     }
     pthread_mutex_unlock(&r->mu);
     return NULL;
@@ -157,8 +200,14 @@ rv_status embed_report_open(const embed_settings *set, const char *log_path, int
             return st;
         }
     }
+    if (!(r->outcomes = calloc((size_t)(nfiles > 0 ? nfiles : 1), sizeof *r->outcomes))) {
+        embed_report_close(&r);
+        return rv_fail(RV_ERR_NOMEM, "embed: out of memory");
+    }
     r->progress = !set->quiet && isatty(STDERR_FILENO);
-    if (r->progress && pthread_create(&r->thread, NULL, progress_main, r) == 0)
+    r->beat_s = !set->quiet && !r->progress ? set->progress_s : 0;
+    if ((r->progress || r->beat_s > 0) &&
+        pthread_create(&r->thread, NULL, progress_main, r) == 0)
         r->thread_on = 1;
     *out = r;
     return RV_OK;
@@ -172,6 +221,8 @@ void embed_report_stage(embed_report *r, int index, const char *path, const char
     pthread_mutex_lock(&r->mu);
     if (index != r->index || strcmp(stage, "probe") == 0)
         atomic_store(&r->done, 0);
+    if (index >= 0 && index < r->nfiles && r->outcomes[index].started == 0)
+        r->outcomes[index].started = now_s();
     r->index = index;
     const char *base = strrchr(path, '/');
     snprintf(r->name, sizeof r->name, "%s", base ? base + 1 : path);
@@ -260,6 +311,7 @@ static void log_line(embed_report *r, const embed_input *in, const embed_result 
     json_object_set_new(j, "error", res->status == EMBED_FAILED ? rv_cli_json_path(res->error) : json_null());
     json_object_set_new(j, "seconds", json_real(res->seconds));
     json_object_set_new(j, "tokens", json_integer(res->tokens));
+    json_object_set_new(j, "group", json_integer(res->group));
     if (in->note)
         json_object_set_new(j, "note", rv_cli_json_path(in->note));
     char *text = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6) | JSON_ENSURE_ASCII);
@@ -302,6 +354,10 @@ static void json_line(embed_report *r, const embed_input *in, const embed_result
     json_object_set_new(st, "encode", json_real(res->encode_s));
     json_object_set_new(st, "write", json_real(res->write_s));
     json_object_set_new(j, "stages_s", st);
+    /* How long the encoder stood idle for this input's tokens (--prefetch hides
+     * decoding behind the previous input's encode). */
+    json_object_set_new(j, "encoder_wait_s", json_real(res->wait_s));
+    json_object_set_new(j, "group", json_integer(res->group));
     json_object_set_new(j, "tokens_per_s",
                         res->seconds > 0 && res->status == EMBED_OK
                             ? json_real(res->tokens / res->seconds) : json_null());
@@ -311,6 +367,7 @@ static void json_line(embed_report *r, const embed_input *in, const embed_result
     json_object_set_new(j, "rank_peak_mb", json_real(res->rank_mb));
     json_object_set_new(j, "peak_rss_mb", json_real(res->rss_mb));
     json_object_set_new(j, "cp", json_integer(s->ranks));
+    json_object_set_new(j, "groups", json_integer(s->world / s->ranks));
     json_object_set_new(j, "strategy", json_string(rv_cp_strategy_name(s->strategy)));
     json_object_set_new(j, "model", json_string(s->model_name));
     json_object_set_new(j, "model_hash", json_string(s->model_hash));
@@ -329,9 +386,14 @@ static void json_line(embed_report *r, const embed_input *in, const embed_result
 void embed_report_done(embed_report *r, int index, const embed_input *in,
                        const embed_result *res)
 {
-    (void)index;
     if (!r)
         return;
+    if (index >= 0 && index < r->nfiles) {
+        pthread_mutex_lock(&r->mu);
+        struct outcome *o = &r->outcomes[index];
+        *o = (struct outcome){o->started, in, res->status, res->recording_s, res->tokens};
+        pthread_mutex_unlock(&r->mu);
+    }
     log_line(r, in, res);
     pthread_mutex_lock(&r->mu);
     clear_line(r);
@@ -360,6 +422,65 @@ const char *embed_report_log_error(const embed_report *r)
     return r && r->log_error[0] ? r->log_error : NULL;
 }
 
+rv_status embed_report_index(const embed_report *r, const char *path)
+{
+    char target[4096], tmp[4200];
+    rv_status st;
+    if (!r)
+        return RV_OK;
+    if ((st = rv_out_target(path, target, sizeof target)) != RV_OK)
+        return st;
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", target, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) {
+        st = rv_fail(RV_ERR_IO, "cannot create the index %s: %s", tmp, strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+            unlink(tmp);
+        }
+        return st;
+    }
+    snprintf(embed_tmp_path, sizeof embed_tmp_path, "%s", tmp); /* for a second signal */
+    int err = 0;
+    for (int i = 0; i < r->nfiles && !err; i++) {
+        const struct outcome *o = &r->outcomes[i];
+        if (!o->in || (o->status != EMBED_OK && o->status != EMBED_SKIPPED))
+            continue;
+        double dur = o->recording_s;
+        int64_t tokens = o->tokens;
+        if (o->status == EMBED_SKIPPED) /* not decoded this time: what its output says */
+            embed_output_info(o->in->output, &dur, &tokens);
+        json_t *j = json_object();
+        json_object_set_new(j, "path", rv_cli_json_path(o->in->path));
+        json_object_set_new(j, "output", rv_cli_json_path(o->in->output));
+        json_object_set_new(j, "duration_s", isfinite(dur) ? json_real(dur) : json_null());
+        json_object_set_new(j, "tokens", tokens >= 0 ? json_integer(tokens) : json_null());
+        json_object_set_new(j, "model_hash", json_string(r->set->model_hash));
+        json_object_set_new(j, "status", json_string(status_name(o->status)));
+        char *text = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17) | JSON_ENSURE_ASCII |
+                                       JSON_PRESERVE_ORDER);
+        json_decref(j);
+        if (!text)
+            err = ENOMEM;
+        else if (fprintf(f, "%s\n", text) < 0)
+            err = errno;
+        free(text);
+    }
+    if (!err && (fflush(f) != 0 || fsync(fileno(f)) != 0))
+        err = errno;
+    if (fclose(f) != 0 && !err)
+        err = errno;
+    if (err)
+        st = rv_fail(RV_ERR_IO, "writing the index %s failed: %s", tmp, strerror(err));
+    else if (rename(tmp, target) != 0)
+        st = rv_fail(RV_ERR_IO, "cannot rename %s onto %s: %s", tmp, target, strerror(errno));
+    if (st != RV_OK)
+        unlink(tmp);
+    embed_tmp_path[0] = '\0';
+    return st;
+}
+
 void embed_report_close(embed_report **rp)
 {
     embed_report *r = rp ? *rp : NULL;
@@ -380,6 +501,7 @@ void embed_report_close(embed_report **rp)
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
     free(r->log_path);
+    free(r->outcomes);
     free(r);
     *rp = NULL;
 }

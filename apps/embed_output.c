@@ -16,18 +16,24 @@
  *   token_time      (S, 2) F64   start, end, s since t0
  *   token_modality  (S) U8       0 video, 1 audio, 2 cls
  *   token_pos       (S, 3) I64   video (tubelet, row, column), audio (step, band, 0)
+ * The F32 embeddings (global .. projected, tokens) are written as --dtype says:
+ * F32, or F16 / BF16 rounded to nearest even (F16: subnormals kept, overflow to
+ * infinity; NaN stays NaN); with --normalize the rows of global, segments and
+ * tokens are first divided by their L2 norm (a zero row stays zero).
  * Metadata (strings): format, source, probe (JSON), model, model_hash, config
  * (JSON), family, random_weights, cp, strategy, attention, hop_s, causal, fps, size,
- * segment_s,
- * recording_s, tokens, video_tokens, audio_tokens, ringvit_version.
+ * segment_s, recording_s, tokens, video_tokens, audio_tokens, dtype (f32, f16,
+ * bf16), normalize (none, l2), ringvit_version.
  *
  * Writing goes through rv_st_writer_write, which writes "<path>.tmp.<pid>" and
  * renames it when complete; a run killed meanwhile leaves that temporary file,
  * which embed_output_clean_stale removes on the next run. Only a regular file
  * (or nothing) is replaced; a symlink is written through to its target, whose
- * folder then holds the temporary file (rv_out_target). */
+ * folder then holds the temporary file (rv_out_target). "-" (-o -) is standard
+ * output, written in one pass (rv_out_write_st). */
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +45,7 @@
 #include "out_path.h"
 #include "rv_safetensors.h"
 #include "rv_version.h"
+#include "spill_file.h"
 
 static rv_status meta_int(rv_st_writer *w, const char *key, int64_t v)
 {
@@ -54,6 +61,129 @@ static rv_status meta_num(rv_st_writer *w, const char *key, double v)
     return rv_st_writer_meta(w, key, buf);
 }
 
+/* ---- --dtype and --normalize ------------------------------------------------ */
+
+const char *embed_output_dtype_name(rv_dtype dtype)
+{
+    return dtype == RV_F16 ? "f16" : dtype == RV_BF16 ? "bf16" : "f32";
+}
+
+/* IEEE half, rounded to nearest even: subnormals below 2^-14, infinity from
+ * 65520 up (the halfway point past the largest half, 65504), NaN kept a NaN. */
+static uint16_t f32_to_f16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    const uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u) /* NaN: quiet, the payload's top bits kept */
+        return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
+    if (ax >= 0x477ff000u) /* infinity, or rounds to it */
+        return (uint16_t)(sign | 0x7c00u);
+    if (ax >= 0x38800000u) { /* normal: rebias the exponent, round off 13 bits */
+        uint32_t h = (ax - 0x38000000u) >> 13, rem = ax & 0x1fffu;
+        if (rem > 0x1000u || (rem == 0x1000u && (h & 1u)))
+            h++; /* a carry into the exponent is still right */
+        return (uint16_t)(sign | h);
+    }
+    /* subnormal (or zero): the value in units of 2^-24, rounded */
+    const uint32_t e = ax >> 23;
+    if (e < 102) /* below 2^-25: rounds to zero */
+        return (uint16_t)sign;
+    const uint32_t mant = (ax & 0x7fffffu) | 0x800000u, shift = 126 - e; /* 14..24 */
+    uint32_t h = mant >> shift, rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (h & 1u)))
+        h++; /* 0x400: the smallest normal, also right */
+    return (uint16_t)(sign | h);
+}
+
+/* bfloat16, rounded to nearest even (overflow to infinity); NaN kept a NaN. */
+static uint16_t f32_to_bf16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((x >> 16) | 0x40u);
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+/* rows x cols floats as written: each row divided by its L2 norm (norm; a zero
+ * row stays zero), then converted to dtype, into dst (rows * cols elements). */
+static void rows_out(const float *x, int64_t rows, int64_t cols, int norm, rv_dtype dtype,
+                     void *dst)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const float *row = x + r * cols;
+        double n = 0;
+        if (norm) {
+            for (int64_t c = 0; c < cols; c++)
+                n += (double)row[c] * row[c];
+            n = sqrt(n);
+        }
+        for (int64_t c = 0; c < cols; c++) {
+            const float v = n > 0 ? (float)(row[c] / n) : row[c];
+            const int64_t i = r * cols + c;
+            if (dtype == RV_F16)
+                ((uint16_t *)dst)[i] = f32_to_f16(v);
+            else if (dtype == RV_BF16)
+                ((uint16_t *)dst)[i] = f32_to_bf16(v);
+            else
+                ((float *)dst)[i] = v;
+        }
+    }
+}
+
+/* The buffers of the converted embeddings, freed with the writer. */
+#define OUT_MAX_OWNED 12
+typedef struct out_bufs {
+    void *owned[OUT_MAX_OWNED];
+    int n;
+} out_bufs;
+
+/* Adds x (rows, cols) F32 as set->dtype says, normalised when norm: x itself
+ * when nothing changes, else a converted copy kept in b. */
+static rv_status add_embedding(rv_st_writer *w, out_bufs *b, const embed_settings *s,
+                               const char *name, int ndim, const int64_t *shape,
+                               const float *x, int norm)
+{
+    norm = norm && s->normalize;
+    if (s->dtype == RV_F32 && !norm)
+        return rv_st_writer_add(w, name, RV_F32, ndim, shape, x);
+    const int64_t cols = shape[ndim - 1], rows = ndim == 2 ? shape[0] : 1;
+    void *dst = malloc((size_t)(rows * cols) * rv_dtype_size(s->dtype) + 1);
+    if (!dst || b->n == OUT_MAX_OWNED) {
+        free(dst);
+        return rv_fail(RV_ERR_NOMEM, "out of memory converting %s", name);
+    }
+    b->owned[b->n++] = dst;
+    rows_out(x, rows, cols, norm, s->dtype, dst);
+    return rv_st_writer_add(w, name, s->dtype, ndim, shape, dst);
+}
+
+/* The tokens (S, D), converted through a scratch file beside the output a
+ * block of rows at a time (they may not fit in memory twice). */
+static rv_status add_tokens(rv_st_writer *w, rv_spill *sp, const embed_output *o,
+                            const int64_t *shape)
+{
+    const embed_settings *s = o->set;
+    if (s->dtype == RV_F32 && !s->normalize)
+        return rv_st_writer_add(w, "tokens", RV_F32, 2, shape, o->tokens);
+    const int64_t S = shape[0], D = shape[1], block = 4096;
+    const size_t esz = rv_dtype_size(s->dtype);
+    void *buf = malloc((size_t)(block * D) * esz + 1);
+    rv_status st = buf ? rv_spill_open(sp, o->path) : rv_fail(RV_ERR_NOMEM, "out of memory");
+    for (int64_t r = 0; r < S && st == RV_OK; r += block) {
+        const int64_t n = S - r < block ? S - r : block;
+        rows_out(o->tokens + r * D, n, D, s->normalize, s->dtype, buf);
+        st = rv_spill_write(sp, buf, (size_t)(n * D) * esz);
+    }
+    free(buf);
+    if (st == RV_OK)
+        st = rv_spill_map(sp);
+    if (st == RV_OK)
+        st = rv_st_writer_add(w, "tokens", s->dtype, 2, shape, sp->map);
+    return st;
+}
+
 rv_status embed_output_write(const embed_output *o)
 {
     const embed_settings *s = o->set;
@@ -65,6 +195,8 @@ rv_status embed_output_write(const embed_output *o)
     char fps[32];
     snprintf(fps, sizeof fps, "%d/%d", L->ingest.fps_num, L->ingest.fps_den);
     rv_st_writer *w = NULL;
+    out_bufs bufs = {.n = 0};
+    rv_spill tok_sp = {.fd = -1};
     rv_status st;
     char attention[64];
     /* Metadata is UTF-8: a file name that is not keeps its other bytes as \xNN. */
@@ -82,23 +214,25 @@ rv_status embed_output_write(const embed_output *o)
         ((st = rv_st_writer_add(w, "token_time", RV_F64, 2, s2, o->token_time)) != RV_OK ||
          (st = rv_st_writer_add(w, "token_pos", RV_I64, 2, s3, o->token_pos)) != RV_OK))
         goto end;
-    if ((st = rv_st_writer_add(w, "global", RV_F32, 1, d1, p->global)) != RV_OK ||
-        (st = rv_st_writer_add(w, "segments", RV_F32, 2, gd, p->segment)) != RV_OK ||
-        (st = rv_st_writer_add(w, "video_mean", RV_F32, 1, d1, p->modality_mean)) != RV_OK ||
-        (st = rv_st_writer_add(w, "audio_mean", RV_F32, 1, d1, p->modality_mean + D)) != RV_OK)
+    /* The embeddings (4 or 2 bytes an element), normalised rows first. */
+    if ((st = add_embedding(w, &bufs, s, "global", 1, d1, p->global, 1)) != RV_OK ||
+        (st = add_embedding(w, &bufs, s, "segments", 2, gd, p->segment, 1)) != RV_OK ||
+        (st = add_embedding(w, &bufs, s, "video_mean", 1, d1, p->modality_mean, 0)) != RV_OK ||
+        (st = add_embedding(w, &bufs, s, "audio_mean", 1, d1, p->modality_mean + D, 0)) != RV_OK)
         goto end;
-    if (s->model->cfg.cls && (st = rv_st_writer_add(w, "cls", RV_F32, 1, d1, p->cls)) != RV_OK)
+    if (s->model->cfg.cls && (st = add_embedding(w, &bufs, s, "cls", 1, d1, p->cls, 0)) != RV_OK)
         goto end;
-    if (s->model->cfg.cls > 1 && (st = rv_st_writer_add(w, "dist", RV_F32, 1, d1, p->dist)) != RV_OK)
+    if (s->model->cfg.cls > 1 &&
+        (st = add_embedding(w, &bufs, s, "dist", 1, d1, p->dist, 0)) != RV_OK)
         goto end;
-    if (p->pooled && (st = rv_st_writer_add(w, "pooled", RV_F32, 1, d1, p->pooled)) != RV_OK)
+    if (p->pooled && (st = add_embedding(w, &bufs, s, "pooled", 1, d1, p->pooled, 0)) != RV_OK)
         goto end;
     int64_t pj[1] = {p->proj_dim};
     if (p->proj_dim > 0 &&
-        (st = rv_st_writer_add(w, "projected", RV_F32, 1, pj, p->projected)) != RV_OK)
+        (st = add_embedding(w, &bufs, s, "projected", 1, pj, p->projected, 0)) != RV_OK)
         goto end;
     if (s->tokens &&
-        ((st = rv_st_writer_add(w, "tokens", RV_F32, 2, sd, o->tokens)) != RV_OK ||
+        ((st = add_tokens(w, &tok_sp, o, sd)) != RV_OK ||
          (st = rv_st_writer_add(w, "token_modality", RV_U8, 1, s1, o->token_modality)) != RV_OK))
         goto end;
     if ((st = rv_st_writer_meta(w, "format", EMBED_FORMAT)) != RV_OK ||
@@ -121,8 +255,14 @@ rv_status embed_output_write(const embed_output *o)
         (st = meta_int(w, "tokens", S)) != RV_OK ||
         (st = meta_int(w, "video_tokens", p->modality_tokens[0])) != RV_OK ||
         (st = meta_int(w, "audio_tokens", p->modality_tokens[1])) != RV_OK ||
+        (st = rv_st_writer_meta(w, "dtype", embed_output_dtype_name(s->dtype))) != RV_OK ||
+        (st = rv_st_writer_meta(w, "normalize", s->normalize ? "l2" : "none")) != RV_OK ||
         (st = rv_st_writer_meta(w, "ringvit_version", RINGVIT_VERSION)) != RV_OK)
         goto end;
+    if (rv_out_is_stdout(o->path)) { /* -o -: in place, no temporary file */
+        st = rv_out_write_st(w, o->path);
+        goto end;
+    }
     /* Checked before the batch and again now (see out_path.h); a symlink is
      * written through to its target. */
     char target[4096];
@@ -134,6 +274,9 @@ rv_status embed_output_write(const embed_output *o)
     embed_tmp_path[0] = '\0';
 end:
     rv_st_writer_free(&w);
+    for (int i = 0; i < bufs.n; i++)
+        free(bufs.owned[i]);
+    rv_spill_close(&tok_sp);
     free(source);
     return st;
 }
@@ -165,11 +308,40 @@ int embed_output_complete(const char *path, const embed_settings *set)
             goto end;
     if (set->model->cfg.cls && !rv_st_find(st, "cls"))
         goto end;
+    /* Another --dtype or --normalize is another output (written before these
+     * existed: f32, none). */
+    const char *dtype = rv_st_meta(st, "dtype"), *norm = rv_st_meta(st, "normalize");
+    if (strcmp(dtype ? dtype : "f32", embed_output_dtype_name(set->dtype)) != 0 ||
+        strcmp(norm ? norm : "none", set->normalize ? "l2" : "none") != 0)
+        goto end;
     const rv_st_tensor *g = rv_st_find(st, "global");
-    ok = g->ndim == 1 && g->shape[0] == set->model->cfg.dim && g->dtype == RV_F32;
+    ok = g->ndim == 1 && g->shape[0] == set->model->cfg.dim && g->dtype == set->dtype;
 end:
     rv_st_free(&st);
     return ok;
+}
+
+int embed_output_info(const char *path, double *recording_s, int64_t *tokens)
+{
+    rv_safetensors *st = NULL;
+    *recording_s = NAN;
+    *tokens = -1;
+    if (rv_st_open(path, &st) != RV_OK)
+        return -1;
+    const char *rs = rv_st_meta(st, "recording_s"), *tk = rv_st_meta(st, "tokens");
+    char *end;
+    if (rs) {
+        double v = strtod(rs, &end);
+        if (end != rs && !*end && isfinite(v))
+            *recording_s = v;
+    }
+    if (tk) {
+        long long v = strtoll(tk, &end, 10);
+        if (end != tk && !*end && v >= 0)
+            *tokens = v;
+    }
+    rv_st_free(&st);
+    return 0;
 }
 
 /* "<name>.tmp.<digits>" -> name length and pid; 0 when not of that form. */

@@ -1,5 +1,7 @@
-/* ingest_cli.c: the probe as JSON and exact frame-rate parsing, shared by
- * `ringvit probe`, `ringvit frames` and `ringvit bench ingest`. */
+/* ingest_cli.c: the probe as JSON, exact frame-rate parsing and the ingest
+ * flags every media command shares (--max-corrupt as a count or a share),
+ * shared by `ringvit probe`, `frames`, `tokens`, `embed`, `finetune` and
+ * `bench ingest`. */
 #include "ingest_cli.h"
 
 #include <errno.h>
@@ -198,6 +200,37 @@ void rv_cli_input_done(const char *path, int spooled)
         unlink(path);
 }
 
+int rv_cli_parse_max_corrupt(const char *cmd, const char *text, rv_ingest_opts *o)
+{
+    const int max = 1 << 30;
+    size_t n = strlen(text);
+    int pct = n > 1 && text[n - 1] == '%';
+    char num[64], *endp = NULL;
+    double v = NAN;
+    /* plain decimals only: no sign, exponent, hex, inf or nan */
+    if (n - (size_t)pct < sizeof num && n > (size_t)pct &&
+        strspn(text, "0123456789.") == n - (size_t)pct) {
+        memcpy(num, text, n - (size_t)pct);
+        num[n - (size_t)pct] = '\0';
+        errno = 0;
+        v = strtod(num, &endp);
+        if (errno || *endp != '\0')
+            v = NAN;
+    }
+    if (pct ? !(v >= 0 && v <= 100) : !(v >= 0 && v <= max && v == floor(v)))
+        return rv_cli_usage_error(cmd, "--max-corrupt wants a count of corrupt packets (0 to "
+                                  "%d) or a share of the file's packets from 0%% to 100%% "
+                                  "(like 0.5%%), got '%s'", max, text);
+    if (pct) {
+        o->max_corrupt = 0;
+        o->max_corrupt_share = v / 100;
+    } else {
+        o->max_corrupt = (int)v;
+        o->max_corrupt_share = 0;
+    }
+    return 0;
+}
+
 int rv_cli_ingest_flag(const char *cmd, int argc, char **argv, int *i, rv_ingest_opts *o,
                        int *audio_set, int *video_set, int *rc)
 {
@@ -220,7 +253,8 @@ int rv_cli_ingest_flag(const char *cmd, int argc, char **argv, int *i, rv_ingest
     } else if (rv_cli_flag_is(s, "--threads")) {
         *rc = rv_cli_take_int(cmd, argc, argv, i, 0, 256, &o->threads);
     } else if (rv_cli_flag_is(s, "--max-corrupt")) {
-        *rc = rv_cli_take_int(cmd, argc, argv, i, 0, 1 << 30, &o->max_corrupt);
+        const char *text = rv_cli_flag_value(cmd, argc, argv, i);
+        *rc = text ? rv_cli_parse_max_corrupt(cmd, text, o) : RV_EXIT_USAGE;
     } else if (strcmp(s, "--pad") == 0) {
         o->pad = 1;
     } else {

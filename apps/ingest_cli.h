@@ -27,6 +27,13 @@ int rv_cli_take_fps(const char *cmd, int argc, char **argv, int *i, int *num, in
 int rv_cli_ingest_flag(const char *cmd, int argc, char **argv, int *i, rv_ingest_opts *o,
                        int *audio_set, int *video_set, int *rc);
 
+/* --max-corrupt's value: "N", a count (0 to 2^30), sets max_corrupt = N and
+ * max_corrupt_share = 0 (an absolute limit); "P%", a share (0% to 100%, like
+ * 0.5%), sets max_corrupt_share = P / 100 and max_corrupt = 0. Without the flag
+ * the defaults stand (32 and 1%: a file stops past both). Prints a usage error
+ * and returns RV_EXIT_USAGE on a bad value, else 0. */
+int rv_cli_parse_max_corrupt(const char *cmd, const char *text, rv_ingest_opts *o);
+
 /* The file to ingest for the command-line argument arg. "-" is standard input:
  * the ingest opens its input more than once (probe, one demuxer per stream), so
  * standard input is first copied to a temporary file in $TMPDIR (default /tmp),

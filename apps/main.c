@@ -108,6 +108,24 @@ static void print_version(void)
     printf("threads: %d (default)\n", rv_cpu_default_threads());
 }
 
+/* A command's help, then, for a command with --backend or --device, what this
+ * build can run (the help lists every value a build may have). */
+static void print_help(const rv_command *cmd)
+{
+    fputs(cmd->help, stdout);
+    if (!strstr(cmd->help, "--backend") && !strstr(cmd->help, "--device"))
+        return;
+    printf("\nThis build: --backend local%s%s, --device cpu%s.\n",
+           rv_comm_backend_built("mpi") ? ", mpi" : " (no MPI)",
+           rv_comm_backend_built("nccl") ? ", nccl" : " (no NCCL)",
+#ifdef RINGVIT_HAVE_CUDA
+           ", cuda"
+#else
+           " (no CUDA)"
+#endif
+    );
+}
+
 /* `ringvit help [COMMAND [SUB...]]`: argv[0] is "help". */
 static int help_main(int argc, char **argv)
 {
@@ -125,7 +143,7 @@ static int help_main(int argc, char **argv)
     if (!cmd)
         return rv_cli_usage_error(NULL, "unknown command '%s'", argv[1]);
     if (argc == 2) {
-        fputs(cmd->help, stdout);
+        print_help(cmd);
         return RV_EXIT_OK;
     }
     /* `help bench attention` -> `bench attention --help`: the help of a nested
@@ -182,7 +200,7 @@ static int run(int argc, char **argv)
     if (!cmd)
         return rv_cli_usage_error(NULL, "unknown command '%s'", name);
     if (i + 1 < argc && rv_cli_is_help(argv[i + 1])) {
-        fputs(cmd->help, stdout);
+        print_help(cmd);
         return RV_EXIT_OK;
     }
     return cmd->main(argc - i, argv + i);

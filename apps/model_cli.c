@@ -141,6 +141,10 @@ int model_cli_check_backend(const char *cmd, const char *backend, int cuda, int 
     if (gpu_flag >= 0 && !cuda)
         return rv_cli_usage_error(cmd, "--gpu %d: the ranks run on the CPU; add --device cuda",
                                   gpu_flag);
+    if (strcmp(backend, "mpi") == 0 && !rv_comm_backend_built("mpi"))
+        return rv_cli_usage_error(cmd, "--backend mpi: this build has no MPI (configure with MPI "
+                                  "found, -DRINGVIT_MPI=ON); --backend local runs the ranks as "
+                                  "threads");
     if (strcmp(backend, "nccl") != 0)
         return 0;
     if (!rv_comm_backend_built("nccl"))

@@ -1,11 +1,14 @@
 /* out_path.c: what an output path may name (see out_path.h). Outputs are
  * written to "<target>.tmp.<pid>" and renamed onto the target, and rename()
  * replaces whatever is there, a device node included; this is the check before
- * that, in one place for every command. */
+ * that, in one place for every command; "-" (standard output) is the other
+ * kind of output, written in place. */
 #include "out_path.h"
+#include "cli.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -114,4 +117,48 @@ end:
     if (f >= 0)
         close(f);
     return st;
+}
+
+/* The descriptor on the original standard output (rv_out_stdout_take), or -1. */
+static int stdout_fd = -1;
+
+int rv_out_is_stdout(const char *out)
+{
+    return out && strcmp(out, "-") == 0;
+}
+
+int rv_out_stdout_take(const char *cmd)
+{
+    if (stdout_fd >= 0)
+        return 0;
+    if (isatty(STDOUT_FILENO))
+        return rv_cli_usage_error(cmd, "-o - writes the safetensors bytes to standard output, "
+                                  "which is a terminal: pipe it to a program or redirect it "
+                                  "to a file");
+    fflush(stdout);
+    int fd = fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
+    if (fd < 0 || dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
+        rv_cli_error("%s: cannot set up standard output for -o -: %s", cmd, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return RV_EXIT_FAIL;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    stdout_fd = fd;
+    return 0;
+}
+
+rv_status rv_out_write_st(rv_st_writer *w, const char *out)
+{
+    char target[4096];
+    rv_status st;
+    if (rv_out_is_stdout(out)) {
+        if (stdout_fd < 0)
+            return rv_fail(RV_ERR_INTERNAL, "-o -: standard output was not set up");
+        return rv_st_writer_write_fd(w, stdout_fd, "standard output");
+    }
+    /* Checked before the work and again now (see out_path.h). */
+    if ((st = rv_out_target(out, target, sizeof target)) != RV_OK)
+        return st;
+    return rv_st_writer_write(w, target);
 }

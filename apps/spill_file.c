@@ -19,7 +19,12 @@ rv_status rv_spill_open(rv_spill *s, const char *out_path)
     s->map = NULL;
     if (!copy)
         return rv_fail(RV_ERR_NOMEM, "out of memory");
-    snprintf(tmpl, sizeof tmpl, "%s/.ringvit-scratch.XXXXXX", dirname(copy));
+    /* Standard output (-o -) has no folder: the scratch goes to $TMPDIR. */
+    const char *tmpdir = getenv("TMPDIR");
+    const char *dir = strcmp(out_path, "-") != 0 ? dirname(copy)
+                      : tmpdir && tmpdir[0]      ? tmpdir
+                                                 : "/tmp";
+    snprintf(tmpl, sizeof tmpl, "%s/.ringvit-scratch.XXXXXX", dir);
     free(copy);
     s->fd = mkstemp(tmpl);
     if (s->fd < 0)

@@ -1,6 +1,7 @@
-/* spill_file.h: an unlinked scratch file in the output's directory that grows as
- * data arrive and is mapped read-only at the end, so a command can hand a large
- * tensor to the safetensors writer without holding it in memory. */
+/* spill_file.h: an unlinked scratch file in the output's directory (for "-",
+ * standard output: $TMPDIR, else /tmp) that grows as data arrive and is mapped
+ * read-only at the end, so a command can hand a large tensor to the safetensors
+ * writer without holding it in memory. */
 #ifndef RV_SPILL_FILE_H
 #define RV_SPILL_FILE_H
 

@@ -734,8 +734,10 @@ rv_status rv_comm_mpi_world(rv_comm **out)
     }
     MPI_Initialized(&inited);
     if (!inited) {
-        if ((rc = MPI_Init(NULL, NULL)) != MPI_SUCCESS) {
-            st = rv_fail(RV_ERR_BACKEND, "mpi world: MPI_Init: %s", mpi_errstr(rc, err));
+        /* Threads may each use their own communicator (embed's dispatcher). */
+        int provided = MPI_THREAD_SINGLE;
+        if ((rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided)) != MPI_SUCCESS) {
+            st = rv_fail(RV_ERR_BACKEND, "mpi world: MPI_Init_thread: %s", mpi_errstr(rc, err));
             goto end;
         }
         mpi_we_initialized = 1;
@@ -765,7 +767,21 @@ rv_status rv_comm_mpi_finalize(void)
     return RV_OK;
 }
 
+int rv_comm_mpi_thread_multiple(void)
+{
+    int inited = 0, level = MPI_THREAD_SINGLE;
+    MPI_Initialized(&inited);
+    if (!inited || MPI_Query_thread(&level) != MPI_SUCCESS)
+        return 0;
+    return level == MPI_THREAD_MULTIPLE;
+}
+
 #else /* !RINGVIT_HAVE_MPI */
+
+int rv_comm_mpi_thread_multiple(void)
+{
+    return 0;
+}
 
 rv_status rv_comm_mpi_world(rv_comm **out)
 {

@@ -131,11 +131,15 @@ typedef int (*rv_comm_copy_fn)(void *dst, const void *src, size_t bytes);
 rv_status rv_local_run_copy(int nranks, rv_local_fn fn, void *arg, rv_comm_copy_fn copy);
 
 /* An "mpi" communicator over every process (a duplicate of MPI_COMM_WORLD with
- * MPI_ERRORS_RETURN). Calls MPI_Init first when the program has not; then
+ * MPI_ERRORS_RETURN). Calls MPI_Init_thread (MPI_THREAD_MULTIPLE) first when the
+ * program has not; then
  * rv_comm_mpi_finalize() ends MPI. RV_ERR_UNSUPPORTED in a build without MPI.
  * RINGVIT_COMM_MPI_CHUNK (bytes, default 1 GiB) splits larger messages into
  * several MPI calls (MPI counts are int); small values exist for the tests. */
 rv_status rv_comm_mpi_world(rv_comm **out);
+/* 1 when MPI runs with MPI_THREAD_MULTIPLE (rv_comm_mpi_world asks for it), so
+ * threads of a process may each use their own mpi communicator at once. */
+int rv_comm_mpi_thread_multiple(void);
 /* MPI_Finalize, when rv_comm_mpi_world called MPI_Init; else nothing. Free every
  * mpi communicator first. */
 rv_status rv_comm_mpi_finalize(void);

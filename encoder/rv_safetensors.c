@@ -736,8 +736,8 @@ static rv_status write_all(int fd, const void *buf, size_t n, const char *path,
         if (r < 0 && errno == EINTR)
             continue;
         if (r <= 0)
-            return rv_fail(RV_ERR_IO, "%s: writing %s failed: %s", path, tmp,
-                           r < 0 ? strerror(errno) : "no progress");
+            return rv_fail(RV_ERR_IO, "%s: writing %s%sfailed: %s", path, tmp ? tmp : "",
+                           tmp ? " " : "", r < 0 ? strerror(errno) : "no progress");
         p += r;
         n -= (size_t)r;
     }
@@ -833,18 +833,16 @@ static rv_status check_replaceable(const char *path)
                    "replaced)", path, what);
 }
 
-rv_status rv_st_writer_write(rv_st_writer *w, const char *path)
+/* The bytes before the data: the 8-byte length, then the header JSON padded
+ * with spaces so the data start 8-byte aligned. *head (*len bytes) is malloc'd. */
+static rv_status make_head(const rv_st_writer *w, const char *path, uint8_t **head,
+                           size_t *len)
 {
-    rv_status rc = RV_OK;
     json_t *root = NULL;
-    char *json = NULL, *tmp = NULL;
-    uint8_t *head = NULL;
-    size_t jlen, n, tmp_cap;
-    int fd = -1, tmp_made = 0;
-
-    if (!w || !path || !path[0])
-        return rv_fail(RV_ERR_INVALID, "rv_st_writer_write: NULL writer or empty path");
-    rc = build_header(w, path, &root);
+    char *json = NULL;
+    size_t jlen, n;
+    rv_status rc = build_header(w, path, &root);
+    *head = NULL;
     if (rc != RV_OK)
         goto end;
     json = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS);
@@ -859,17 +857,56 @@ rv_status rv_st_writer_write(rv_st_writer *w, const char *path)
                      n, RV_ST_MAX_HEADER);
         goto end;
     }
-    head = malloc(8 + n);
-    tmp_cap = strlen(path) + 32;
-    tmp = malloc(tmp_cap);
-    if (!head || !tmp) {
+    if (!(*head = malloc(8 + n))) {
         rc = rv_fail(RV_ERR_NOMEM, "%s: out of memory", path);
         goto end;
     }
     for (int i = 0; i < 8; i++)
-        head[i] = (uint8_t)((uint64_t)n >> (8 * i));
-    memcpy(head + 8, json, jlen);
-    memset(head + 8 + jlen, ' ', n - jlen);
+        (*head)[i] = (uint8_t)((uint64_t)n >> (8 * i));
+    memcpy(*head + 8, json, jlen);
+    memset(*head + 8 + jlen, ' ', n - jlen);
+    *len = 8 + n;
+end:
+    free(json);
+    json_decref(root);
+    return rc;
+}
+
+rv_status rv_st_writer_write_fd(rv_st_writer *w, int fd, const char *label)
+{
+    uint8_t *head = NULL;
+    size_t len = 0;
+    if (!w || fd < 0 || !label || !label[0])
+        return rv_fail(RV_ERR_INVALID, "rv_st_writer_write_fd: NULL writer, bad descriptor "
+                       "or empty label");
+    rv_status rc = make_head(w, label, &head, &len);
+    if (rc == RV_OK)
+        rc = write_all(fd, head, len, label, NULL);
+    for (int i = 0; rc == RV_OK && i < w->count; i++)
+        if (w->entries[i].nbytes > 0)
+            rc = write_all(fd, w->entries[i].data, w->entries[i].nbytes, label, NULL);
+    free(head);
+    return rc;
+}
+
+rv_status rv_st_writer_write(rv_st_writer *w, const char *path)
+{
+    rv_status rc = RV_OK;
+    char *tmp = NULL;
+    uint8_t *head = NULL;
+    size_t hlen = 0, tmp_cap;
+    int fd = -1, tmp_made = 0;
+
+    if (!w || !path || !path[0])
+        return rv_fail(RV_ERR_INVALID, "rv_st_writer_write: NULL writer or empty path");
+    if ((rc = make_head(w, path, &head, &hlen)) != RV_OK)
+        goto end;
+    tmp_cap = strlen(path) + 32;
+    tmp = malloc(tmp_cap);
+    if (!tmp) {
+        rc = rv_fail(RV_ERR_NOMEM, "%s: out of memory", path);
+        goto end;
+    }
     snprintf(tmp, tmp_cap, "%s.tmp.%ld", path, (long)getpid());
 
     if ((rc = check_replaceable(path)) != RV_OK)
@@ -884,7 +921,7 @@ rv_status rv_st_writer_write(rv_st_writer *w, const char *path)
         goto end;
     }
     tmp_made = 1;
-    rc = write_all(fd, head, 8 + n, path, tmp);
+    rc = write_all(fd, head, hlen, path, tmp);
     for (int i = 0; rc == RV_OK && i < w->count; i++)
         if (w->entries[i].nbytes > 0)
             rc = write_all(fd, w->entries[i].data, w->entries[i].nbytes, path, tmp);
@@ -916,8 +953,6 @@ end:
         unlink(tmp);
     free(tmp);
     free(head);
-    free(json);
-    json_decref(root);
     return rc;
 }
 

@@ -130,6 +130,12 @@ rv_status rv_st_writer_meta(rv_st_writer *w, const char *key, const char *value)
  * was. The writer may be written again (e.g. to another path). */
 rv_status rv_st_writer_write(rv_st_writer *w, const char *path);
 
+/* The same bytes written to the open descriptor fd (a pipe, standard output),
+ * in one pass and in place: no temporary file, no fsync, fd left open. A
+ * failed write (EPIPE when the reader went away, with SIGPIPE ignored) is
+ * RV_ERR_IO naming label, and the bytes already written stay written. */
+rv_status rv_st_writer_write_fd(rv_st_writer *w, int fd, const char *label);
+
 /* Sets *w to NULL; NULL or *w == NULL is a no-op. */
 void rv_st_writer_free(rv_st_writer **w);
 

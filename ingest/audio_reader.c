@@ -121,8 +121,10 @@ static rv_status decode_next(rv_audio_reader *r)
             continue;
         }
         r->read_errors = 0;
-        if (r->pkt->stream_index == r->index)
+        if (r->pkt->stream_index == r->index) {
+            r->corrupt->packets++;
             st = rv_decode_send(r->dec, r->pkt, r->index, r->corrupt);
+        }
         av_packet_unref(r->pkt);
         if (st != RV_OK)
             return st;

@@ -183,16 +183,25 @@ void rv_pktq_release(rv_pktq *q);
 
 /* ---- decode_loop.c --------------------------------------------------------------- */
 
-/* Counts corrupt packets/frames of one ingest and fails past the limit. */
+/* Counts corrupt packets/frames of one ingest and the packets read, and fails
+ * past the limit (rv_ingest.h, "Corrupt data"). */
 typedef struct rv_corrupt {
-    int64_t count;
-    int limit;
+    int64_t count;              /* corrupt packets and frames */
+    int64_t packets;            /* packets read from the decoded streams (readers add) */
+    int64_t expected;           /* packets the part asked for should hold, -1 unknown */
+    int64_t limit;              /* the limit last judged against */
+    int range;                  /* a range of that part: its packets are not all read */
+    const rv_ingest_opts *o;
     const char *path;
 } rv_corrupt;
 
 /* Records one corrupt packet or frame (what, stream, detail for the log); returns
- * RV_ERR_FORMAT once the count passes the limit. */
+ * RV_ERR_FORMAT once the count passes the limit for max(expected, packets). */
 rv_status rv_corrupt_add(rv_corrupt *c, const char *what, int stream, int averr);
+
+/* The verdict at the end of the ingest, against the packets read (a range:
+ * against max(expected, packets)); a summary warning when any were corrupt. */
+rv_status rv_corrupt_finish(rv_corrupt *c);
 
 /* avcodec_send_packet (pkt NULL: drain) where invalid data is counted and
  * skipped, EAGAIN and EOF are not errors. */

@@ -1,8 +1,10 @@
-/* ingest_opts.c: the ingest options (defaults, checks) and the grid arithmetic
- * the tokenizer plans with (frame times, audio indices); plain arithmetic with
- * no FFmpeg, so a build without it (RINGVIT_MEDIA=OFF) keeps tokenizing
- * synthetic and precomputed sequences. */
+/* ingest_opts.c: the ingest options (defaults, checks), the grid arithmetic
+ * the tokenizer plans with (frame times, audio indices) and the corrupt-data
+ * limit (how many packets a span holds, how many of them may be corrupt); plain
+ * arithmetic with no FFmpeg, so a build without it (RINGVIT_MEDIA=OFF) keeps
+ * tokenizing synthetic and precomputed sequences. */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "ingest_time.h"
@@ -29,6 +31,7 @@ void rv_ingest_opts_default(rv_ingest_opts *o)
     o->audio_stream = -1;
     o->chunk_frames = 32;
     o->max_corrupt = 32;
+    o->max_corrupt_share = 0.01;
 }
 
 rv_status rv_ingest_opts_check(const rv_ingest_opts *o)
@@ -53,10 +56,58 @@ rv_status rv_ingest_opts_check(const rv_ingest_opts *o)
                        o->chunk_frames);
     if (o->max_corrupt < 0)
         return rv_fail(RV_ERR_INVALID, "ingest: max_corrupt must be >= 0");
+    if (!(o->max_corrupt_share >= 0 && o->max_corrupt_share <= 1))
+        return rv_fail(RV_ERR_INVALID, "ingest: max_corrupt_share %g must be in [0, 1]",
+                       o->max_corrupt_share);
     if (o->threads < 0 || o->threads > RV_INGEST_MAX_THREADS)
         return rv_fail(RV_ERR_INVALID, "ingest: threads %d must be in [0, %d]", o->threads,
                        RV_INGEST_MAX_THREADS);
     return RV_OK;
+}
+
+int64_t rv_ingest_corrupt_limit(const rv_ingest_opts *o, int64_t packets)
+{
+    int64_t limit = o->max_corrupt > 0 ? o->max_corrupt : 0;
+    if (!(o->max_corrupt_share > 0))
+        return limit;
+    if (packets < 0)
+        return INT64_MAX;
+    /* The product is exact enough for any real file; the nudge keeps 1% of 2900
+     * at 29 although 0.01 is a little off in binary. */
+    double share = floor(o->max_corrupt_share * (double)packets + 1e-6);
+    int64_t by_share = share >= 9e18 ? INT64_MAX : (int64_t)share;
+    return by_share > limit ? by_share : limit;
+}
+
+int64_t rv_ingest_packets_expected(int64_t stated, double duration_s, double rate,
+                                   double from_s, double to_s)
+{
+    int dur_known = duration_s > 0 && isfinite(duration_s);
+    int rate_known = rate > 0 && isfinite(rate);
+    double whole = -1, n = -1;
+    if (stated > 0)
+        whole = (double)stated;
+    else if (dur_known && rate_known)
+        whole = duration_s * rate;
+    if (!(from_s > 0))
+        from_s = 0;
+    if (dur_known) {
+        double to = to_s < duration_s ? to_s : duration_s;
+        double frac = (to - from_s) / duration_s;
+        if (whole >= 0)
+            n = whole * (frac > 0 ? (frac < 1 ? frac : 1) : 0);
+    } else if (from_s == 0 && !isfinite(to_s)) {
+        n = whole;
+    } else if (rate_known && isfinite(to_s)) {
+        /* a part of a stream of unknown length: its own length x rate, at most
+         * the stated whole */
+        n = to_s > from_s ? (to_s - from_s) * rate : 0;
+        if (whole >= 0 && whole < n)
+            n = whole;
+    }
+    if (!(n >= 0) || n >= 9e18)
+        return -1;
+    return llround(n);
 }
 
 double rv_ingest_frame_time(const rv_ingest_opts *o, int64_t k)

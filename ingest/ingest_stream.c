@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "ingest_internal.h"
+#include "ingest_time.h"
 
 #define SEEK_MIN_S 10.0   /* seek only when the grid starts this far in */
 #define SEEK_MARGIN_S 1.0 /* aim this much before the first sample */
@@ -133,6 +134,40 @@ end:
     return st;
 }
 
+/* Packets the streams read should hold over the part of the recording asked
+ * for (start, duration; a rank's range of it expects the same as one pass over
+ * it), known before decoding (rv_ingest.h, "Corrupt data"); -1 when a stream's
+ * is unknown. */
+static int64_t expected_packets(const ingest *g, const AVFormatContext *fmt)
+{
+    double from = rv_ingest_frame_time(g->o, 0);
+    double to = g->o->duration_s > 0 ? from + g->o->duration_s : INFINITY;
+    double file_s = fmt->duration > 0 ? (double)fmt->duration / AV_TIME_BASE : NAN;
+    const int index[2] = {g->vindex, g->aindex};
+    int64_t sum = 0;
+    for (int i = 0; i < 2; i++) {
+        if (index[i] < 0)
+            continue;
+        const AVStream *s = fmt->streams[index[i]];
+        const AVCodecParameters *par = s->codecpar;
+        double dur = s->duration > 0 ? (double)s->duration * av_q2d(s->time_base) : file_s;
+        double rate = 0;
+        if (par->codec_type == AVMEDIA_TYPE_VIDEO && s->avg_frame_rate.num > 0 &&
+            s->avg_frame_rate.den > 0)
+            rate = av_q2d(s->avg_frame_rate);
+        else if (par->codec_type == AVMEDIA_TYPE_AUDIO && par->sample_rate > 0 &&
+                 par->frame_size > 0)
+            rate = (double)par->sample_rate / par->frame_size;
+        int64_t n = rv_ingest_packets_expected(s->nb_frames, dur, rate, from, to);
+        rv_log(RV_LOG_DEBUG, "%s: stream %d: %lld packets expected (stated %lld, %g s at %g/s)",
+               g->path, index[i], (long long)n, (long long)s->nb_frames, dur, rate);
+        if (n < 0)
+            return -1;
+        sum = n < INT64_MAX - sum ? sum + n : INT64_MAX; /* a hostile count saturates */
+    }
+    return sum;
+}
+
 static rv_status ensure_audio_cap(ingest *g, int64_t n)
 {
     if (n <= g->audio_cap)
@@ -159,6 +194,8 @@ static rv_status run(ingest *g, rv_ingest_chunk_fn fn, void *user, rv_ingest_sta
         goto end;
     stats->video_stream = g->vindex;
     stats->audio_stream = g->aindex;
+    g->corrupt.expected = expected_packets(g, fmt);
+    g->corrupt.limit = rv_ingest_corrupt_limit(o, g->corrupt.expected);
     if (g->vindex >= 0 && (st = open_video(g, &fmt, stats)) != RV_OK)
         goto end;
     avformat_close_input(&fmt);
@@ -266,6 +303,7 @@ static rv_status run(ingest *g, rv_ingest_chunk_fn fn, void *user, rv_ingest_sta
             break;
         ka = kb;
     }
+    st = rv_corrupt_finish(&g->corrupt);
 end:
     avformat_close_input(&fmt);
     if (g->smp_live) {
@@ -275,6 +313,9 @@ end:
     if (g->vr)
         stats->skipped_packets = rv_video_reader_skipped(g->vr);
     stats->corrupt = g->corrupt.count;
+    stats->packets = g->corrupt.packets;
+    stats->packets_expected = g->corrupt.expected;
+    stats->corrupt_limit = g->corrupt.limit;
     return st;
 }
 
@@ -293,7 +334,9 @@ rv_status rv_ingest_stream(const char *path, const rv_ingest_opts *opts,
     stats->video_stream = stats->audio_stream = -1;
     rv_av_log_install();
     ingest g = {.path = path, .o = opts, .vindex = -1, .aindex = -1};
-    g.corrupt = (rv_corrupt){0, opts->max_corrupt, path};
+    g.corrupt = (rv_corrupt){.expected = -1, .o = opts, .path = path,
+                             .range = opts->first_frame > 0 || opts->max_frames > 0};
+    g.corrupt.limit = rv_ingest_corrupt_limit(opts, -1);
     st = run(&g, fn, user, stats);
     ingest_release(&g);
     return st;

@@ -28,7 +28,37 @@
  * files without a decodable stream, unsupported codecs and absurd sizes fail
  * with RV_ERR_FORMAT, RV_ERR_IO or RV_ERR_UNSUPPORTED and a message that names
  * the file; corrupt packets in the middle of a stream are counted and skipped
- * up to a limit (rv_ingest_opts.max_corrupt). */
+ * up to a limit that scales with the file (below).
+ *
+ * Corrupt data: every packet the demuxer cannot read or the decoder refuses, and
+ * every frame it decodes only in part (concealed), in the streams being read, is
+ * counted (rv_ingest_stats.corrupt) and skipped, with one warning at the first
+ * and a summary at the end. The ingest fails (RV_ERR_FORMAT, naming the
+ * file, the count, its share and the limit) when the count passes both limits:
+ *     count > max_corrupt  and  count > max_corrupt_share x packets,
+ * that is, past rv_ingest_corrupt_limit(opts, packets). With the defaults (32,
+ * 0.01) a file stops only when more than 32 and more than 1% of its packets are
+ * corrupt; max_corrupt_share = 0 makes max_corrupt an absolute count, and
+ * max_corrupt = 0 leaves the share alone. A file fails as soon as it is over the
+ * limit, so packets is the file's packet count known before decoding:
+ *   - per stream read (the video and the audio), the count the container states
+ *     (nb_frames: MP4 and MOV give it); else the stream's duration (or the
+ *     file's) times its packet rate: avg_frame_rate for video, sample_rate /
+ *     frame_size for audio; a stream with neither makes the total unknown;
+ *   - when start and duration ask for part of the recording, the same share of
+ *     that total: the part's length over the stream's duration. A range of it
+ *     (first_frame, max_frames, rv_ingest_range: one rank's part) expects what
+ *     the whole part holds, so each rank is held to the limit of one pass over
+ *     it (the damage a range sees is compared with the whole part's packets);
+ *   - while decoding, the packets read so far when they are more (the estimate
+ *     was low); with the total unknown, the share cannot be judged mid-stream;
+ *   - at the end, once more: a whole pass against the packets it read, which
+ *     settles an unknown total and keeps a container that overstates its count
+ *     from hiding damage; a range against the larger of the estimate and its
+ *     packets (an unknown total: its packets). The ingest then fails after its
+ *     last chunk.
+ * Only decoded packets can be found corrupt: the sparse path's skipped packets
+ * count among the packets, never as corrupt (decode_all checks every one). */
 #ifndef RV_INGEST_H
 #define RV_INGEST_H
 
@@ -63,7 +93,8 @@ typedef struct rv_probe_stream {
     double start_s;         /* container start time of the stream, s; NAN unknown */
     double duration_s;      /* duration the container claims, s; NAN unknown */
     int64_t nb_frames;      /* frame count the container claims, 0 unknown; never
-                               used by ingest (it is often wrong) */
+                               used for sampling (it is often wrong), only as the
+                               packet estimate of the corrupt-data limit */
     int64_t bit_rate;       /* bits/s, 0 unknown */
     /* video */
     int width, height;      /* coded size, px (before rotation) */
@@ -113,8 +144,11 @@ typedef struct rv_ingest_opts {
     int audio_stream;       /* container stream index, -1 best (default), -2 none */
     int chunk_frames;       /* frames per chunk (default 32); audio-only files are
                                chunked as if they had frames at fps */
-    int max_corrupt;        /* corrupt packets or frames skipped before failing
-                               (default 32) */
+    int max_corrupt;        /* corrupt packets or frames always tolerated (default 32);
+                               the ingest fails past this count and past the share */
+    double max_corrupt_share; /* share of the file's packets tolerated corrupt, in
+                               [0, 1] (default 0.01, 1%); 0: max_corrupt alone is the
+                               limit (see "Corrupt data" above) */
     int threads;            /* decoder threads, 0 = automatic (default); the resize
                                runs on one more thread beside them */
     int decode_all;         /* 1: decode and consider every frame (the plain
@@ -127,6 +161,12 @@ void rv_ingest_opts_default(rv_ingest_opts *o);
 /* Checks o (fps > 0, size in [8, 4096], start >= 0, ...); RV_ERR_INVALID naming the
  * field otherwise. Every entry point calls it. */
 rv_status rv_ingest_opts_check(const rv_ingest_opts *o);
+
+/* The most corrupt packets and frames tolerated among packets packets:
+ * max(max_corrupt, floor(max_corrupt_share x packets)); packets < 0 (unknown):
+ * max_corrupt when max_corrupt_share is 0, else INT64_MAX (the share cannot be
+ * judged yet). */
+int64_t rv_ingest_corrupt_limit(const rv_ingest_opts *o, int64_t packets);
 
 /* t_k - t0 = start + k / fps, s, exactly rounded. */
 double rv_ingest_frame_time(const rv_ingest_opts *o, int64_t k);
@@ -168,6 +208,12 @@ typedef struct rv_ingest_stats {
     int64_t converted_frames;  /* frames resized to RGB (<= frames) */
     int64_t skipped_packets;   /* video packets the sparse path did not decode */
     int64_t corrupt;           /* corrupt packets and frames skipped or concealed */
+    int64_t packets;           /* packets read from the streams decoded (skipped ones
+                                  included), the share's final denominator */
+    int64_t packets_expected;  /* packets the span read was expected to hold before
+                                  decoding, -1 unknown */
+    int64_t corrupt_limit;     /* the limit the count was last judged against (at the
+                                  end: rv_ingest_corrupt_limit(opts, packets)) */
     int seeked;                /* the start was reached by seeking */
     int truncated;             /* the file ended before the container said it would */
 } rv_ingest_stats;

@@ -176,6 +176,7 @@ static rv_status read_one(rv_video_reader *r)
             av_packet_unref(r->pkt);
             continue;
         }
+        r->corrupt->packets++;
         return rv_pktq_push(&r->q, r->pkt);
     }
 }

@@ -12,6 +12,7 @@
         (per-modality token counts in the metadata), cls=0|1, per_token=0|1
         (the --tokens tensors present), dim=D
   embed_compare.py show FILE              prints the tensor names and shapes
+  embed_compare.py complete FILE...       prints each FILE that is a readable output
 Exit 0 when the check holds, 1 (with a message) when not, 2 on bad usage.
 """
 import json
@@ -146,6 +147,13 @@ def main(argv):
             same(argv[1], argv[2], rtol)
         elif len(argv) >= 2 and argv[0] == "check":
             check(argv[1], argv[2:])
+        elif len(argv) >= 1 and argv[0] == "complete":
+            for path in argv[1:]:
+                try:
+                    load(path)
+                    print(path)
+                except (OSError, ValueError, KeyError, SystemExit):
+                    pass
         elif len(argv) == 2 and argv[0] == "show":
             t, meta = load(argv[1])
             for name, x in t.items():

@@ -56,9 +56,10 @@ want_err() {
 want_no_out() {
     [ ! -s "$tmp/out" ] || { why="stdout should be empty"; return 1; }
 }
-# same A B: the outputs agree (1e-5 relative).
+# same A B [RTOL]: the outputs agree (default 1e-5 relative).
 same() {
-    "$PY" "$CMP" same "$1" "$2" >"$tmp/cmp" 2>&1 || { why="$1 vs $2: $(tail -n 1 "$tmp/cmp")"; return 1; }
+    "$PY" "$CMP" same "$1" "$2" --rtol "${3:-1e-5}" >"$tmp/cmp" 2>&1 ||
+        { why="$1 vs $2: $(tail -n 1 "$tmp/cmp")"; return 1; }
 }
 # ok FILE key=value...: a complete output with these counts.
 ok() {
@@ -99,7 +100,8 @@ ff -f lavfi -i testsrc2=size=96x64:rate=10 -f lavfi -i sine=frequency=440:sample
 # ---- usage errors (2) and setup failures (1) ---------------------------------------
 t_help() {
     run_exe embed --help
-    want_rc 0 && grep -q -- '--cp N' "$tmp/out" && grep -q 'RANDOM' "$tmp/out" ||
+    want_rc 0 && grep -q -- '--cp C' "$tmp/out" && grep -q -- '--ranks W' "$tmp/out" &&
+        grep -q -- '--prefetch N' "$tmp/out" && grep -q 'RANDOM' "$tmp/out" ||
         { why="${why:-help lacks --cp or the random-weights warning}"; return 1; }
 }
 usage() { # ARGS...: exit 2, nothing on stdout, a message naming embed
@@ -125,11 +127,14 @@ t_missing_model() {
         { [ ! -e x.safetensors ] || { why="an output was written"; return 1; }; }
 }
 # Without a GPU (this machine) --device cuda fails cleanly: a build without CUDA
-# says so, a CUDA build finds no device; nothing is written.
+# refuses the flag (usage, 2), a CUDA build finds no device (1); nothing is written.
 t_cuda() {
     run_exe embed clip.mp4 --device cuda -o x.safetensors
-    want_rc 1 && want_err 'built without CUDA|no CUDA device' && [ ! -e x.safetensors ]
+    { { want_rc 1 && want_err 'no CUDA device'; } ||
+        { want_rc 2 && want_err 'device cuda: this build has no CUDA'; }; } && [ ! -e x.safetensors ]
 }
+t_bad_ranks() { usage clip.mp4 --ranks 3 --cp 2; }
+t_ranks_mpi() { usage clip.mp4 --ranks 2 --backend mpi; }
 # --backend nccl is a usage error here: no NCCL in the build, or no --device cuda.
 t_nccl() {
     run_exe embed clip.mp4 --backend nccl -o x.safetensors
@@ -257,6 +262,31 @@ t_resume_skips() {
     want_rc 3 && [ "$(grep -c '"status":"skipped"' "$tmp/out")" -eq 8 ] ||
         { why="${why:-want 8 skipped inputs}"; return 1; }
 }
+# Data parallel: 4 threads in groups of 2, then of 1, take the batch's inputs as
+# each group becomes free: the outputs equal the one-group run's (batchout, --cp
+# 2) within 1e-6, every input is logged once, with the same three failures.
+dp_batch() { # W C DIR
+    run_exe embed --manifest batch/list.txt --out-dir "$3" --size 32 --fps 2 --ranks "$1" \
+        --cp "$2" --json
+    want_rc 3 || return 1
+    for i in 1 2 3 4 5 6 7 8; do same "$3/good$i.safetensors" "batchout/good$i.safetensors" 1e-6 || return 1; done
+    "$PY" -c '
+import json, sys
+groups = int(sys.argv[2])
+log = [json.loads(l) for l in open(sys.argv[1] + "/embed-log.jsonl")]
+names = sorted(e["path"].split("/")[-1] for e in log)
+assert len(log) == 11 and len(set(names)) == 11, names
+bad = sorted(e["path"].split("/")[-1] for e in log if e["status"] == "failed")
+assert bad == ["cut.mp4", "noise.mp4", "notes.txt"], bad
+used = {e["group"] for e in log}
+assert used <= set(range(groups)) and len(used) >= 2, used
+lines = [json.loads(l) for l in open(sys.argv[3])]
+assert len(lines) == 11 and all(l["groups"] == groups and "encoder_wait_s" in l for l in lines)
+' "$3" $(($1 / $2)) "$tmp/out" >"$tmp/cmp" 2>&1 || { why="log or --json wrong: $(tail -n 1 "$tmp/cmp")"; return 1; }
+}
+t_dp_cp2() { dp_batch 4 2 dp42; }
+t_dp_cp1() { dp_batch 4 1 dp41; }
+
 # Two inputs named alike: the second output gets -2, and the log says why.
 t_same_names() {
     mkdir -p a b && cp still.png a/pic.png && cp still.png b/pic.png &&
@@ -267,14 +297,17 @@ t_same_names() {
 
 # A heavier batch, killed part-way: 8 s at 25 fps -> 64 px frames at 8 fps.
 HEAVY="--size 64 --fps 8 --tokens --quiet"
-start_bg() { # DIR: the batch in the background; waits for its first output
+start_bg() { # DIR [FLAGS...]: the batch in the background; waits for its first output
+    d=$1
+    shift
     mkdir -p heavy
     for i in 1 2 3 4 5 6; do cp long.mp4 "heavy/rec$i.mp4"; done
     "$EXE" embed heavy/rec1.mp4 heavy/rec2.mp4 heavy/rec3.mp4 heavy/rec4.mp4 heavy/rec5.mp4 \
-        heavy/rec6.mp4 --out-dir "$1" $HEAVY >/dev/null 2>"$tmp/bg.err" &
+        heavy/rec6.mp4 --out-dir "$d" $HEAVY "$@" >/dev/null 2>"$tmp/bg.err" &
     bg=$!
     n=0
-    while [ ! -e "$1/rec1.safetensors" ] && kill -0 "$bg" 2>/dev/null && [ "$n" -lt 600 ]; do
+    while [ -z "$(find "$d" -name '*.safetensors' 2>/dev/null | head -n 1)" ] &&
+        kill -0 "$bg" 2>/dev/null && [ "$n" -lt 600 ]; do
         sleep 0.05
         n=$((n + 1))
     done
@@ -297,6 +330,46 @@ t_kill_resume() {
         { why="${why:-nothing was skipped: the first output was not kept}"; return 1; }
     # The resumed outputs equal a run that was never interrupted.
     run_exe embed heavy/rec6.mp4 $HEAVY -o whole6.safetensors && same killed/rec6.safetensors whole6.safetensors
+}
+# Killed with 2 groups, resumed with 3: every input ends complete, embedded once
+# in the resumed run unless its output was already complete, and equal to a run
+# never interrupted.
+t_dp_kill_resume() {
+    start_bg dpkilled --ranks 2 --cp 1
+    kill -9 "$bg" 2>/dev/null
+    wait "$bg" 2>/dev/null
+    bg=""
+    before=$("$PY" "$CMP" complete dpkilled/*.safetensors 2>/dev/null | wc -l)
+    run_exe embed heavy/rec1.mp4 heavy/rec2.mp4 heavy/rec3.mp4 heavy/rec4.mp4 heavy/rec5.mp4 \
+        heavy/rec6.mp4 --out-dir dpkilled $HEAVY --resume --ranks 3 --cp 1 --json
+    want_rc 0 || return 1
+    for i in 1 2 3 4 5 6; do ok "dpkilled/rec$i.safetensors" per_token=1 || return 1; done
+    skipped=$(grep -c '"status":"skipped"' "$tmp/out")
+    embedded=$(grep -c '"status":"ok"' "$tmp/out")
+    [ "$skipped" -eq "$before" ] && [ "$embedded" -eq $((6 - before)) ] ||
+        { why="$before complete before, then $skipped skipped and $embedded embedded"; return 1; }
+    no_tmp_files dpkilled && same dpkilled/rec6.safetensors whole6.safetensors 1e-6
+}
+# --prefetch 1 on equal files: each input after the first is decoded and tokenized
+# while the encoder works on the one before, so the encoder waits under 5% of its
+# encode time for it; --prefetch 0 waits for every decode.
+t_prefetch() {
+    mkdir -p pf && for i in 1 2 3 4; do cp long.mp4 "pf/eq$i.mp4"; done
+    run_exe embed pf/eq1.mp4 pf/eq2.mp4 pf/eq3.mp4 pf/eq4.mp4 --size 64 --fps 8 --quiet --json \
+        --out-dir pf1 --prefetch 1
+    want_rc 0 && cp "$tmp/out" "$tmp/pf1.json" || return 1
+    run_exe embed pf/eq1.mp4 pf/eq2.mp4 pf/eq3.mp4 pf/eq4.mp4 --size 64 --fps 8 --quiet --json \
+        --out-dir pf0 --prefetch 0
+    want_rc 0 || return 1
+    for i in 1 2 3 4; do same "pf1/eq$i.safetensors" "pf0/eq$i.safetensors" 0 || return 1; done
+    "$PY" -c '
+import json, sys
+ahead = [json.loads(l) for l in open(sys.argv[1])]
+turn = [json.loads(l) for l in open(sys.argv[2])]
+for l in ahead[1:]:
+    assert l["encoder_wait_s"] < 0.05 * l["stages_s"]["encode"], (l["path"], l["encoder_wait_s"], l["stages_s"]["encode"])
+assert all(l["encoder_wait_s"] > 0.01 for l in turn), [l["encoder_wait_s"] for l in turn]
+' "$tmp/pf1.json" "$tmp/out" >"$tmp/cmp" 2>&1 || { why="$(tail -n 1 "$tmp/cmp")"; return 1; }
 }
 t_sigterm() {
     start_bg termed
@@ -327,6 +400,8 @@ check usage-stdin t_stdin
 check fail-missing-model t_missing_model
 check fail-cuda t_cuda
 check fail-nccl t_nccl
+check usage-ranks-not-multiple t_bad_ranks
+check usage-ranks-under-mpi t_ranks_mpi
 check cp1 t_cp1
 check cp-2-3-4-same t_cp
 check strategies-same t_strategies
@@ -341,8 +416,12 @@ check video-without-audio t_silent_video
 check segments t_segments
 check batch-8-good-3-bad t_batch
 check resume-skips t_resume_skips
+check dp-4-ranks-cp2-same t_dp_cp2
+check dp-4-ranks-cp1-same t_dp_cp1
 check same-names t_same_names
 check kill-9-resume t_kill_resume
+check dp-kill-resume-other-ranks t_dp_kill_resume
+check prefetch-hides-decode t_prefetch
 check sigterm t_sigterm
 
 echo "$pass passed, $fail failed"

@@ -1,8 +1,9 @@
 #!/bin/sh
 # test_embed_mpi.sh MPIEXEC EXE: `ringvit embed --backend mpi` under
 # `mpiexec -n 3 --oversubscribe` gives the same outputs as `--cp 3` with the
-# local backend (ring and allgather, --tokens), a batch with a bad file
-# exits 3 on every process with the failure in rank 0's log, and a rank
+# local backend (ring and allgather, --tokens), a batch with a bad file on 4
+# processes in 2 groups of 2 exits 3 on every process with the failure in rank
+# 0's log and the other outputs equal to one-by-one local runs, and a rank
 # stopped (kill -STOP) in the middle of a batch is named by the others, which
 # end the job within about 2 x --timeout.
 # Run by ctest (label mpi); POSIX sh only. Exits 77 (skipped) in a build
@@ -63,15 +64,29 @@ for s in ring allgather; do
     result "mpi-3-same-as-local-cp3-$s" $? "$(tail -n 1 cmp 2>/dev/null)"
 done
 
-# A batch with a file that is not media: every process exits 3, rank 0 logs it.
+# A batch with a file that is not media, on 4 processes in 2 groups of 2: every
+# process exits 3, rank 0 logs every input once (the failure too), and each
+# output equals the one-by-one local run's within 1e-6.
 echo "not media" >notes.mp4
-"$MPIEXEC" -n 3 --oversubscribe "$EXE" embed --backend mpi clip.mp4 notes.mp4 --size 32 --fps 2 \
-    --quiet --out-dir out >/dev/null 2>err
+ffmpeg -nostdin -v error -y -f lavfi -i testsrc2=size=64x48:rate=10 \
+    -f lavfi -i sine=frequency=330:sample_rate=8000 -t 4 -c:v libx264 -c:a aac clip2.mp4 \
+    >/dev/null 2>&1
+ffmpeg -nostdin -v error -y -f lavfi -i sine=frequency=550:sample_rate=16000 -t 3 tone.wav \
+    >/dev/null 2>&1
+"$EXE" embed clip.mp4 clip2.mp4 tone.wav --size 32 --fps 2 --quiet --out-dir seq 2>err
+# (timeout: a hang fails this check, not the whole test)
+timeout 120 "$MPIEXEC" -n 4 --oversubscribe "$EXE" embed --backend mpi --cp 2 clip.mp4 notes.mp4 clip2.mp4 \
+    tone.wav --size 32 --fps 2 --quiet --out-dir out >/dev/null 2>err
 st=$?
 ok=1
-[ "$st" -eq 3 ] && [ -s out/clip.safetensors ] && [ ! -e out/notes.safetensors ] &&
-    [ "$(grep -c '"status":"failed"' out/embed-log.jsonl)" -eq 1 ] && ok=0
-result mpi-batch-exit-3 "$ok" "exit status $st (want 3 from every process), or outputs/log wrong"
+[ "$st" -eq 3 ] && [ ! -e out/notes.safetensors ] &&
+    [ "$(grep -c '"status":"failed"' out/embed-log.jsonl)" -eq 1 ] &&
+    [ "$(grep -c '"status":"ok"' out/embed-log.jsonl)" -eq 3 ] &&
+    "$PY" "$CMP" same out/clip.safetensors seq/clip.safetensors --rtol 1e-6 >cmp 2>&1 &&
+    "$PY" "$CMP" same out/clip2.safetensors seq/clip2.safetensors --rtol 1e-6 >cmp 2>&1 &&
+    "$PY" "$CMP" same out/tone.safetensors seq/tone.safetensors --rtol 1e-6 >cmp 2>&1 &&
+    [ "$(grep -o '"group":[0-9]*' out/embed-log.jsonl | sort -u | wc -l)" -eq 2 ] && ok=0
+result mpi-4-cp2-batch-exit-3 "$ok" "exit status $st (want 3 from every process), or outputs/log wrong: $(tail -n 1 cmp 2>/dev/null)"
 
 # A rank stopped mid-batch (SIGSTOP: alive to the launcher, silent to its peers).
 # The survivors wait at most --timeout inside the encoder and --timeout past its

@@ -19,6 +19,19 @@
 #     cannot be written fails the run; a non-UTF-8 file name keeps every JSON
 #     field (\xNN escapes); --max-tokens (embed, tokens) and --max-frames
 #     (frames) refuse an input before decoding it.
+#   - outputs that fit the ecosystem (issue 22): `-o -` of embed, frames and
+#     tokens piped into Python reads the same tensors as the file output, leaves
+#     no file behind, and is refused on a terminal (under `script`), with --json,
+#     and (embed) with --resume; a reader that goes away is a reported error, not
+#     a silent death; embed --dtype f16/bf16 equals torch's conversion of the f32
+#     output bit for bit, --normalize gives rows of norm 1 equal to the f32 rows
+#     over their norm; --resume redoes an output of another --dtype or
+#     --normalize; --out-dir's index.jsonl lists the complete outputs in input
+#     order (ok, skipped); a heartbeat line with --progress 1 when stderr is a file.
+#   - corrupt-data tolerance scales with the file (issue 22): 64 KiB of garbage in
+#     the middle of 40 s of video passes `frames` with a warning by default (past
+#     32, within 1% of its packets); --max-corrupt 32, 10 and 0.1% refuse it,
+#     naming the count, the share and the limit; 5% passes; bad values exit 2.
 # Every command runs under `timeout 60`, so a regression fails instead of hanging.
 # Run by ctest as `sh test_files.sh $<TARGET_FILE:ringvit_cli>`; POSIX sh only.
 # Prints one line per check, then "N passed, M failed"; exits 1 on any failure,
@@ -343,5 +356,251 @@ t_max_tokens_frames() {
         [ ! -e mt.safetensors ]
 }
 check tokens-frames-max-limits t_max_tokens_frames
+
+# ---- outputs that fit the ecosystem: -o -, --dtype, --normalize, the index, progress -------
+# st.py: safetensors read in a few lines of numpy (the header parsed by hand: the
+# safetensors package is not a test dependency). `st.py same FILE [KEY...]`: the
+# bytes on standard input hold the same tensors, bit for bit, and the same
+# metadata but KEY... as FILE.
+cat >st.py <<'PY'
+import json, struct, sys
+import numpy as np
+DT = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2", "I64": "<i8", "U8": "u1"}
+def parse(b):
+    n = struct.unpack("<Q", b[:8])[0]
+    head = json.loads(b[8:8 + n])
+    meta = head.pop("__metadata__", {})
+    data, out = b[8 + n:], {}
+    for k, v in head.items():
+        s, e = v["data_offsets"]
+        out[k] = (v["dtype"], np.frombuffer(data[s:e], DT[v["dtype"]]).reshape(v["shape"]))
+    return out, meta
+def load(path):
+    with open(path, "rb") as f:
+        return parse(f.read())
+if __name__ == "__main__" and sys.argv[1] == "same":
+    got, gmeta = parse(sys.stdin.buffer.read())
+    want, wmeta = load(sys.argv[2])
+    assert got.keys() == want.keys(), (sorted(got), sorted(want))
+    for k, (dt, a) in want.items():
+        assert got[k][0] == dt and got[k][1].shape == a.shape, k
+        assert got[k][1].tobytes() == a.tobytes(), k
+    for k in set(gmeta) | set(wmeta):
+        assert k in sys.argv[3:] or gmeta.get(k) == wmeta.get(k), k
+PY
+# One --out-dir through five runs (x.wav, a missing input, y.wav): the index
+# after each, --resume against another --normalize or --dtype (redone, not
+# skipped), and the outputs the dtype and -o - checks compare (one thread: the
+# same sums every run). Not --quiet: stderr says embedded or skipped, and has no
+# heartbeat (the inputs take far less than 30 s).
+cp x.wav y.wav
+ix_run() { run_t embed "$@" --model tiny --threads 1 --tokens --out-dir rs; }
+# index_is LINE...: rs/index.jsonl holds these lines ("path status duration tokens").
+index_is() {
+    /usr/bin/python3 - "$@" <<'PY' || { why="index: $(cat rs/index.jsonl)"; return 1; }
+import glob, json, sys
+lines = [json.loads(l) for l in open("rs/index.jsonl")]
+assert len(lines) == len(sys.argv) - 1, len(lines)
+for l, want in zip(lines, sys.argv[1:]):
+    path, status, dur, tokens = want.split()
+    assert list(l) == ["path", "output", "duration_s", "tokens", "model_hash", "status"], l
+    assert l["path"] == path and l["output"] == "rs/" + path[:-4] + ".safetensors", l
+    assert l["status"] == status and l["duration_s"] == float(dur) and l["tokens"] == int(tokens), l
+    with open(l["output"], "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        assert json.loads(f.read(n))["__metadata__"]["model_hash"] == l["model_hash"], l
+assert not glob.glob("rs/index.jsonl.tmp.*")
+PY
+}
+t_index_resume() {
+    rm -rf rs
+    ix_run x.wav nothere.wav y.wav && want_rc 3 && index_is "x.wav ok 2 97" "y.wav ok 2 97" &&
+        cp rs/x.safetensors e32.safetensors || return 1
+    for opt in --normalize "--dtype f16" "--dtype bf16"; do
+        # shellcheck disable=SC2086 # $opt is a flag and its value
+        ix_run x.wav --resume $opt && want_rc 0 && want_err '^ringvit: embedded x.wav' &&
+            index_is "x.wav ok 2 97" || { why="--resume $opt: ${why:-}"; return 1; }
+        cp rs/x.safetensors "e${opt##* }.safetensors"
+    done
+    # Complete in bf16: skipped, its duration and tokens read from the output.
+    ix_run x.wav nothere.wav --resume --dtype bf16 && want_rc 3 &&
+        want_err '^ringvit: skipped x.wav' && index_is "x.wav skipped 2 97" || return 1
+    ! grep -q 'progress' "$tmp/err" || { why="a heartbeat on a short input"; return 1; }
+}
+check embed-index-and-resume-of-dtype-normalize t_index_resume
+# --dtype and --normalize against the f32 output of the same input: F16 and BF16
+# equal torch's .to() (round to nearest even) bit for bit, times and counts
+# unchanged; normalised rows of global, segments, tokens have norm 1 and equal
+# the f32 rows over their norm; the other embeddings unchanged.
+t_dtype_normalize() {
+    [ -f e32.safetensors ] && [ -f ef16.safetensors ] && [ -f ebf16.safetensors ] &&
+        [ -f e--normalize.safetensors ] || { why="no outputs from the index check"; return 1; }
+    /usr/bin/python3 - >"$tmp/out" 2>&1 <<'PY' || { why="$(tail -n 1 "$tmp/out")"; return 1; }
+import numpy as np, torch
+from st import load
+e32, m32 = load("e32.safetensors")
+floats = {k for k, (dt, _) in e32.items() if dt == "F32"}
+assert floats >= {"global", "segments", "video_mean", "audio_mean", "pooled", "tokens"}, floats
+assert m32["dtype"] == "f32" and m32["normalize"] == "none", m32
+for path, name, tdt in (("ef16", "F16", torch.float16), ("ebf16", "BF16", torch.bfloat16)):
+    got, meta = load(path + ".safetensors")
+    assert meta["dtype"] == name.lower() and meta["normalize"] == "none", meta
+    assert got.keys() == e32.keys(), sorted(got)
+    for k, (dt, a) in e32.items():
+        if k not in floats:
+            assert got[k][0] == dt and got[k][1].tobytes() == a.tobytes(), k
+            continue
+        want = torch.from_numpy(a.copy()).to(tdt).view(torch.int16).numpy().view(np.uint16)
+        assert got[k][0] == name and np.array_equal(got[k][1].view(np.uint16), want), (path, k)
+got, meta = load("e--normalize.safetensors")
+assert meta["dtype"] == "f32" and meta["normalize"] == "l2", meta
+for k, (dt, a) in e32.items():
+    g = got[k][1]
+    if k in ("global", "segments", "tokens"):
+        rows = a.reshape(-1, a.shape[-1]).astype(np.float64)
+        n = np.linalg.norm(rows, axis=1, keepdims=True)
+        g = g.reshape(rows.shape).astype(np.float64)
+        assert (n > 0).all() and np.abs(np.linalg.norm(g, axis=1) - 1).max() <= 1e-6, k
+        assert np.abs(g - rows / n).max() <= 1e-6, k
+    else:
+        assert got[k][0] == dt and g.tobytes() == a.tobytes(), k
+PY
+}
+check embed-dtype-f16-bf16-normalize-match-torch t_dtype_normalize
+# stream_same FILE SKIP ARGS...: `ringvit ARGS` (-o - among them) piped into
+# Python reads what FILE holds (metadata SKIP aside); ringvit's status in rc,
+# its stderr in $tmp/err; no file appears in the folder.
+stream_same() {
+    want=$1 skip=$2
+    shift 2
+    : >"$tmp/rc"
+    files=$(find . -maxdepth 1 | wc -l)
+    # shellcheck disable=SC2086 # $skip: no word, or one metadata key
+    { timeout 60 "$EXE" "$@" 2>"$tmp/err"; echo $? >"$tmp/rc"; } |
+        /usr/bin/python3 st.py same "$want" $skip >"$tmp/out" 2>&1
+    py=$?
+    rc=$(cat "$tmp/rc")
+    want_rc 0 || return 1
+    [ "$py" -eq 0 ] || { why="Python read something else: $(tail -n 1 "$tmp/out")"; return 1; }
+    [ "$(find . -maxdepth 1 | wc -l)" -eq "$files" ] || { why="-o - left a file in $tmp"; return 1; }
+}
+t_stream_embed() { # messages (not --quiet) stay on stderr, no log without --log
+    [ -f e32.safetensors ] || run_t embed x.wav --model tiny --quiet --threads 1 --tokens -o e32.safetensors
+    stream_same e32.safetensors "" embed x.wav --model tiny --threads 1 --tokens -o - &&
+        want_err 'embedded x.wav: 97 tokens, .* -> -'
+}
+t_stream_frames() { # the summary line goes to stderr
+    run_t frames clip.mp4 --size 32 --fps 2 -o sfr.safetensors && want_rc 0 || return 1
+    stream_same sfr.safetensors "" frames clip.mp4 --size 32 --fps 2 -o - &&
+        want_err '^-: 4 frames of 32x32'
+}
+t_stream_tokens() { # the table goes to stderr; metadata "tokens" holds timings
+    run_t tokens clip.mp4 --size 32 --fps 2 -o st.safetensors && want_rc 0 || return 1
+    stream_same st.safetensors tokens tokens clip.mp4 --size 32 --fps 2 -o - &&
+        want_err '^wrote: +standard output'
+}
+check embed-stdout-stream-equals-file t_stream_embed
+check frames-stdout-stream-equals-file t_stream_frames
+check tokens-stdout-stream-equals-file t_stream_tokens
+# A terminal as standard output is refused (usage, nothing written); under the
+# same pseudo-terminal, the command with its stdout piped runs.
+t_stream_terminal() {
+    for cmd in "embed x.wav --model tiny --quiet" "frames clip.mp4 --size 32" "tokens x.wav"; do
+        script -qec "\"$EXE\" $cmd -o -" /dev/null </dev/null >"$tmp/out" 2>&1
+        rc=$?
+        want_rc 2 && grep -q 'which is a terminal: pipe it' "$tmp/out" ||
+            { why="$cmd: ${why:-no refusal}"; return 1; }
+    done
+    script -qec "\"$EXE\" frames clip.mp4 --size 32 -o - | wc -c" /dev/null </dev/null >"$tmp/out" 2>&1
+    rc=$?
+    want_rc 0 || { why="frames -o - | wc -c: $why"; return 1; }
+}
+if command -v script >/dev/null 2>&1; then
+    check stdout-stream-refuses-terminal t_stream_terminal
+else
+    echo "skip stdout-stream-refuses-terminal: no script command (util-linux) for a terminal"
+fi
+t_stream_usage() {
+    run_t embed x.wav --model tiny -o - --json && want_rc 2 && want_err '-o - and --json both want' &&
+        want_no_out || return 1
+    run_t embed x.wav --model tiny -o - --resume && want_rc 2 && want_err '--resume has no output' &&
+        want_no_out || return 1
+    run_t tokens x.wav -o - --json && want_rc 2 && want_err '-o - and --json both want' && want_no_out
+}
+check stdout-stream-usage-errors t_stream_usage
+# A reader that goes away: a reported write error (EPIPE), not death by SIGPIPE.
+# Both outputs are larger than a pipe holds, so the write fails whenever `true` ends.
+t_stream_epipe() {
+    { timeout 60 "$EXE" frames clip.mp4 --size 224 --fps 10 -o - 2>"$tmp/err"; echo $? >"$tmp/rc"; } | true
+    rc=$(cat "$tmp/rc")
+    want_rc 1 && want_err 'frames: standard output: writing failed: Broken pipe' || return 1
+    { timeout 60 "$EXE" embed x.wav --model tiny --quiet --threads 1 --tokens -o - 2>"$tmp/err"; echo $? >"$tmp/rc"; } | true
+    rc=$(cat "$tmp/rc")
+    want_rc 3 && want_err 'x.wav: writing -: standard output: writing failed: Broken pipe'
+}
+check stdout-stream-reader-gone-is-an-error t_stream_epipe
+
+# Standard error is a file: with --progress 1 an input of about 2 s gets a
+# heartbeat line (which input, stage, tokens, elapsed), at most one a second.
+t_heartbeat() {
+    ff -f lavfi -i sine=frequency=330:sample_rate=16000 -t 70 long.wav || { why="ffmpeg: long.wav"; return 1; }
+    start=$(date +%s)
+    run_t embed long.wav --model tiny --threads 1 --progress 1 -o long.safetensors
+    took=$(($(date +%s) - start))
+    want_rc 0 && want_err 'embed: progress \[1/1\] long\.wav: [a-z]+ for [0-9]+:[0-9]{2}(, [0-9/]+ tokens, 70 s of recording)?, [0-9]+:[0-9]{2} elapsed' ||
+        return 1
+    [ "$(grep -c 'embed: progress' "$tmp/err")" -le $((took + 1)) ] ||
+        { why="more than a heartbeat a second"; return 1; }
+}
+check embed-progress-heartbeat-when-stderr-is-a-file t_heartbeat
+
+# Corrupt-data tolerance scales with the file (issue 22). 40 s of 64x64 H.264 at
+# 100 fps with MP2 audio in MP4 (5667 packets, as the file states), 64 KiB of
+# seeded garbage written over its middle: `frames` counts about 41 corrupt
+# packets or frames. The old limit, 32 whatever the length (--max-corrupt 32
+# now), refuses it; the default (past both 32 and 1%: 56 here) decodes it with
+# a warning; --max-corrupt 10 and 0.1% refuse it, naming the count, the share and
+# the limit; 5% lets it through. About 4 s on 2 cores.
+t_corrupt_share() {
+    ff -f lavfi -i testsrc2=size=64x64:rate=100 -f lavfi -i sine=frequency=440:sample_rate=48000 \
+        -t 40 -c:v libx264 -threads 1 -pix_fmt yuv420p -g 100 -b:v 400k -c:a mp2 -b:a 384k \
+        garbled.mp4 || { why="ffmpeg: garbled.mp4"; return 1; }
+    /usr/bin/python3 - <<'PY' || { why="cannot damage garbled.mp4"; return 1; }
+import random
+with open("garbled.mp4", "r+b") as f:
+    f.seek(0, 2)
+    f.seek(f.tell() // 2)
+    f.write(random.Random(22).randbytes(65536))
+PY
+    run_t frames garbled.mp4 --size 32 -o gd.safetensors
+    want_rc 0 && [ -s gd.safetensors ] &&
+        want_err 'warning: garbled\.mp4: [0-9]+ corrupt packets or frames skipped or concealed, 0\.[0-9]+% of 5[0-9]{3} packets, within the 5[0-9] allowed \(32 or 1% of the file.s packets, whichever is more\)' ||
+        return 1
+    n=$(sed -n 's/.*garbled\.mp4: \([0-9]*\) corrupt packets or frames skipped.*/\1/p' "$tmp/err")
+    [ "${n:-0}" -gt 32 ] || { why="$n corrupt: the case needs more than the old limit, 32"; return 1; }
+    rm -f gd.safetensors
+    run_t frames garbled.mp4 --size 32 --max-corrupt 32 -o gd.safetensors
+    want_rc 1 && [ ! -e gd.safetensors ] &&
+        want_err 'frames: garbled\.mp4: 33 corrupt packets or frames, 0\.[0-9]+% of about 5667 packets, more than the 32 allowed \(the last: stream [01], ' ||
+        return 1
+    run_t frames garbled.mp4 --size 32 --max-corrupt 10 -o gd.safetensors
+    want_rc 1 && [ ! -e gd.safetensors ] &&
+        want_err 'frames: garbled\.mp4: 11 corrupt packets or frames, 0\.[0-9]+% of about 5667 packets, more than the 10 allowed' ||
+        return 1
+    run_t frames garbled.mp4 --size 32 --max-corrupt 0.1% -o gd.safetensors
+    want_rc 1 && [ ! -e gd.safetensors ] &&
+        want_err 'frames: garbled\.mp4: 6 corrupt packets or frames, 0\.1[0-9]*% of about 5667 packets, more than the 5 allowed \(0\.1% of the file.s packets; the last' ||
+        return 1
+    run_t frames garbled.mp4 --size 32 --max-corrupt=5% -o gd.safetensors
+    want_rc 0 && [ -s gd.safetensors ] &&
+        want_err "garbled\.mp4: $n corrupt packets or frames skipped or concealed, .* within the 28[0-9] allowed \(5% of the file.s packets\)" ||
+        return 1
+    for bad in 101% -1 2.5 1e1% %; do
+        run_t frames garbled.mp4 --max-corrupt "$bad" -o gd.safetensors
+        want_rc 2 && want_err "max-corrupt wants a count of corrupt packets \(0 to 1073741824\) or a share of the file's packets from 0% to 100% \(like 0\.5%\), got '$bad'" ||
+            { why="--max-corrupt $bad: $why"; return 1; }
+    done
+}
+check frames-corrupt-tolerance-scales-with-the-file t_corrupt_share
 
 cli_summary

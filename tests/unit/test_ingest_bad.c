@@ -2,8 +2,9 @@
  * empty, truncated (index at the end, or at the start with the data cut), random
  * bytes, text named .mp4, a directory, a file with no decodable stream, an
  * unsupported codec, absurd picture sizes, and corrupt packets in the middle of a
- * stream (counted and skipped up to the limit, then an error). Every failure is a
- * status with a message that names the file. */
+ * stream (counted and skipped up to the limit, then an error; the limit a share
+ * of the file's packets, stated, estimated or, unknown, counted to the end).
+ * Every failure is a status with a message that names the file. */
 #include "ingest_media.h"
 
 /* A hang fails instead of stalling the run: ctest gives this file 180 s in all
@@ -15,6 +16,8 @@ const media_recipe rv_test_media[] = {
      NULL},
     {"faststart.mp4", "-i {DIR}/ok.mp4 -c copy -movflags +faststart", "ok.mp4"},
     {"ok.avi", "-i {DIR}/ok.mp4 -map 0:v -c:v copy", "ok.mp4"},
+    {"ok.ts", "-i {DIR}/ok.mp4 -c copy -f mpegts", "ok.mp4"},  /* no stated count */
+    {"raw.h264", "-i {DIR}/ok.mp4 -map 0:v -c:v copy -f h264", "ok.mp4"}, /* no duration */
     {"small.y4m", "-f lavfi -i testsrc2=size=64x36:rate=5 -frames:v 3 -pix_fmt yuv420p", NULL},
     {NULL, NULL, NULL},
 };
@@ -212,10 +215,10 @@ static void absurd_size(const char *name, const char *dims)
 Test(ingest_bad, absurd_width) { absurd_size("wide.y4m", "W17000 H36"); }
 Test(ingest_bad, absurd_area) { absurd_size("huge.y4m", "W16000 H16000"); }
 
-/* ok.mp4 with 20 runs of 48 random bytes in the middle third of the file. */
-static char *corrupted(void)
+/* src with 20 runs of 48 random bytes in the middle third of the file, as dst. */
+static char *corrupted_as(const char *src, const char *dst)
 {
-    char *ok = media("ok.mp4");
+    char *ok = media(src);
     size_t n;
     unsigned char *b = read_all(ok, &n);
     uint64_t x = 12345;
@@ -227,11 +230,15 @@ static char *corrupted(void)
             b[off + (size_t)j] = (unsigned char)x;
         }
     }
-    char *p = write_file("corrupt.mp4", b, n);
+    char *p = write_file(dst, b, n);
     free(b);
     free(ok);
     return p;
 }
+
+/* ok.mp4 damaged as corrupt.mp4; the other tests that damage it take names of
+ * their own, as tests run in parallel over one media folder. */
+static char *corrupted(void) { return corrupted_as("ok.mp4", "corrupt.mp4"); }
 
 Test(ingest_bad, corrupt_packets_skipped_and_counted)
 {
@@ -245,10 +252,165 @@ Test(ingest_bad, corrupt_packets_skipped_and_counted)
     rv_ingest_result_free(&r);
 
     o.max_corrupt = 0; /* over the limit: an error naming the file */
+    o.max_corrupt_share = 0;
     rv_status st = rv_ingest_read(p, &o, &r);
     cr_expect_eq(st, RV_ERR_FORMAT, "%s", rv_last_error());
     cr_expect(strstr(rv_last_error(), p) && strstr(rv_last_error(), "corrupt"), "%s",
               rv_last_error());
+    free(p);
+}
+
+/* Counts every chunk and whether the last one came. */
+typedef struct chunk_tally {
+    int chunks, last;
+} chunk_tally;
+
+static rv_status tally_chunk(const rv_ingest_chunk *c, void *user)
+{
+    chunk_tally *t = user;
+    t->chunks++;
+    t->last |= c->last;
+    return RV_OK;
+}
+
+/* Ingests p under (max_corrupt, share) with one decoder thread (the counts of
+ * concealed frames then never vary); the status, the stats in *s. */
+static rv_status ingest_limits(const char *p, int max_corrupt, double share,
+                               rv_ingest_stats *s, chunk_tally *t)
+{
+    rv_ingest_opts o = opts_fps(30, 1, 32);
+    o.threads = 1;
+    o.max_corrupt = max_corrupt;
+    o.max_corrupt_share = share;
+    memset(t, 0, sizeof *t);
+    return rv_ingest_stream(p, &o, tally_chunk, t, s);
+}
+
+/* The packets of the streams read are counted, and known before decoding: the
+ * stated count (MP4), duration x rate (MPEG-TS), unknown (a raw H.264 stream);
+ * a part of the file expects its share. */
+Test(ingest_bad, packets_counted_and_expected)
+{
+    rv_ingest_stats s;
+    chunk_tally t;
+    char *mp4 = media("ok.mp4"), *ts = media("ok.ts"), *raw = media("raw.h264");
+    cr_assert_eq(ingest_limits(mp4, 32, 0.01, &s, &t), RV_OK, "%s", rv_last_error());
+    cr_expect_eq(s.corrupt, 0);
+    /* 6 s: 180 video packets and 6 x 48000 / 1024 AAC packets (and a priming one) */
+    cr_expect(s.packets >= 180 + 281 && s.packets <= 180 + 284, "%lld", (long long)s.packets);
+    cr_expect_eq(s.packets_expected, s.packets, "expected %lld, read %lld",
+                 (long long)s.packets_expected, (long long)s.packets);
+    cr_expect_eq(s.corrupt_limit, 32);
+    int64_t all = s.packets;
+
+    cr_assert_eq(ingest_limits(ts, 32, 0.01, &s, &t), RV_OK, "%s", rv_last_error());
+    cr_expect_eq(s.packets, all);
+    /* an estimate: FFmpeg gives the TS audio 5.76 s of the 6 (from its timestamps) */
+    cr_expect(llabs(s.packets_expected - all) <= all / 20, "expected %lld, read %lld",
+              (long long)s.packets_expected, (long long)all);
+
+    cr_assert_eq(ingest_limits(raw, 32, 0.01, &s, &t), RV_OK, "%s", rv_last_error());
+    cr_expect_eq(s.packets_expected, -1);
+    cr_expect_eq(s.packets, 180);
+
+    rv_ingest_opts o = opts_fps(30, 1, 32); /* 1 s of the 6 */
+    o.start_s = 3;
+    o.duration_s = 1;
+    cr_assert_eq(rv_ingest_stream(mp4, &o, tally_chunk, &t, &s), RV_OK, "%s", rv_last_error());
+    cr_expect(llabs(s.packets_expected - all / 6) <= 2, "expected %lld of %lld",
+              (long long)s.packets_expected, (long long)all);
+    free(mp4);
+    free(ts);
+    free(raw);
+}
+
+/* A share of the file's packets: the same damage passes or fails by the share
+ * alone, and the error names the file, the count, the share and the limit. */
+Test(ingest_bad, corrupt_share_of_the_packets)
+{
+    rv_ingest_stats s;
+    chunk_tally t;
+    char *p = corrupted_as("ok.mp4", "corrupt-share.mp4");
+    cr_assert_eq(ingest_limits(p, 0, 1, &s, &t), RV_OK, "%s", rv_last_error());
+    int64_t c = s.corrupt, n = s.packets;
+    cr_assert_gt(c, 1, "the damage should be counted");
+    cr_assert_gt(n, 400);
+    char want[64];
+    snprintf(want, sizeof want, "more than the %lld allowed", (long long)c - 1);
+
+    /* exactly c of n allowed: passes; one less: fails */
+    cr_expect_eq(ingest_limits(p, 0, (double)c / (double)n, &s, &t), RV_OK, "%s",
+                 rv_last_error());
+    cr_expect_eq(s.corrupt, c);
+    cr_expect_eq(s.corrupt_limit, c);
+    cr_expect_eq(ingest_limits(p, 0, (double)(c - 1) / (double)n, &s, &t), RV_ERR_FORMAT);
+    const char *e = rv_last_error();
+    cr_expect(strstr(e, p) && strstr(e, " corrupt packets or frames, ") && strstr(e, "% of ") &&
+              strstr(e, want) && strstr(e, "% of the file's packets"), "%s", e);
+    /* the count alone is the larger limit here: it decides */
+    cr_expect_eq(ingest_limits(p, (int)c, (double)(c - 1) / (double)n, &s, &t), RV_OK, "%s",
+                 rv_last_error());
+    /* a share of 0 leaves the count alone, whatever the length */
+    cr_expect_eq(ingest_limits(p, (int)c - 1, 0, &s, &t), RV_ERR_FORMAT);
+    free(p);
+}
+
+/* A range (one rank's part of an embed --cp run) expects the packets of the whole
+ * part it is cut from: the damage it sees is held to the limit a single pass
+ * has, not to a share of its own, fewer packets. */
+Test(ingest_bad, corrupt_range_held_to_the_whole_file)
+{
+    rv_ingest_stats s;
+    chunk_tally t;
+    char *p = corrupted_as("ok.mp4", "corrupt-range.mp4");
+    cr_assert_eq(ingest_limits(p, 0, 1, &s, &t), RV_OK, "%s", rv_last_error());
+    int64_t whole = s.packets_expected;
+    cr_assert_gt(whole, 400);
+
+    rv_ingest_opts o = opts_fps(30, 1, 32); /* frames 60 to 120: the middle third */
+    o.threads = 1;
+    o.max_corrupt = 0;
+    o.max_corrupt_share = 1;
+    cr_assert_eq(rv_ingest_range(p, &o, 60, 60, tally_chunk, &t, &s), RV_OK, "%s",
+                 rv_last_error());
+    int64_t c = s.corrupt, n = s.packets;
+    cr_expect_eq(s.packets_expected, whole);
+    cr_assert(c > 1 && n < whole, "%lld corrupt of %lld packets read", (long long)c,
+              (long long)n);
+    o.max_corrupt_share = (double)c / (double)whole;
+    cr_assert_lt(rv_ingest_corrupt_limit(&o, n), c, "the range's own packets would refuse it");
+    cr_expect_eq(rv_ingest_range(p, &o, 60, 60, tally_chunk, &t, &s), RV_OK, "%s",
+                 rv_last_error());
+    cr_expect_eq(s.corrupt_limit, c);
+    o.max_corrupt_share = (double)(c - 1) / (double)whole;
+    cr_expect_eq(rv_ingest_range(p, &o, 60, 60, tally_chunk, &t, &s), RV_ERR_FORMAT);
+    cr_expect(strstr(rv_last_error(), "% of about "), "%s", rv_last_error());
+    free(p);
+}
+
+/* With no packet count known up front (a raw H.264 stream states no duration),
+ * the share cannot be judged while decoding: the verdict comes at the end, on
+ * the packets read, after the last chunk. */
+Test(ingest_bad, corrupt_share_of_an_unknown_count)
+{
+    rv_ingest_stats s;
+    chunk_tally t;
+    char *p = corrupted_as("raw.h264", "corrupt.h264");
+    cr_assert_eq(ingest_limits(p, 0, 1, &s, &t), RV_OK, "%s", rv_last_error());
+    int64_t c = s.corrupt, n = s.packets;
+    cr_assert_gt(c, 1, "the damage should be counted");
+    cr_expect_eq(s.packets_expected, -1);
+    cr_expect_eq(ingest_limits(p, 0, (double)c / (double)n, &s, &t), RV_OK, "%s",
+                 rv_last_error());
+    cr_expect_eq(ingest_limits(p, 0, (double)(c - 1) / (double)n, &s, &t), RV_ERR_FORMAT);
+    cr_expect(t.last, "the verdict should come after the last chunk");
+    char want[96];
+    snprintf(want, sizeof want, "%lld corrupt packets or frames, ", (long long)c);
+    cr_expect(strstr(rv_last_error(), p) && strstr(rv_last_error(), want), "%s",
+              rv_last_error());
+    /* an absolute count needs no packet count: it stops mid-stream */
+    cr_expect_eq(ingest_limits(p, 0, 0, &s, &t), RV_ERR_FORMAT);
+    cr_expect(!t.last && s.corrupt == 1, "%lld corrupt", (long long)s.corrupt);
     free(p);
 }
 

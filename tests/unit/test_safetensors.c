@@ -1,12 +1,14 @@
 /* test_safetensors.c: the safetensors reader and writer (encoder/rv_safetensors.c).
  * Round trip through the writer; a file laid out by hand from the format spec;
  * every hostile-header case with its message; every truncation and random byte
- * corruption of a valid file; atomic-write failure paths. */
+ * corruption of a valid file; atomic-write failure paths; the same bytes written
+ * to a descriptor (-o -), and its write error when the reader is gone. */
 #include <criterion/criterion.h>
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -282,6 +284,53 @@ Test(safetensors, round_trip)
     cr_assert_eq(count_entries(dir, ""), 1);
 
     free(path);
+    remove_tree(dir);
+    free(dir);
+}
+
+/* ---- to a descriptor (standard output) ------------------------------------------------ */
+
+/* rv_st_writer_write_fd writes exactly the bytes rv_st_writer_write puts in a
+ * file, in place (no temporary file); a pipe without a reader is RV_ERR_IO
+ * naming the label and EPIPE (SIGPIPE ignored), not a silent death. */
+Test(safetensors, write_fd_same_bytes_and_reader_gone)
+{
+    char *dir = make_tmpdir(), *path = join(dir, "ref.safetensors"),
+         *fdpath = join(dir, "fd.safetensors");
+    rv_st_writer *w = NULL;
+    size_t len, fdlen;
+    cr_assert_eq(rv_st_writer_new(&w), RV_OK, "%s", rv_last_error());
+    for (int i = 0; i < NCASES; i++)
+        cr_assert_eq(rv_st_writer_add(w, cases[i].name, cases[i].dtype, cases[i].ndim,
+                                      cases[i].shape, cases[i].data),
+                     RV_OK, "%s", rv_last_error());
+    cr_assert_eq(rv_st_writer_meta(w, "format", "ringvit"), RV_OK);
+    cr_assert_eq(rv_st_writer_write(w, path), RV_OK, "%s", rv_last_error());
+    int fd = open(fdpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    cr_assert(fd >= 0, "%s", strerror(errno));
+    cr_assert_eq(rv_st_writer_write_fd(w, fd, "standard output"), RV_OK, "%s", rv_last_error());
+    close(fd);
+    cr_assert_eq(count_entries(dir, ""), 2, "a temporary file was left");
+    uint8_t *a = slurp(path, &len), *b = slurp(fdpath, &fdlen);
+    cr_assert_eq(fdlen, len);
+    cr_assert_eq(memcmp(a, b, len), 0, "the bytes differ");
+    free(a);
+    free(b);
+
+    int p[2];
+    cr_assert_eq(pipe(p), 0);
+    close(p[0]);
+    void (*old)(int) = signal(SIGPIPE, SIG_IGN);
+    cr_assert_eq(rv_st_writer_write_fd(w, p[1], "standard output"), RV_ERR_IO);
+    signal(SIGPIPE, old);
+    close(p[1]);
+    cr_assert_not_null(strstr(rv_last_error(), "standard output: writing failed: "),
+                       "%s", rv_last_error());
+    cr_assert_not_null(strstr(rv_last_error(), strerror(EPIPE)), "%s", rv_last_error());
+    cr_assert_eq(rv_st_writer_write_fd(w, -1, "x"), RV_ERR_INVALID);
+    rv_st_writer_free(&w);
+    free(path);
+    free(fdpath);
     remove_tree(dir);
     free(dir);
 }
