@@ -352,13 +352,14 @@ t_dp_kill_resume() {
 }
 # --prefetch 1 on equal files: each input after the first is decoded and tokenized
 # while the encoder works on the one before, so the encoder waits under 5% of its
-# encode time for it; --prefetch 0 waits for every decode.
+# encode time for it; --prefetch 0 waits for every decode. (The small preset: its
+# encode takes several times the decode, so a loaded machine does not flake it.)
 t_prefetch() {
     mkdir -p pf && for i in 1 2 3 4; do cp long.mp4 "pf/eq$i.mp4"; done
-    run_exe embed pf/eq1.mp4 pf/eq2.mp4 pf/eq3.mp4 pf/eq4.mp4 --size 64 --fps 8 --quiet --json \
+    run_exe embed pf/eq1.mp4 pf/eq2.mp4 pf/eq3.mp4 pf/eq4.mp4 --size 64 --fps 8 --quiet --json --model small \
         --out-dir pf1 --prefetch 1
     want_rc 0 && cp "$tmp/out" "$tmp/pf1.json" || return 1
-    run_exe embed pf/eq1.mp4 pf/eq2.mp4 pf/eq3.mp4 pf/eq4.mp4 --size 64 --fps 8 --quiet --json \
+    run_exe embed pf/eq1.mp4 pf/eq2.mp4 pf/eq3.mp4 pf/eq4.mp4 --size 64 --fps 8 --quiet --json --model small \
         --out-dir pf0 --prefetch 0
     want_rc 0 || return 1
     for i in 1 2 3 4; do same "pf1/eq$i.safetensors" "pf0/eq$i.safetensors" 0 || return 1; done
