@@ -7,7 +7,7 @@
 # memory limits; the input that caused it is kept in build-fuzz/findings/ and the
 # command to replay it is printed. Add such an input to tests/fuzz/corpus/NAME
 # once fixed, so every later run checks it first. CI (scripts/test.sh) runs
-# `scripts/fuzz.sh 6`; a longer local campaign is `scripts/fuzz.sh 3600 media`.
+# `scripts/fuzz.sh 4`; a longer local campaign is `scripts/fuzz.sh 3600 media`.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

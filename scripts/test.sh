@@ -57,8 +57,8 @@ else
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest -L unit --output-on-failure)
 
-  section "fuzzing (build-fuzz/: libFuzzer + ASan + UBSan, 6 s per target)"
-  scripts/fuzz.sh 6
+  section "fuzzing (build-fuzz/: libFuzzer + ASan + UBSan, 4 s per target)"
+  scripts/fuzz.sh 4
 fi
 
 section "all tests passed"
