@@ -11,6 +11,7 @@
  * 2 usage error, 1 nothing could run (model, backend, output folder, or the
  * ranks lost each other), 128 + signal number when stopped by SIGINT/SIGTERM. */
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +43,7 @@ static const char help_text[] =
     "                     [--fps F] [--size N] [--segment SECONDS] [--no-audio | --no-video]\n"
     "                     [--tokens] [--threads N] [--quiet] [--json]\n"
     "                     [--dtype f32|f16|bf16] [--normalize] [--progress SECONDS]\n"
+    "                     [--shard I/N [--claim-stale SECONDS]]\n"
     "\n"
     "Embeds each recording (video with its audio, a video alone, a still image, or\n"
     "an audio file) with the vision transformer: the recording becomes one token\n"
@@ -78,6 +80,12 @@ static const char help_text[] =
     "                      rounded to nearest even; times and counts stay as they are\n"
     "  --normalize         divide each row of global, segments and tokens by its L2\n"
     "                      norm (a zero row stays zero), before --dtype\n"
+    "  --shard I/N         job I of N jobs started separately over one list and one\n"
+    "                      shared --out-dir: an input goes to the job that first\n"
+    "                      creates its claim file (OUTPUT.claim); the job's log is\n"
+    "                      DIR/embed-log.shard-I-of-N.jsonl\n"
+    "  --claim-stale SEC   a claim not refreshed for SEC seconds is a dead job's and\n"
+    "                      is taken over (default 600; claims are refreshed every SEC/4)\n"
     "\n"
     "model:\n"
     "  --model M           a model folder as the Hugging Face hub stores it (config.json,\n"
@@ -180,7 +188,9 @@ static const char help_text[] =
     "pooled output, as transformers' pooler_output), projected (CLIP's image embedding,\n"
     "when stored), cls and dist (D, models with those tokens) plus metadata (source,\n"
     "probe, model and its hash, config, family, random_weights, cp, strategy, dtype,\n"
-    "normalize, ringvit version); with --dtype f16 or bf16 the embeddings above are\n"
+    "normalize, time_origin, start_s, ringvit version); times (segment_start, token_time)\n"
+    "are seconds on the file's own clock, as ffprobe and PyAV report pts, and\n"
+    "time_origin is the first video frame's; with --dtype f16 or bf16 the embeddings are\n"
     "F16 or BF16. Outputs are written to a temporary name and renamed when complete:\n"
     "a batch killed at any moment and rerun with --resume ends with every output\n"
     "complete. SIGINT or SIGTERM stops after the current stage (a second one at\n"
@@ -200,6 +210,9 @@ static const char help_text[] =
     "  mpiexec -n 4 --hostfile hosts ringvit embed --backend mpi long.mp4 -o long.safetensors\n"
     "  # 2 cores, 2 groups of 1 rank, each decoding its next input while it encodes:\n"
     "  ringvit embed --manifest clips.txt --out-dir emb --ranks 2 --cp 1\n"
+    "  # two jobs started separately (machines a and b) over one shared folder:\n"
+    "  ringvit embed --manifest videos.txt --out-dir /shared/emb --resume --shard 0/2  # a\n"
+    "  ringvit embed --manifest videos.txt --out-dir /shared/emb --resume --shard 1/2  # b\n"
     "  # 16 processes, 4 groups of 4 over a manifest:\n"
     "  mpiexec -n 16 --hostfile hosts ringvit embed --backend mpi --cp 4 --manifest videos.txt \\\n"
     "      --out-dir /shared/emb\n"
@@ -228,12 +241,30 @@ typedef struct embed_args {
     rv_dtype dtype;     /* --dtype */
     int normalize;      /* --normalize */
     double progress_s;  /* --progress */
+    int shard_index, shard_count; /* --shard I/N (count 0: none) */
+    double claim_stale_s;         /* --claim-stale (0: not given) */
 } embed_args;
+
+/* --shard I/N: 0 <= I < N. Returns 0 or RV_EXIT_USAGE after a message. */
+static int parse_shard(const char *v, embed_args *a)
+{
+    char *end = NULL, *end2 = NULL;
+    errno = 0;
+    long i = v[0] >= '0' && v[0] <= '9' ? strtol(v, &end, 10) : -1;
+    long n = end && *end == '/' && end[1] >= '0' && end[1] <= '9' ? strtol(end + 1, &end2, 10) : -1;
+    if (errno || i < 0 || n < 1 || n > 1000000 || !end2 || *end2 || i >= n)
+        return rv_cli_usage_error(CMD, "--shard wants I/N, this job's number I of N jobs with 0 "
+                                  "<= I < N (0/2 and 1/2 for two jobs), got '%s'", v);
+    a->shard_index = (int)i;
+    a->shard_count = (int)n;
+    return 0;
+}
 
 static int parse_args(int argc, char **argv, embed_args *a)
 {
     memset(a, 0, sizeof *a);
     rv_ingest_opts_default(&a->io);
+    a->io.start_s = NAN; /* --start given or not */
     a->model = "tiny";
     a->backend = "local";
     a->device = "cpu";
@@ -358,6 +389,12 @@ static int parse_args(int argc, char **argv, embed_args *a)
             a->normalize = 1;
         } else if (rv_cli_flag_is(s, "--progress")) {
             rc = rv_cli_take_double(CMD, argc, argv, &i, 0, 1e6, &a->progress_s);
+        } else if (rv_cli_flag_is(s, "--shard")) {
+            VALUE();
+            if ((rc = parse_shard(v, a)) != 0)
+                return rc;
+        } else if (rv_cli_flag_is(s, "--claim-stale")) {
+            rc = rv_cli_take_double(CMD, argc, argv, &i, 1, 1e7, &a->claim_stale_s);
         } else if (strcmp(s, "--") == 0) {
             for (i++; i < argc; i++)
                 a->inputs[a->ninputs++] = argv[i];
@@ -386,6 +423,16 @@ static int parse_args(int argc, char **argv, embed_args *a)
         return rv_cli_usage_error(CMD, "--%s and --no-%s contradict each other",
                                   a->want_audio && a->no_audio ? "audio" : "video",
                                   a->want_audio && a->no_audio ? "audio" : "video");
+    /* The claims live beside the outputs, in a folder the jobs share. */
+    if (a->shard_count && a->out)
+        return rv_cli_usage_error(CMD, "--shard divides the inputs of jobs sharing --out-dir; "
+                                  "-o %s names one output: use --out-dir DIR",
+                                  rv_out_is_stdout(a->out) ? "-" : "OUT");
+    if (a->shard_count && !a->out_dir)
+        return rv_cli_usage_error(CMD, "--shard needs --out-dir DIR, the folder the jobs share "
+                                  "(outputs and claim files)");
+    if (a->claim_stale_s > 0 && !a->shard_count)
+        return rv_cli_usage_error(CMD, "--claim-stale is about the claim files of --shard I/N");
     if (a->out && a->out_dir)
         return rv_cli_usage_error(CMD, "-o names one output, --out-dir a folder of them: "
                                   "give one of them");
@@ -580,6 +627,8 @@ static int embed_main(int argc, char **argv)
     }
     rv_vit_tok_opts(cfg, &set.to);
     set.io = a.io;
+    set.start_at = a.io.start_s;
+    set.io.start_s = 0; /* each input's from its timeline (embed_prepare_probe) */
     if (!a.size_set)
         set.io.size = rv_vit_frame_size(cfg);
     if (set.io.size % cfg->patch) {
@@ -627,6 +676,9 @@ static int embed_main(int argc, char **argv)
     set.dtype = a.dtype;
     set.normalize = a.normalize;
     set.progress_s = a.progress_s;
+    set.shard_index = a.shard_index;
+    set.shard_count = a.shard_count;
+    set.claim_stale_s = a.claim_stale_s > 0 ? a.claim_stale_s : EMBED_CLAIM_STALE_S;
 
     /* Outputs, stale temporary files and the log (rank 0). */
     const char *dir = a.out_dir ? a.out_dir : ".";
@@ -635,7 +687,12 @@ static int embed_main(int argc, char **argv)
     char log_path[4200];
     const char *log = a.log;
     if (!log && !a.out) {
-        snprintf(log_path, sizeof log_path, "%s/%s", dir, EMBED_LOG_NAME);
+        int k = snprintf(log_path, sizeof log_path, "%s/", dir);
+        if (set.shard_count) /* one log per job: they never write one file */
+            snprintf(log_path + k, sizeof log_path - (size_t)k, EMBED_SHARD_LOG_FMT,
+                     set.shard_index, set.shard_count);
+        else
+            snprintf(log_path + k, sizeof log_path - (size_t)k, "%s", EMBED_LOG_NAME);
         log = log_path;
     }
     b.set = &set;
@@ -665,8 +722,13 @@ static int embed_main(int argc, char **argv)
                 goto end;
             }
         }
-        embed_output_clean_stale(in, n);
+        /* With --shard another machine's live process may be writing beside
+         * an output: its temporary file goes only once its input is claimed. */
+        if (!set.shard_count)
+            embed_output_clean_stale(in, n);
         rv_status st = embed_report_open(&set, log, n, &b.report);
+        if (st == RV_OK && set.shard_count)
+            st = embed_shard_open(&set, in, n, dir, b.report, &b.shard);
         if (st != RV_OK) {
             rc = rv_cli_fail(st, NULL);
             goto end;
@@ -686,6 +748,7 @@ static int embed_main(int argc, char **argv)
             snprintf(b.fatal_msg, sizeof b.fatal_msg, "%s", rv_last_error());
         }
     }
+    const int left = embed_shard_left(b.shard);
     char log_error[320] = "", index_error[320] = "";
     if (embed_report_log_error(b.report))
         snprintf(log_error, sizeof log_error, "%s", embed_report_log_error(b.report));
@@ -693,9 +756,14 @@ static int embed_main(int argc, char **argv)
     if (b.report && !a.out && (b.done > 0 || !b.fatal)) {
         char index_path[4200];
         snprintf(index_path, sizeof index_path, "%s/%s", dir, EMBED_INDEX_NAME);
+        /* With --shard: every complete output, whichever job wrote it. */
+        embed_shard_index_lock(b.shard, index_path);
+        embed_shard_report_others(b.shard, b.report);
         if (embed_report_index(b.report, index_path) != RV_OK)
             snprintf(index_error, sizeof index_error, "%s", rv_last_error());
+        embed_shard_index_unlock(b.shard);
     }
+    embed_shard_close(&b.shard); /* claims of inputs not ended go back to the other jobs */
     embed_report_close(&b.report);
 
     const int ok = b.counts[EMBED_OK], bad = b.counts[EMBED_FAILED],
@@ -720,9 +788,12 @@ static int embed_main(int argc, char **argv)
                 rv_cli_error("embed: %s (the outputs are written; the log is incomplete)",
                              log_error);
         }
-        if (loud && !set.quiet && n > 1)
-            fprintf(stderr, RV_CLI_PROG ": embed: %d ok, %d failed, %d skipped of %d in %.1f s%s%s\n",
-                    ok, bad, skipped, n, now_s() - t0, log ? "; log " : "", log ? log : "");
+        char others[64] = "";
+        if (set.shard_count)
+            snprintf(others, sizeof others, ", %d left to other shards", left);
+        if (loud && !set.quiet && (n > 1 || set.shard_count))
+            fprintf(stderr, RV_CLI_PROG ": embed: %d ok, %d failed, %d skipped%s of %d in %.1f s%s%s\n",
+                    ok, bad, skipped, others, n, now_s() - t0, log ? "; log " : "", log ? log : "");
     }
     if (index_error[0]) {
         rc = rc == RV_EXIT_OK ? RV_EXIT_FAIL : rc;
@@ -750,6 +821,7 @@ end:
         pthread_mutex_destroy(&b.lock);
         pthread_cond_destroy(&b.changed);
     }
+    embed_shard_close(&b.shard);
     free(b.res);
     free(set.config_json);
     model_cli_close(&mc);

@@ -2,11 +2,14 @@
  * own: frames sampled at --fps, resized to --size, and the audio at 16 kHz mono,
  * written as one safetensors file:
  *   frames             (N, S, S, 3) U8   RGB
- *   frame_time         (N) F64          t_k - t0, s
- *   frame_source_time  (N) F64          pts of the frame used - t0, s
+ *   frame_time         (N) F64          t_k, s on the container's clock
+ *   frame_source_time  (N) F64          pts of the frame used, s, same clock
  *   audio              (M) F32          mono 16 kHz, sample j at start + j / 16000
- * and metadata "probe" (the probe as JSON) and "ingest" (settings and counts as
- * JSON). Frames and audio are spilled to an unlinked file next to the output as
+ * and metadata "probe" (the probe as JSON), "ingest" (settings and counts as
+ * JSON) and "time_origin" (t0, the first frame's pts, s). Times are on the
+ * container's clock, as ffprobe and PyAV report pts: the grid starts at --start
+ * on that clock, or where the recording starts (audio before the first frame
+ * included). Frames and audio are spilled to an unlinked file next to the output as
  * they arrive, so a long recording costs disk, not memory; the writer then reads
  * them through a mapping and writes OUT atomically (temporary name, rename). */
 #include <errno.h>
@@ -37,19 +40,22 @@ static const char help_text[] =
     "                      [--decode-all] [--max-frames N]\n"
     "\n"
     "Samples the video of FILE at F frames per second by presentation time (frame k\n"
-    "at t0 + S + k/F, t0 the first frame's time; the last frame shown at or before\n"
-    "it), turns each upright, resizes the shorter side to N and crops the centre\n"
+    "at S + k/F on the file's clock; the last frame shown at or before it, the\n"
+    "first frame before that), turns each upright, resizes the shorter side to N and crops the centre\n"
     "N x N (--pad: longer side to N, black bars), and resamples the audio to mono\n"
     "16 kHz aligned to the same times (silence where there is none). Writes\n"
     "  frames (count, N, N, 3) U8, frame_time (count) F64 s, frame_source_time\n"
-    "  (count) F64 s, audio (samples) F32, and metadata 'probe' and 'ingest' (JSON).\n"
+    "  (count) F64 s, audio (samples) F32, and metadata 'probe' and 'ingest' (JSON)\n"
+    "  and 'time_origin' (the first frame's time). Times are s on the file's clock,\n"
+    "  as ffprobe and PyAV report pts.\n"
     "\n"
     "  -o, --output OUT    the safetensors file to write (required); '-': standard\n"
     "                      output (not a terminal; the summary line goes to stderr)\n"
     "  --fps F             frames per second: 1 (default), 29.97, 30000/1001 ...\n"
     "  --size N            output side in pixels (default 224)\n"
     "  --pad               letterbox into N x N instead of cropping\n"
-    "  --start S           start S seconds after t0 (default 0)\n"
+    "  --start S           start at S s on the file's clock (default: where the\n"
+    "                      recording starts, audio before the first frame included)\n"
     "  --duration D        stop D seconds after the start (default: the end)\n"
     "  --audio-stream I    audio from container stream I (see 'ringvit probe')\n"
     "  --no-audio          no audio (an empty audio tensor)\n"
@@ -74,7 +80,9 @@ typedef struct frames_state {
     int64_t nframes, times_cap, nsamples;
     int progress;          /* stderr is a terminal */
     double total_s;        /* for the progress line; NAN unknown */
-    double start_s;
+    double start_s;        /* the grid's start, s since t0 */
+    double origin_s;       /* t0 on the container's clock, s (whole microseconds):
+                              added to every time */
     double last_print;
     int64_t max_frames;    /* --max-frames */
     const char *path;
@@ -113,8 +121,10 @@ static rv_status on_chunk(const rv_ingest_chunk *c, void *user)
             fs->src_times = t;
             fs->times_cap = cap;
         }
-        memcpy(fs->times + fs->nframes, c->frame_time, sizeof(double) * (size_t)c->nframes);
-        memcpy(fs->src_times + fs->nframes, c->source_time, sizeof(double) * (size_t)c->nframes);
+        for (int i = 0; i < c->nframes; i++) {
+            fs->times[fs->nframes + i] = c->frame_time[i] + fs->origin_s;
+            fs->src_times[fs->nframes + i] = c->source_time[i] + fs->origin_s;
+        }
         fs->nframes += c->nframes;
     }
     if (c->nsamples > 0) {
@@ -128,6 +138,7 @@ static rv_status on_chunk(const rv_ingest_chunk *c, void *user)
             double at = fs->start_s + (double)(c->first_sample + c->nsamples) / RV_AUDIO_RATE;
             if (c->nframes > 0)
                 at = c->frame_time[c->nframes - 1];
+            at += fs->origin_s;
             if (isfinite(fs->total_s) && fs->total_s > 0)
                 fprintf(stderr, "\r" RV_CLI_PROG ": " CMD ": %.1f of %.1f s, %lld frames   ",
                         at, fs->total_s, (long long)fs->nframes);
@@ -144,13 +155,15 @@ static rv_status on_chunk(const rv_ingest_chunk *c, void *user)
 
 typedef struct frames_args {
     const char *path, *out;
-    rv_ingest_opts o;
+    rv_ingest_opts o;      /* start_s: since t0, from start_at once the file is open */
+    double start_at;       /* --start on the container's clock (NAN: not given) */
     int64_t max_frames;
 } frames_args;
 
 static int parse_args(int argc, char **argv, frames_args *a)
 {
     rv_ingest_opts_default(&a->o);
+    a->o.start_s = NAN; /* --start given or not */
     a->path = a->out = NULL;
     a->max_frames = RV_CLI_MAX_FRAMES;
     int rc = 0, no_audio = 0, audio_set = 0, video_set = 0;
@@ -182,6 +195,8 @@ static int parse_args(int argc, char **argv, frames_args *a)
         return rv_cli_usage_error(CMD, "--no-audio and --audio-stream contradict each other");
     if (no_audio)
         a->o.audio_stream = -2;
+    a->start_at = a->o.start_s;
+    a->o.start_s = 0;
     if (!a->path)
         return rv_cli_usage_error(CMD, "which file? give a media FILE");
     if (!a->out)
@@ -199,7 +214,7 @@ static char *ingest_meta(const frames_args *a, const rv_ingest_stats *s)
     json_object_set_new(m, "fps_rational", json_sprintf("%d/%d", o->fps_num, o->fps_den));
     json_object_set_new(m, "size", json_integer(o->size));
     json_object_set_new(m, "pad", json_boolean(o->pad));
-    json_object_set_new(m, "start_s", json_real(o->start_s));
+    json_object_set_new(m, "start_s", json_real(s->origin_s + o->start_s));
     json_object_set_new(m, "duration_s", o->duration_s > 0 ? json_real(o->duration_s) : json_null());
     json_object_set_new(m, "audio_rate", json_integer(RV_AUDIO_RATE));
     json_object_set_new(m, "video_stream", s->video_stream >= 0 ? json_integer(s->video_stream) : json_null());
@@ -248,6 +263,12 @@ static int frames_main(int argc, char **argv)
     }
     if (spooled)
         snprintf(probe->path, sizeof probe->path, "-");
+    rv_timeline tl;
+    if ((st = rv_ingest_timeline(a.path, &a.o, &tl)) != RV_OK) {
+        rv_cli_fail(st, CMD);
+        goto end;
+    }
+    a.o.start_s = rv_timeline_start(&tl, a.start_at);
     /* The work the stated duration implies, refused before any decoding. */
     double span = probe->duration_s - a.o.start_s;
     if (a.o.duration_s > 0 && a.o.duration_s < span)
@@ -273,6 +294,7 @@ static int frames_main(int argc, char **argv)
     fs.progress = isatty(STDERR_FILENO);
     fs.total_s = probe->duration_s;
     fs.start_s = a.o.start_s;
+    fs.origin_s = (double)tl.t0_us / 1e6;
     if ((st = rv_ingest_stream(a.path, &a.o, on_chunk, &fs, &stats)) != RV_OK) {
         if (fs.progress)
             fputc('\n', stderr);
@@ -291,6 +313,8 @@ static int frames_main(int argc, char **argv)
         rv_cli_error("%s: out of memory", CMD);
         goto end;
     }
+    char origin_text[40];
+    snprintf(origin_text, sizeof origin_text, "%.17g", tl.origin_s);
     const int64_t S = a.o.size;
     int64_t fshape[4] = {fs.nframes, S, S, 3}, tshape[1] = {fs.nframes},
             ashape[1] = {fs.nsamples};
@@ -303,6 +327,7 @@ static int frames_main(int argc, char **argv)
         (st = rv_st_writer_meta(w, "format", "ringvit-frames")) != RV_OK ||
         (st = rv_st_writer_meta(w, "probe", probe_text)) != RV_OK ||
         (st = rv_st_writer_meta(w, "ingest", meta_text)) != RV_OK ||
+        (st = rv_st_writer_meta(w, "time_origin", origin_text)) != RV_OK ||
         (st = rv_out_write_st(w, a.out)) != RV_OK) {
         rv_cli_fail(st, CMD);
         goto end;

@@ -10,9 +10,11 @@
  *   audio_patches   (audio tokens, F*W) F32       normalised, (f, w)
  *   token_modality  (seq) U8                      0 video, 1 audio, 2 cls / dist
  *   token_pos       (seq, 3) I64                  (t, y, x) | (t, f, 0) | (i, 0, 0)
- *   token_time      (seq, 2) F64                  start, end s since t0
+ *   token_time      (seq, 2) F64                  start, end, s on the container's clock
  *   token_window    (seq) I64                     window (attention block) index
- * plus metadata "tokens" (options and counts, JSON) and "probe". The tensors
+ * plus metadata "tokens" (options and counts, JSON), "probe" and "time_origin"
+ * (t0, the first video frame's pts, s). Every time written or reported is on
+ * the container's clock, as ffprobe and PyAV report pts; --start is on it too. The tensors
  * are spilled to unlinked scratch files beside OUT as the batches arrive, so a
  * long recording costs disk, not memory; OUT is written atomically. */
 #include <errno.h>
@@ -115,7 +117,10 @@ static const char help_text[] =
 
 typedef struct tokens_args {
     const char *path, *out;
-    rv_ingest_opts io;
+    rv_ingest_opts io;   /* start_s: since t0, from start_at once the file is open */
+    double start_at;     /* --start on the container's clock (NAN: not given) */
+    double origin;       /* t0 on that clock, s (whole microseconds): added to times */
+    double time_origin;  /* the first frame's pts, s (metadata time_origin) */
     rv_tok_opts to;
     int cp;
     rv_shard_kind shard;
@@ -146,6 +151,7 @@ static int parse_args(int argc, char **argv, tokens_args *a)
 {
     memset(a, 0, sizeof *a);
     rv_ingest_opts_default(&a->io);
+    a->io.start_s = NAN; /* --start given or not */
     rv_tok_opts_default(&a->to);
     a->cp = 1;
     a->shard = RV_SHARD_CONTIGUOUS;
@@ -259,6 +265,8 @@ static int parse_args(int argc, char **argv, tokens_args *a)
     }
     if (!stride_set)
         a->to.audio_stride = a->to.audio_time;
+    a->start_at = a->io.start_s;
+    a->io.start_s = 0;
     if (a->io.size % a->to.patch)
         return rv_cli_usage_error(CMD, "--patch %d must divide --size %d", a->to.patch, a->io.size);
     if (a->plan_only && a->out)
@@ -284,6 +292,7 @@ typedef struct collect {
     int64_t tokens, video, audio, cls, fbank;
     int64_t video_dim, audio_dim;
     int64_t max_tokens;        /* --max-tokens */
+    double origin;             /* added to the token times written */
     const char *path;
 } collect;
 
@@ -313,9 +322,16 @@ static rv_status on_batch(const rv_tok_batch *b, void *user)
         (st = rv_spill_write(&c->sp[SP_FBANK], b->fbank, sizeof(float) * (size_t)(b->nfbank * RV_FBANK_BINS))) ||
         (st = rv_spill_write(&c->sp[SP_MOD], b->modality, (size_t)b->count)) ||
         (st = rv_spill_write(&c->sp[SP_POS], b->pos, sizeof(int64_t) * 3 * (size_t)b->count)) ||
-        (st = rv_spill_write(&c->sp[SP_TIME], b->time, sizeof(double) * 2 * (size_t)b->count)) ||
         (st = rv_spill_write(&c->sp[SP_WINDOW], b->window, sizeof(int64_t) * (size_t)b->count)))
         return st;
+    double t[512]; /* the times on the container's clock, 256 tokens at a time */
+    for (int64_t i = 0; i < 2 * b->count; i += 512) {
+        int64_t n = 2 * b->count - i < 512 ? 2 * b->count - i : 512;
+        for (int64_t j = 0; j < n; j++)
+            t[j] = b->time[i + j] + c->origin;
+        if ((st = rv_spill_write(&c->sp[SP_TIME], t, sizeof(double) * (size_t)n)))
+            return st;
+    }
     return RV_OK;
 }
 
@@ -385,7 +401,8 @@ static json_t *options_json(const tokens_args *a)
     json_object_set_new(m, "fps_rational", json_sprintf("%d/%d", a->io.fps_num, a->io.fps_den));
     json_object_set_new(m, "size", json_integer(a->io.size));
     json_object_set_new(m, "pad", json_boolean(a->io.pad));
-    json_object_set_new(m, "start_s", json_real(a->io.start_s));
+    json_object_set_new(m, "start_s", json_real(a->origin + a->io.start_s));
+    json_object_set_new(m, "time_origin", json_real(a->time_origin));
     json_object_set_new(m, "duration_s", a->io.duration_s > 0 ? json_real(a->io.duration_s) : json_null());
     json_object_set_new(m, "tubelet", json_integer(o->tubelet));
     json_object_set_new(m, "patch", json_integer(o->patch));
@@ -431,7 +448,8 @@ static json_t *report_json(const report *r)
     json_object_set_new(root, "options", options_json(r->a));
     json_t *plan = json_object();
     json_object_set_new(plan, "source", json_string(r->plan_source));
-    json_object_set_new(plan, "end_s", isfinite(r->plan_end_s) ? json_real(r->plan_end_s) : json_null());
+    json_object_set_new(plan, "end_s", isfinite(r->plan_end_s) ? json_real(r->a->origin + r->plan_end_s)
+                                                               : json_null());
     json_object_set_new(plan, "frames", json_integer(L->nframes));
     json_object_set_new(plan, "samples", json_integer(L->nsamples));
     json_object_set_new(root, "plan", plan);
@@ -453,7 +471,7 @@ static json_t *report_json(const report *r)
     if (r->decoded) {
         const rv_tok_stats *s = r->st;
         json_t *d = json_object();
-        json_object_set_new(d, "end_s", json_real(s->ingest.end_s));
+        json_object_set_new(d, "end_s", json_real(r->a->origin + s->ingest.end_s));
         json_object_set_new(d, "frames", json_integer(s->ingest.frames));
         json_object_set_new(d, "samples", json_integer(s->ingest.samples));
         json_object_set_new(d, "padded_frames", json_integer(s->padded_frames));
@@ -484,8 +502,8 @@ static json_t *report_json(const report *r)
             json_t *sg = json_object();
             json_object_set_new(sg, "first", json_integer(x->first));
             json_object_set_new(sg, "count", json_integer(x->count));
-            json_object_set_new(sg, "t0", json_real(x->t0));
-            json_object_set_new(sg, "t1", json_real(x->t1));
+            json_object_set_new(sg, "t0", json_real(r->a->origin + x->t0));
+            json_object_set_new(sg, "t1", json_real(r->a->origin + x->t1));
             json_object_set_new(sg, "video_tokens", json_integer(rv_tok_video_before(L, x->first + x->count) -
                                                                  rv_tok_video_before(L, x->first)));
             json_object_set_new(sg, "audio_tokens", json_integer(rv_tok_audio_before(L, x->first + x->count) -
@@ -539,7 +557,7 @@ static void report_table(const report *r)
         const rv_tok_stats *s = r->st;
         printf("recording:  ends %.3f s; %lld frames, %lld samples decoded; padded %lld frames, "
                "%lld samples; dropped %lld frames, %lld samples\n",
-               s->ingest.end_s, (long long)s->ingest.frames, (long long)s->ingest.samples,
+               r->a->origin + s->ingest.end_s, (long long)s->ingest.frames, (long long)s->ingest.samples,
                (long long)s->padded_frames, (long long)s->padded_samples,
                (long long)s->dropped_frames, (long long)s->dropped_samples);
         printf("tokenize:   %.3f s CPU without decoding (%.0f tokens/s), %.3f s wall with it\n",
@@ -556,7 +574,7 @@ static void report_table(const report *r)
         for (int i = 0; i < n; i++) {
             const rv_tok_span *x = &spans[i];
             printf(" %s%lld+%lld %.3f..%.3f (%lld, %lld)", i ? "| " : "", (long long)x->first,
-                   (long long)x->count, x->t0, x->t1,
+                   (long long)x->count, r->a->origin + x->t0, r->a->origin + x->t1,
                    (long long)(rv_tok_video_before(L, x->first + x->count) -
                                rv_tok_video_before(L, x->first)),
                    (long long)(rv_tok_audio_before(L, x->first + x->count) -
@@ -599,6 +617,8 @@ static rv_status write_output(const tokens_args *a, collect *c, const rv_tok_lay
         st = rv_fail(RV_ERR_NOMEM, "out of memory");
         goto end;
     }
+    char origin_text[40];
+    snprintf(origin_text, sizeof origin_text, "%.17g", a->time_origin);
     int64_t vshape[2] = {L->nvideo, L->video_dim}, fshape[2] = {L->fbank_frames, RV_FBANK_BINS},
             ashape[2] = {L->naudio, L->audio_dim}, mshape[1] = {L->seq},
             pshape[2] = {L->seq, 3}, tshape[2] = {L->seq, 2}, wshape[1] = {L->seq};
@@ -614,6 +634,7 @@ static rv_status write_output(const tokens_args *a, collect *c, const rv_tok_lay
         (st = rv_st_writer_meta(w, "format", "ringvit-tokens")) != RV_OK ||
         (st = rv_st_writer_meta(w, "probe", probe_text)) != RV_OK ||
         (st = rv_st_writer_meta(w, "tokens", meta_text)) != RV_OK ||
+        (st = rv_st_writer_meta(w, "time_origin", origin_text)) != RV_OK ||
         (st = rv_out_write_st(w, a->out)) != RV_OK)
         goto end;
 end:
@@ -654,6 +675,14 @@ static int tokens_main(int argc, char **argv)
         rv_cli_fail(st, CMD);
         goto end;
     }
+    rv_timeline tl;
+    if ((st = rv_ingest_timeline(a.path, &a.io, &tl)) != RV_OK) {
+        rv_cli_fail(st, CMD);
+        goto end;
+    }
+    a.io.start_s = rv_timeline_start(&tl, a.start_at);
+    a.origin = col.origin = (double)tl.t0_us / 1e6;
+    a.time_origin = tl.origin_s;
     st = rv_tok_layout_from_probe(probe, &a.to, &a.io, &plan, &plan_end);
     if (st == RV_ERR_UNSUPPORTED && !a.plan_only) {
         /* No stated duration: the recording itself decides (one open pass). */

@@ -15,6 +15,8 @@
  *   embed_output.c  the output safetensors: write, check (--resume), stale
  *                   temporary files
  *   embed_log.c     the JSON-lines log, progress on standard error, --json
+ *   embed_shard.c   --shard I/N: jobs started separately that share --out-dir
+ *                   divide the inputs through a claim file per input
  *
  * The W ranks form W / C groups of C ranks (--ranks W --cp C; under mpiexec W
  * is the process count): data parallel over the inputs, context parallel
@@ -41,6 +43,10 @@
 #define RV_EXIT_SOME_FAILED 3
 #define EMBED_FORMAT "ringvit-embed" /* metadata "format" of every output */
 #define EMBED_LOG_NAME "embed-log.jsonl"
+/* The log of job I of N (--shard I/N): the jobs never write one file. */
+#define EMBED_SHARD_LOG_FMT "embed-log.shard-%d-of-%d.jsonl"
+/* --claim-stale: a claim not refreshed for this many seconds is its dead job's. */
+#define EMBED_CLAIM_STALE_S 600.0
 /* Under MPI, how long a rank other than 0 waits for rank 0 to end a broken job
  * (rank 0 says why first) before it ends the job itself. */
 #define EMBED_ABORT_PAUSE_S 2
@@ -64,7 +70,10 @@ typedef struct embed_settings {
     char model_hash[17];
     char *config_json;         /* rv_vit_config_to_json */
     rv_tok_opts to;            /* from the model config and flags */
-    rv_ingest_opts io;         /* fps, size, streams */
+    rv_ingest_opts io;         /* fps, size, streams (start_s: each input's own, from
+                                  start_at, in embed_prep.io) */
+    double start_at;           /* --start on the container's clock, s (NAN: the
+                                  recording's start) */
     rv_cp_strategy strategy;
     int causal;
     rv_span span;              /* --attention */
@@ -88,6 +97,10 @@ typedef struct embed_settings {
     int normalize;             /* --normalize: rows of global, segments, tokens L2-normalised */
     double progress_s;         /* --progress: a line every this many s when stderr is not
                                   a terminal (0: none) */
+    /* --shard I/N (embed_shard.c): this job's number and the job count (0: no
+     * shards), and --claim-stale */
+    int shard_index, shard_count;
+    double claim_stale_s;
 } embed_settings;
 
 /* The index of an --out-dir run, beside its outputs (embed_log.c). */
@@ -126,6 +139,7 @@ typedef struct embed_result {
 } embed_result;
 
 typedef struct embed_report embed_report; /* embed_log.c */
+typedef struct embed_shard embed_shard;   /* embed_shard.c */
 
 typedef struct embed_batch {
     const embed_settings *set;
@@ -133,6 +147,8 @@ typedef struct embed_batch {
     int n;
     embed_result *res;        /* (n) filled on rank 0 */
     embed_report *report;     /* rank 0's process only (NULL elsewhere) */
+    embed_shard *shard;       /* --shard: the claim files (world rank 0's process; NULL
+                                 elsewhere and without --shard) */
     /* outcome of the run, set by rank 0 */
     int fatal;                /* communication broke or setup failed on a rank */
     char fatal_msg[1024];
@@ -174,8 +190,11 @@ typedef struct embed_output {
     const char *source;        /* the input path */
     const char *probe_json;
     const rv_tok_layout *L;
-    double end_s;
-    const rv_vit_pooled *pooled;
+    double recording_s;        /* the recording's length from its start (or from t0
+                                  when --start is later), s */
+    double time_origin;        /* t0 on the container's clock, s */
+    double start_s;            /* the grid's start on that clock, s */
+    const rv_vit_pooled *pooled; /* times already on the container's clock */
     /* --tokens: all S tokens in global order */
     const float *tokens;       /* (S, D) */
     const double *token_time;  /* (S, 2) */
@@ -229,11 +248,47 @@ void embed_report_message(embed_report *r, const char *fmt, ...)
 const char *embed_report_log_error(const embed_report *r);
 /* Writes path (EMBED_INDEX_NAME in --out-dir) atomically ("<path>.tmp.<pid>",
  * renamed): one JSON line per input, in input order, whose output is complete
- * after the run, from the outcomes embed_report_done was given ("ok" embedded
- * now, "skipped" by --resume): {"path", "output", "duration_s", "tokens",
+ * after the run, from the outcomes embed_report_done (and, with --shard,
+ * embed_report_complete) was given ("ok" embedded now, "skipped" by --resume):
+ * {"path", "output", "duration_s", "tokens",
  * "model_hash", "status"}; a skipped input's duration and tokens come from its
  * output's metadata (null when absent). Call before embed_report_close. */
 rv_status embed_report_index(const embed_report *r, const char *path);
+/* An input another job (--shard) handled, whose output is complete, for the
+ * index: status EMBED_OK (embedded in this run) or EMBED_SKIPPED (earlier),
+ * its duration and tokens read from its output. Ignored for an input this job
+ * handled. */
+void embed_report_complete(embed_report *r, int index, const embed_input *in,
+                           embed_status status);
 void embed_report_close(embed_report **r);
+
+/* ---- embed_shard.c: --shard I/N, claim files in --out-dir -------------------------- */
+
+/* World rank 0's process, before the batch: job set->shard_index of
+ * set->shard_count over in[0..n), outputs and claims in dir (messages through
+ * report); starts the thread that keeps its claims alive. */
+rv_status embed_shard_open(const embed_settings *set, const embed_input *in, int n,
+                           const char *dir, embed_report *report, embed_shard **out);
+/* Under the batch's lock: the next input this job takes (its claim "<output>.claim"
+ * won, or with --resume a complete output of its share, to skip), -1 when the
+ * scan is over; inputs held or done by other jobs are passed (counted, see
+ * embed_shard_left). An error when a claim cannot be created or written. */
+rv_status embed_shard_next(embed_shard *s, int *index);
+/* Under the batch's lock: index ended (its output in place when ok): the claim
+ * is removed, or rewritten "failed" (with error) for a failed input. */
+void embed_shard_done(embed_shard *s, int index, embed_status status, const char *error);
+/* Inputs passed to other jobs. */
+int embed_shard_left(const embed_shard *s);
+/* Tells r of the complete outputs of inputs this job did not handle (the index
+ * lists every complete output, whichever job wrote it). */
+void embed_shard_report_others(const embed_shard *s, embed_report *r);
+/* Around the index's rewrite: one job at a time ("<index>.lock", O_EXCL; waited
+ * for up to 10 s, then written without), so the last written lists every
+ * output the other jobs had finished. */
+void embed_shard_index_lock(embed_shard *s, const char *index_path);
+void embed_shard_index_unlock(embed_shard *s);
+/* Stops the refresher and releases the claims of inputs not ended (a signal,
+ * a broken batch, inputs claimed ahead). */
+void embed_shard_close(embed_shard **s);
 
 #endif

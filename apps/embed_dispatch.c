@@ -2,7 +2,9 @@
  * next unclaimed input goes to the first group that asks (rank 0 of a group
  * asks when it is about to need one), so a group held by a long recording
  * does not hold the others; the outcome of each input goes to world rank 0's
- * report (log line, --json, counts) in the order inputs finish. The state
+ * report (log line, --json, counts) in the order inputs finish. With --shard
+ * the next input is the next whose claim file this job wins (embed_shard.c),
+ * and an input's end releases its claim. The state
  * lives in world rank 0's embed_batch, under its lock:
  *   - local ranks (threads of one process) reach it directly;
  *   - under MPI the other groups' rank 0 send messages (claim, done, finish)
@@ -59,9 +61,22 @@ static void nap_ms(long ms)
 
 /* ---- the state, in world rank 0's process (b->lock held) ------------------------------ */
 
+/* The next input: in list order, or with --shard the next whose claim file
+ * this job wins (embed_shard.c); a claim that cannot be written stops the batch. */
 static int claim_locked(embed_batch *b)
 {
-    if (b->fatal || embed_stop_signal || b->next >= b->n)
+    if (b->fatal || embed_stop_signal)
+        return -1;
+    if (b->shard) {
+        int index = -1;
+        if (embed_shard_next(b->shard, &index) != RV_OK) {
+            snprintf(b->fatal_msg, sizeof b->fatal_msg, "%s", rv_last_error());
+            b->fatal = 1;
+            pthread_cond_broadcast(&b->changed);
+        }
+        return index;
+    }
+    if (b->next >= b->n)
         return -1;
     return b->next++;
 }
@@ -70,6 +85,8 @@ static void done_locked(embed_batch *b, int index, const embed_result *res)
 {
     if (index < 0 || index >= b->n)
         return;
+    /* The output is in place: the claim goes (or says failed) before the log line. */
+    embed_shard_done(b->shard, index, res->status, res->error);
     b->res[index] = *res;
     b->counts[res->status]++;
     b->done++;

@@ -239,13 +239,13 @@ int embed_job_run(embed_rank *k, embed_prep *p, embed_result *res)
         count n = {.watch = k->watch};
         rv_ingest_stats is;
         memset(&is, 0, sizeof is);
-        st = k->rank == 0 ? rv_ingest_stream(in->path, &set->io, on_chunk, &n, &is) : RV_OK;
+        st = k->rank == 0 ? rv_ingest_stream(in->path, &p->io, on_chunk, &n, &is) : RV_OK;
         double v2[3] = {(double)n.frames, (double)n.samples, is.end_s};
         if ((out = embed_agree(k, st, v2, 3)) != AGREE_OK)
             goto end;
         p->end_s = k->votes[0].val[2];
         rv_clear_error();
-        st = rv_tok_layout_make(&set->to, &set->io, (int64_t)k->votes[0].val[0],
+        st = rv_tok_layout_make(&set->to, &p->io, (int64_t)k->votes[0].val[0],
                                 (int64_t)k->votes[0].val[1], L);
         if (st != RV_OK) {
             /* The same arithmetic on every rank: all fail alike. */
@@ -266,7 +266,7 @@ int embed_job_run(embed_rank *k, embed_prep *p, embed_result *res)
     res->tokens = L->seq;
     res->video_tokens = L->nvideo;
     res->audio_tokens = L->naudio;
-    res->recording_s = p->end_s;
+    res->recording_s = p->end_s - p->rec_start;
     res->probe_s = p->probe_s;
 
     /* 2. this rank's slice, decoded and tokenized */
@@ -297,7 +297,8 @@ int embed_job_run(embed_rank *k, embed_prep *p, embed_result *res)
     rv_vit_run run = {.be = k->be, .comm = k->dev ? k->dev : k->comm, .plan = p->sp,
                       .strategy = set->strategy,
                       .causal = set->causal, .weights = k->dev_weights, .span = set->span};
-    rv_vit_pool_opts po = {.segment_s = set->segment_s, .end_s = p->end_s, .hop_s = set->hop_s};
+    rv_vit_pool_opts po = {.segment_s = set->segment_s, .end_s = p->end_s, .hop_s = set->hop_s,
+                           .start_s = p->io.start_s};
     rv_clear_error();
     st = rv_vit_forward_embedded(set->model, &run, &tok, s->y, &vs);
     vs.flops += s->flops;
@@ -353,15 +354,26 @@ int embed_job_run(embed_rank *k, embed_prep *p, embed_result *res)
                     break;
                 tok_mod[i] = (uint8_t)tk.modality;
                 memcpy(tok_pos + 3 * i, tk.pos, sizeof tk.pos);
-                memcpy(tok_time + 2 * i, tk.time, sizeof tk.time);
+                tok_time[2 * i] = tk.time[0] + p->clock0;
+                tok_time[2 * i + 1] = tk.time[1] + p->clock0;
             }
+        }
+        /* Times on the container's clock, as ffprobe and PyAV give pts. */
+        for (int64_t g = 0; g < pooled.segments; g++) {
+            pooled.segment_start[g] += p->clock0;
+            pooled.segment_end[g] += p->clock0;
         }
         json_t *pj = rv_probe_json(p->probe);
         probe_text = pj ? json_dumps(pj, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(17)) : NULL;
         json_decref(pj);
         if (wst == RV_OK) {
-            embed_output o = {in->output, set, in->path, probe_text, L, p->end_s, &pooled,
-                              (const float *)tok_spill.map, tok_time, tok_mod, tok_pos};
+            embed_output o = {.path = in->output, .set = set, .source = in->path,
+                              .probe_json = probe_text, .L = L,
+                              .recording_s = p->end_s - p->rec_start,
+                              .time_origin = p->time_origin,
+                              .start_s = p->clock0 + p->io.start_s, .pooled = &pooled,
+                              .tokens = (const float *)tok_spill.map, .token_time = tok_time,
+                              .token_modality = tok_mod, .token_pos = tok_pos};
             wst = embed_output_write(&o);
             rv_comm_watch_beat(k->watch);
         }

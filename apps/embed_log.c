@@ -12,7 +12,8 @@
  *     --quiet;
  *   - standard output with --json: one JSON object per input and line;
  *   - the index (--out-dir: DIR/index.jsonl), written at the end from the
- *     outcomes: one line per input whose output is complete. */
+ *     outcomes: one line per input whose output is complete (with --shard also
+ *     those other jobs wrote, embed_report_complete). */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -61,6 +62,7 @@ struct embed_report {
         embed_status status;
         double recording_s;
         int64_t tokens;
+        int other;             /* handled by another job (--shard): read its output */
     } *outcomes;
 };
 
@@ -391,7 +393,7 @@ void embed_report_done(embed_report *r, int index, const embed_input *in,
     if (index >= 0 && index < r->nfiles) {
         pthread_mutex_lock(&r->mu);
         struct outcome *o = &r->outcomes[index];
-        *o = (struct outcome){o->started, in, res->status, res->recording_s, res->tokens};
+        *o = (struct outcome){o->started, in, res->status, res->recording_s, res->tokens, 0};
         pthread_mutex_unlock(&r->mu);
     }
     log_line(r, in, res);
@@ -449,7 +451,7 @@ rv_status embed_report_index(const embed_report *r, const char *path)
             continue;
         double dur = o->recording_s;
         int64_t tokens = o->tokens;
-        if (o->status == EMBED_SKIPPED) /* not decoded this time: what its output says */
+        if (o->status == EMBED_SKIPPED || o->other) /* not decoded here: what its output says */
             embed_output_info(o->in->output, &dur, &tokens);
         json_t *j = json_object();
         json_object_set_new(j, "path", rv_cli_json_path(o->in->path));
@@ -479,6 +481,18 @@ rv_status embed_report_index(const embed_report *r, const char *path)
         unlink(tmp);
     embed_tmp_path[0] = '\0';
     return st;
+}
+
+void embed_report_complete(embed_report *r, int index, const embed_input *in,
+                           embed_status status)
+{
+    if (!r || index < 0 || index >= r->nfiles)
+        return;
+    pthread_mutex_lock(&r->mu);
+    struct outcome *o = &r->outcomes[index];
+    if (!o->in)
+        *o = (struct outcome){o->started, in, status, NAN, -1, 1};
+    pthread_mutex_unlock(&r->mu);
 }
 
 void embed_report_close(embed_report **rp)

@@ -2,7 +2,8 @@
  * input:
  *   global          (D) F32      mean of every token's output but CLS
  *   segments        (G, D) F32   means over windows of --segment seconds
- *   segment_start   (G) F64      s since the recording's start (t0)
+ *   segment_start   (G) F64      s on the container's clock (as ffprobe and PyAV
+ *                                give pts; metadata time_origin is the first frame's)
  *   segment_end     (G) F64
  *   segment_tokens  (G) I64      tokens pooled in each window
  *   video_mean      (D) F32      mean of the video tokens (zeros when none)
@@ -13,7 +14,7 @@
  *   projected       (P) F32      its projection (CLIP's visual_projection, when stored)
  * and with --tokens, every token in sequence order:
  *   tokens          (S, D) F32
- *   token_time      (S, 2) F64   start, end, s since t0
+ *   token_time      (S, 2) F64   start, end, s on the container's clock
  *   token_modality  (S) U8       0 video, 1 audio, 2 cls
  *   token_pos       (S, 3) I64   video (tubelet, row, column), audio (step, band, 0)
  * The F32 embeddings (global .. projected, tokens) are written as --dtype says:
@@ -22,7 +23,8 @@
  * tokens are first divided by their L2 norm (a zero row stays zero).
  * Metadata (strings): format, source, probe (JSON), model, model_hash, config
  * (JSON), family, random_weights, cp, strategy, attention, hop_s, causal, fps, size,
- * segment_s, recording_s, tokens, video_tokens, audio_tokens, dtype (f32, f16,
+ * segment_s, recording_s, time_origin (the first video frame's pts, s), start_s
+ * (where the sample grid starts, s on the same clock), tokens, video_tokens, audio_tokens, dtype (f32, f16,
  * bf16), normalize (none, l2), ringvit_version.
  *
  * Writing goes through rv_st_writer_write, which writes "<path>.tmp.<pid>" and
@@ -251,7 +253,9 @@ rv_status embed_output_write(const embed_output *o)
         (st = rv_st_writer_meta(w, "fps", fps)) != RV_OK ||
         (st = meta_int(w, "size", L->ingest.size)) != RV_OK ||
         (st = meta_num(w, "segment_s", s->segment_s)) != RV_OK ||
-        (st = meta_num(w, "recording_s", o->end_s)) != RV_OK ||
+        (st = meta_num(w, "recording_s", o->recording_s)) != RV_OK ||
+        (st = meta_num(w, "time_origin", o->time_origin)) != RV_OK ||
+        (st = meta_num(w, "start_s", o->start_s)) != RV_OK ||
         (st = meta_int(w, "tokens", S)) != RV_OK ||
         (st = meta_int(w, "video_tokens", p->modality_tokens[0])) != RV_OK ||
         (st = meta_int(w, "audio_tokens", p->modality_tokens[1])) != RV_OK ||

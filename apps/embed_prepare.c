@@ -135,9 +135,16 @@ void embed_prepare_probe(embed_rank *k, embed_prep *p)
     p->t_start = rv_comm_now();
     p->end_s = NAN;
     rv_clear_error();
+    rv_timeline tl;
+    p->io = set->io;
+    p->time_origin = p->clock0 = p->rec_start = 0;
     rv_status st = rv_probe_file(in->path, &p->probe);
-    if (st == RV_OK) {
-        st = rv_tok_layout_from_probe(p->probe, &set->to, &set->io, &p->L, &p->end_s);
+    if (st == RV_OK && (st = rv_ingest_timeline(in->path, &set->io, &tl)) == RV_OK) {
+        p->io.start_s = rv_timeline_start(&tl, set->start_at);
+        p->time_origin = tl.origin_s;
+        p->clock0 = (double)tl.t0_us / 1e6;
+        p->rec_start = rv_timeline_start(&tl, NAN);
+        st = rv_tok_layout_from_probe(p->probe, &set->to, &p->io, &p->L, &p->end_s);
         if (st == RV_ERR_UNSUPPORTED) {
             p->need_count = 1;
             st = RV_OK;
@@ -159,8 +166,8 @@ void embed_prepare_tokens(embed_rank *k, embed_prep *p, rv_backend *hb, rv_comm_
     rv_status st = RV_OK;
     p->reached = PREP_DONE;
     rv_clear_error();
-    if (set->io.duration_s > 0 && set->io.start_s + set->io.duration_s < p->end_s)
-        p->end_s = set->io.start_s + set->io.duration_s;
+    if (p->io.duration_s > 0 && p->io.start_s + p->io.duration_s < p->end_s)
+        p->end_s = p->io.start_s + p->io.duration_s;
     /* The same arithmetic on every rank: all refuse alike. */
     if (L->nvideo + L->naudio == 0) {
         st = rv_fail(RV_ERR_FORMAT, "%s: nothing to embed: no video or audio tokens (%lld frames, "
@@ -171,7 +178,8 @@ void embed_prepare_tokens(embed_rank *k, embed_prep *p, rv_backend *hb, rv_comm_
     /* What the input costs, before any of it is decoded: refused over --max-tokens
      * (tokens, or segments of the pooled output), else said when it is long. */
     const double hop = set->hop_s > 0 ? set->hop_s : set->segment_s;
-    const double segments = isfinite(p->end_s) && hop > 0 ? ceil(p->end_s / hop) : 0;
+    const double segments =
+        isfinite(p->end_s) && hop > 0 ? ceil((p->end_s - p->io.start_s) / hop) : 0;
     if (L->seq > set->max_tokens || segments > (double)set->max_tokens) {
         st = rv_fail(RV_ERR_INVALID,
                      "%lld tokens and %.0f segments (of %g s) at these settings, more than "

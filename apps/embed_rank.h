@@ -106,7 +106,15 @@ typedef struct embed_prep {
     char tok_msg[EMBED_MSG];
     rv_probe *probe;
     rv_tok_layout L;
-    double end_s;                /* end of the recording (NAN unknown) */
+    rv_ingest_opts io;           /* the settings' with this input's start_s: its grid
+                                    start from t0 (rv_timeline_start of --start) */
+    double time_origin;          /* the first frame's pts, s (metadata time_origin) */
+    double clock0;               /* t0 (that, rounded down to the microsecond) on the
+                                    container's clock, s: what the outputs' times are
+                                    shifted by */
+    double rec_start;            /* the recording's start, s since t0 (-lead: audio
+                                    before the first frame) */
+    double end_s;                /* end of the recording, s since t0 (NAN unknown) */
     rv_shard_plan sp;
     embed_slice s;
     rv_tok_stats ts;

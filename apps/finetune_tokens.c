@@ -6,6 +6,7 @@
  * and tokenized, into arrays sized from the plan. Every rank of the group finds
  * the same plan from the same file without communicating. The loop keeps the
  * slices in a per-rank cache so later epochs do not decode again. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -78,8 +79,15 @@ rv_status ft_slice_load(const char *path, const rv_tok_opts *to, const rv_ingest
         return rv_fail(RV_ERR_NOMEM, "%s: out of memory", path);
     loading ld = {.s = s, .beat = beat, .beat_arg = beat_arg};
     double end_s = 0;
-    if ((st = rv_probe_file(path, &probe)) != RV_OK)
+    /* From the recording's start, as embed samples it (audio before the first
+     * frame included). */
+    rv_ingest_opts from_start = *io;
+    rv_timeline tl;
+    if ((st = rv_probe_file(path, &probe)) != RV_OK ||
+        (st = rv_ingest_timeline(path, io, &tl)) != RV_OK)
         goto end;
+    from_start.start_s = rv_timeline_start(&tl, NAN);
+    io = &from_start;
     st = rv_tok_layout_from_probe(probe, to, io, &s->L, &end_s);
     if (st == RV_ERR_UNSUPPORTED) {
         /* No stated duration (a still image): count what a whole pass yields. */

@@ -474,22 +474,26 @@ double rv_vit_forward_flops(const rv_vit_config *c, int64_t seq, int64_t nvideo,
 
 typedef struct rv_vit_pool_opts {
     double segment_s;  /* window length, s (default 10) */
-    double end_s;      /* the recording's end, s since t0: segments cover [0, end_s) */
-    double hop_s;      /* start of segment g is g * hop_s (0: segment_s, adjacent
-                          windows; less: overlapping ones) */
+    double end_s;      /* the recording's end, s since t0: segments cover
+                          [start_s, end_s) */
+    double hop_s;      /* start of segment g is start_s + g * hop_s (0: segment_s,
+                          adjacent windows; less: overlapping ones) */
+    double start_s;    /* where segment 0 starts, s since t0 (default 0; the grid's
+                          start, negative when audio precedes the first frame) */
 } rv_vit_pool_opts;
 
 typedef struct rv_vit_pooled {
     int dim;
     int64_t tokens;           /* tokens pooled (all but CLS) */
     float *global;            /* (D) mean of every token's output but CLS */
-    int64_t segments;         /* G = max(1, ceil(end_s / hop_s)) */
+    int64_t segments;         /* G = max(1, ceil((end_s - start_s) / hop_s)) */
     float *segment;           /* (G, D) means of the tokens starting in each window
-                                 [g hop_s, g hop_s + segment_s); a token starting
-                                 after every window counts in the last; an empty
+                                 start_s + [g hop_s, g hop_s + segment_s); a token
+                                 starting after every window counts in the last,
+                                 one before the first in the first; an empty
                                  window is zeros */
-    double *segment_start;    /* (G) g * hop_s */
-    double *segment_end;      /* (G) min(g * hop_s + segment_s, end_s) */
+    double *segment_start;    /* (G) start_s + g * hop_s */
+    double *segment_end;      /* (G) start_s + min(g * hop_s + segment_s, end_s - start_s) */
     int64_t *segment_tokens;  /* (G) */
     float *modality_mean;     /* (2, D) video, audio (zeros when none) */
     int64_t modality_tokens[2];

@@ -65,12 +65,14 @@ rv_status rv_vit_pool(rv_comm *comm, const rv_vit_tokens *in, const float *y, in
     double seg_s = opts && opts->segment_s > 0 ? opts->segment_s : DEFAULT_SEGMENT_S;
     double hop_s = opts && opts->hop_s > 0 ? opts->hop_s : seg_s;
     double end_s = opts ? opts->end_s : 0;
-    if (!isfinite(seg_s) || !isfinite(end_s) || !isfinite(hop_s))
-        return rv_fail(RV_ERR_INVALID, "vit pool: segment_s %g, hop_s %g and end_s %g must be "
-                       "finite", seg_s, hop_s, end_s);
+    const double t0 = opts ? opts->start_s : 0; /* segments from here */
+    if (!isfinite(seg_s) || !isfinite(end_s) || !isfinite(hop_s) || !isfinite(t0))
+        return rv_fail(RV_ERR_INVALID, "vit pool: segment_s %g, hop_s %g, start_s %g and end_s "
+                       "%g must be finite", seg_s, hop_s, t0, end_s);
     if (end_s <= 0 && (st = latest_end(comm, in, &end_s)) != RV_OK)
         return st;
-    double gd = ceil(end_s / hop_s);
+    const double span = end_s - t0; /* times below are from t0 */
+    double gd = ceil(span / hop_s);
     if (gd > 1e7)
         return rv_fail(RV_ERR_INVALID, "vit pool: %g s in segments every %g s is too many "
                        "segments", end_s, hop_s);
@@ -109,7 +111,7 @@ rv_status rv_vit_pool(rv_comm *comm, const rv_vit_tokens *in, const float *y, in
              * window's start counts in the last. Window floor(t / hop) always holds t
              * when hop <= seg (so rounding in the lower bound cannot lose a token);
              * with gaps between windows (hop > seg) a token may be in none. */
-            double t = in->time[2 * i];
+            double t = in->time[2 * i] - t0;
             double hi = t > 0 ? floor(t / hop_s) : 0;
             int clamped = hi >= (double)(G - 1);
             g_hi = clamped ? G - 1 : (int64_t)hi;
@@ -155,9 +157,9 @@ rv_status rv_vit_pool(rv_comm *comm, const rv_vit_tokens *in, const float *y, in
     out->tokens = (int64_t)cnt[0];
     for (int64_t g = 0; g < G; g++) {
         out->segment_tokens[g] = (int64_t)cnt[1 + g];
-        out->segment_start[g] = g * hop_s;
+        out->segment_start[g] = t0 + g * hop_s;
         double e = g * hop_s + seg_s;
-        out->segment_end[g] = e > end_s || (g == G - 1 && hop_s == seg_s) ? end_s : e;
+        out->segment_end[g] = t0 + (e > span || (g == G - 1 && hop_s == seg_s) ? span : e);
     }
     out->modality_tokens[0] = (int64_t)cnt[1 + G];
     out->modality_tokens[1] = (int64_t)cnt[2 + G];

@@ -131,12 +131,29 @@ static rv_status decode_next(rv_audio_reader *r)
     }
 }
 
-static double frame_time(const rv_audio_reader *r, const AVFrame *f)
+static int64_t frame_pts(const rv_audio_reader *r, const AVFrame *f)
 {
     int64_t pts = f->best_effort_timestamp != AV_NOPTS_VALUE ? f->best_effort_timestamp : f->pts;
     if (pts == AV_NOPTS_VALUE)
         pts = r->st->start_time != AV_NOPTS_VALUE ? r->st->start_time : 0;
-    return (double)pts * av_q2d(r->st->time_base);
+    return pts;
+}
+
+static double frame_time(const rv_audio_reader *r, const AVFrame *f)
+{
+    return (double)frame_pts(r, f) * av_q2d(r->st->time_base);
+}
+
+rv_status rv_audio_reader_first_pts(rv_audio_reader *r, int64_t *pts, AVRational *tb,
+                                    int *found)
+{
+    double t;
+    rv_status st = rv_audio_reader_first_time(r, &t, found);
+    if (st == RV_OK && *found) {
+        *pts = frame_pts(r, r->frame);
+        *tb = r->st->time_base;
+    }
+    return st;
 }
 
 rv_status rv_audio_reader_first_time(rv_audio_reader *r, double *t, int *found)

@@ -61,6 +61,12 @@ rv_status rv_media_open(const char *path, AVFormatContext **out);
 rv_status rv_media_pick(const char *path, AVFormatContext *fmt, enum AVMediaType type,
                         int wanted, int *index);
 
+/* The video and the audio stream ingest reads with o's stream choices: the audio
+ * is left out (with a warning when warn) when the default pick has no decoder;
+ * RV_ERR_FORMAT when neither is left. */
+rv_status rv_ingest_pick_streams(const char *path, AVFormatContext *fmt,
+                                 const rv_ingest_opts *o, int warn, int *vindex, int *aindex);
+
 /* Opens a decoder for stream index (threads 0 = automatic). Video sizes beyond
  * RV_INGEST_MAX_SIDE / RV_INGEST_MAX_PIXELS fail with RV_ERR_UNSUPPORTED. */
 rv_status rv_decoder_open(const char *path, AVFormatContext *fmt, int index, int threads,
@@ -82,14 +88,24 @@ int rv_stream_rotation(const AVStream *st);
 typedef struct rv_grid {
     int64_t fps_num, fps_den; /* fps = fps_num / fps_den frames/s */
     int64_t start_us;         /* start offset, microseconds */
-    int64_t origin;           /* t0 in tb units */
+    int64_t origin;           /* the first frame's pts, tb units */
+    int64_t origin_us;        /* t0: that pts rounded down to the microsecond, on the
+                                 container's clock (the grid and every time are
+                                 from it) */
     AVRational tb;            /* time base of the pts compared against */
     int64_t k_first;          /* first grid index handed out */
     int64_t k_end;            /* one past the last index allowed (INT64_MAX: none) */
 } rv_grid;
 
-/* Fills g from the options (origin and tb set later by the caller). */
+/* Fills g from the options (origin and tb set later by the caller, with
+ * rv_grid_set_origin). */
 void rv_grid_init(rv_grid *g, const rv_ingest_opts *o);
+
+/* floor(pts x tb x 1e6): a pts in whole microseconds, rounded down. */
+int64_t rv_pts_floor_us(int64_t pts, AVRational tb);
+
+/* Sets origin (the first frame's pts) and t0 = origin_us from it. */
+void rv_grid_set_origin(rv_grid *g, int64_t pts);
 
 /* floor(t_k) in tb units: a frame with pts p is at or before t_k iff p <= this. */
 int64_t rv_grid_floor_pts(const rv_grid *g, int64_t k);
@@ -103,7 +119,7 @@ int rv_grid_valid(const rv_grid *g, int64_t k);
 /* t_k - t0 in seconds, correctly rounded. */
 double rv_grid_time(const rv_grid *g, int64_t k);
 
-/* (pts - origin) in seconds, correctly rounded. */
+/* pts - t0 in seconds, correctly rounded. */
 double rv_grid_pts_seconds(const rv_grid *g, int64_t pts);
 
 /* ---- video_convert.c ------------------------------------------------------------- */
@@ -334,6 +350,10 @@ rv_status rv_audio_reader_open(const char *path, int stream, int threads,
  * it if needed (for audio-only files, whose time origin it is); *found = 0 when
  * the stream decodes to nothing. */
 rv_status rv_audio_reader_first_time(rv_audio_reader *r, double *t, int *found);
+
+/* The same frame's pts and the stream's time base (exact, for rv_ingest_timeline). */
+rv_status rv_audio_reader_first_pts(rv_audio_reader *r, int64_t *pts, AVRational *tb,
+                                    int *found);
 
 /* Fixes the time of sample j = 0 (stream clock, s) and seeks close to sample
  * j_from when it is far into the file. */

@@ -44,8 +44,9 @@ rv_status rv_ingest_opts_check(const rv_ingest_opts *o)
                        o->fps_num, o->fps_den);
     if (o->size < 8 || o->size > 4096)
         return rv_fail(RV_ERR_INVALID, "ingest: size %d must be in [8, 4096]", o->size);
-    if (!(o->start_s >= 0) || o->start_s > 1e9)
-        return rv_fail(RV_ERR_INVALID, "ingest: start %g s must be >= 0", o->start_s);
+    if (!(o->start_s >= -1e9 && o->start_s <= 1e9))
+        return rv_fail(RV_ERR_INVALID, "ingest: start %g s is out of range (|start| <= 1e9 s)",
+                       o->start_s);
     if (!(o->duration_s <= 1e9) || o->duration_s != o->duration_s)
         return rv_fail(RV_ERR_INVALID, "ingest: duration %g s is out of range", o->duration_s);
     if (o->first_frame < 0)
@@ -120,4 +121,16 @@ int64_t rv_ingest_audio_index(const rv_ingest_opts *o, int64_t k)
     /* round(k * 16000 * fps_den / fps_num), half up */
     __extension__ __int128 n = (__int128)k * RV_AUDIO_RATE * o->fps_den;
     return (int64_t)((2 * n + o->fps_num) / (2 * (__int128)o->fps_num));
+}
+
+double rv_timeline_start(const rv_timeline *tl, double at_s)
+{
+    int64_t at_us = tl->start_us;
+    if (at_s > (double)tl->start_us / US) { /* false for NAN */
+        double v = at_s * US;
+        at_us = v >= 9e15 ? (int64_t)9e15 : llround(v); /* 9e15: past the options' range */
+        if (at_us < tl->start_us)
+            at_us = tl->start_us;
+    }
+    return (double)(at_us - tl->t0_us) / US;
 }

@@ -24,7 +24,7 @@ typedef struct ingest {
     rv_sampler smp;
     int smp_live;
     rv_audio_reader *ar;
-    double origin_s;          /* t0 on the container clock, s */
+    double origin_s;          /* t0 on the container clock, s (whole microseconds) */
     int64_t j_limit;          /* audio limit from duration / max_frames */
     uint8_t *frames;          /* (chunk_frames, S, S, 3) */
     double *times, *src_times;
@@ -42,25 +42,6 @@ static void ingest_release(ingest *g)
     free(g->times);
     free(g->src_times);
     free(g->audio);
-}
-
-static rv_status pick_streams(ingest *g, AVFormatContext *fmt)
-{
-    rv_status st = rv_media_pick(g->path, fmt, AVMEDIA_TYPE_VIDEO, g->o->video_stream,
-                                 &g->vindex);
-    if (st != RV_OK)
-        return st;
-    st = rv_media_pick(g->path, fmt, AVMEDIA_TYPE_AUDIO, g->o->audio_stream, &g->aindex);
-    if (st == RV_ERR_UNSUPPORTED && g->o->audio_stream == -1 && g->vindex >= 0) {
-        rv_log(RV_LOG_WARN, "%s; going on without audio", rv_last_error());
-        g->aindex = -1;
-        st = RV_OK;
-    }
-    if (st != RV_OK)
-        return st;
-    if (g->vindex < 0 && g->aindex < 0)
-        return rv_fail(RV_ERR_FORMAT, "%s: no video or audio stream to decode", g->path);
-    return RV_OK;
 }
 
 /* Opens the video, takes its first frame as t0 and, when the grid starts far in,
@@ -108,7 +89,7 @@ static rv_status open_video(ingest *g, AVFormatContext **fmt, rv_ingest_stats *s
         }
         rv_grid *grid = &g->smp.grid;
         origin = grid->origin;
-        g->origin_s = (double)origin * av_q2d(grid->tb);
+        g->origin_s = (double)grid->origin_us / 1e6;
 
         int64_t t_first = rv_grid_floor_pts(grid, grid->k_first);
         double ahead = (double)(t_first - origin) * av_q2d(grid->tb);
@@ -190,7 +171,7 @@ static rv_status run(ingest *g, rv_ingest_chunk_fn fn, void *user, rv_ingest_sta
 
     if ((st = rv_media_open(g->path, &fmt)) != RV_OK)
         goto end;
-    if ((st = pick_streams(g, fmt)) != RV_OK)
+    if ((st = rv_ingest_pick_streams(g->path, fmt, o, 1, &g->vindex, &g->aindex)) != RV_OK)
         goto end;
     stats->video_stream = g->vindex;
     stats->audio_stream = g->aindex;
@@ -205,12 +186,15 @@ static rv_status run(ingest *g, rv_ingest_chunk_fn fn, void *user, rv_ingest_sta
             goto end;
         if (g->vindex < 0) {
             int found = 0;
-            if ((st = rv_audio_reader_first_time(g->ar, &g->origin_s, &found)) != RV_OK)
+            int64_t pts = 0;
+            AVRational tb;
+            if ((st = rv_audio_reader_first_pts(g->ar, &pts, &tb, &found)) != RV_OK)
                 goto end;
             if (!found) {
                 st = rv_fail(RV_ERR_FORMAT, "%s: no audio could be decoded", g->path);
                 goto end;
             }
+            g->origin_s = (double)rv_pts_floor_us(pts, tb) / 1e6; /* t0, as for video */
         }
         double start = (double)grid.start_us / 1e6;
         if ((st = rv_audio_reader_start(g->ar, g->origin_s + start,

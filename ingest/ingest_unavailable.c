@@ -60,3 +60,11 @@ void rv_ingest_result_free(rv_ingest_result **r)
     if (r)
         *r = NULL;
 }
+
+rv_status rv_ingest_timeline(const char *path, const rv_ingest_opts *opts, rv_timeline *out)
+{
+    (void)opts;
+    if (out)
+        *out = (rv_timeline){.audio_s = 0};
+    return no_media("timeline", path);
+}

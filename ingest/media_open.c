@@ -241,3 +241,23 @@ end:
     avcodec_free_context(&dec);
     return s;
 }
+
+rv_status rv_ingest_pick_streams(const char *path, AVFormatContext *fmt,
+                                 const rv_ingest_opts *o, int warn, int *vindex, int *aindex)
+{
+    rv_status st = rv_media_pick(path, fmt, AVMEDIA_TYPE_VIDEO, o->video_stream, vindex);
+    if (st != RV_OK)
+        return st;
+    st = rv_media_pick(path, fmt, AVMEDIA_TYPE_AUDIO, o->audio_stream, aindex);
+    if (st == RV_ERR_UNSUPPORTED && o->audio_stream == -1 && *vindex >= 0) {
+        if (warn)
+            rv_log(RV_LOG_WARN, "%s; going on without audio", rv_last_error());
+        *aindex = -1;
+        st = RV_OK;
+    }
+    if (st != RV_OK)
+        return st;
+    if (*vindex < 0 && *aindex < 0)
+        return rv_fail(RV_ERR_FORMAT, "%s: no video or audio stream to decode", path);
+    return RV_OK;
+}

@@ -7,10 +7,19 @@
  *
  * Time model (all times in seconds):
  *   - the time origin t0 is the presentation time of the first decoded video
- *     frame (of the first decoded audio frame in an audio-only file); every
- *     time handed out is relative to t0;
+ *     frame (of the first decoded audio frame in an audio-only file), rounded
+ *     down to the microsecond, so the sample grid lies on whole microseconds of
+ *     the container's clock; every time handed out is relative to t0
+ *     (rv_ingest_stats.origin_s is t0 on the container's clock);
  *   - sample k (k = 0, 1, ...) is taken at t_k = start + k / fps; its frame is
  *     the last decoded frame whose pts <= t_k (the first frame if none is);
+ *   - start may be negative, down to the audio that precedes t0 (an MPEG-TS
+ *     file whose audio starts before its first video frame): the samples
+ *     before t0 then repeat the first frame and the audio before t0 is kept.
+ *     rv_ingest_timeline reads where a file's streams start and
+ *     rv_timeline_start turns a start on the container's clock (or the
+ *     recording's start) into this offset, which is how the command line's
+ *     --start works;
  *   - the recording ends where the last frame stops being displayed (its pts
  *     plus its duration), or, audio-only, after the last audio sample; sampling
  *     stops before that end and before start + duration;
@@ -134,8 +143,9 @@ typedef struct rv_ingest_opts {
     int fps_num, fps_den;   /* sampling rate fps_num / fps_den frames/s (default 1/1) */
     int size;               /* output side S, px (default 224) */
     int pad;                /* 0: crop to S x S (default); 1: letterbox into S x S */
-    double start_s;         /* offset of the sample grid from t0, s, >= 0 (rounded to
-                               the microsecond) */
+    double start_s;         /* offset of the sample grid from t0, s (rounded to the
+                               microsecond); negative: before the first video frame
+                               (rv_timeline_start) */
     double duration_s;      /* sample only [start, start + duration); <= 0: to the end */
     int64_t first_frame;    /* range API: hand out grid indices k >= first_frame only
                                (and audio from the matching sample on) */
@@ -158,7 +168,30 @@ typedef struct rv_ingest_opts {
 /* The defaults above. */
 void rv_ingest_opts_default(rv_ingest_opts *o);
 
-/* Checks o (fps > 0, size in [8, 4096], start >= 0, ...); RV_ERR_INVALID naming the
+/* Where a recording starts on its container's clock (the clock of the streams'
+ * pts, as ffprobe and PyAV report them), found by decoding the first frame of
+ * the video and of the audio stream that ingest would read with o (its stream
+ * choices; the rest of o is not used). */
+typedef struct rv_timeline {
+    double origin_s;          /* the first decoded video frame's pts, s (audio only:
+                                 the first audio frame's): the time_origin outputs
+                                 record */
+    int64_t t0_us;            /* t0: origin_s rounded down to the microsecond; every
+                                 time ingest and the tokenizer hand out is from it */
+    double audio_s;           /* the first decoded audio frame's pts, s; NAN: no
+                                 audio is read */
+    int64_t start_us;         /* where the recording starts, us: the earlier of t0
+                                 and audio_s rounded down to the microsecond */
+} rv_timeline;
+
+rv_status rv_ingest_timeline(const char *path, const rv_ingest_opts *o, rv_timeline *out);
+
+/* rv_ingest_opts.start_s for a grid that starts at at_s on the container's clock
+ * (rounded to the microsecond): the recording's start when at_s is NAN or before
+ * it. Negative when the audio starts before the first frame. */
+double rv_timeline_start(const rv_timeline *tl, double at_s);
+
+/* Checks o (fps > 0, size in [8, 4096], |start| <= 1e9, ...); RV_ERR_INVALID naming the
  * field otherwise. Every entry point calls it. */
 rv_status rv_ingest_opts_check(const rv_ingest_opts *o);
 

@@ -1,5 +1,7 @@
 /* sample_grid.c: the sample-time grid t_k = t0 + start + k / fps as exact integer
- * arithmetic against pts in a stream time base. Comparing "pts <= t_k" through
+ * arithmetic against pts in a stream time base (t0: the first frame's pts
+ * rounded down to the microsecond, so the grid lies on whole microseconds of
+ * the container's clock). Comparing "pts <= t_k" through
  * doubles drifts over hours of video and disagrees with any other
  * implementation at frame boundaries; with 128-bit integers it is exact, so the
  * peer reference (tests/peer/ingest_golden.py, using Python fractions) picks the
@@ -18,7 +20,7 @@ void rv_grid_init(rv_grid *g, const rv_ingest_opts *o)
     g->fps_num = o->fps_num;
     g->fps_den = o->fps_den;
     g->start_us = llround(o->start_s * US);
-    g->origin = 0;
+    g->origin = g->origin_us = 0;
     g->tb = (AVRational){1, 1};
     g->k_first = o->first_frame > 0 ? o->first_frame : 0;
     g->k_end = INT64_MAX;
@@ -34,26 +36,45 @@ void rv_grid_init(rv_grid *g, const rv_ingest_opts *o)
     }
 }
 
-/* t_k - t0 = N(k) / D seconds with N = start_us * fps_num + k * fps_den * US and
- * D = US * fps_num; in tb units multiply by tb.den / tb.num. */
+static i128 floor_div(i128 x, i128 d) /* d > 0 */
+{
+    return x >= 0 ? x / d : -((-x + d - 1) / d);
+}
+
+int64_t rv_pts_floor_us(int64_t pts, AVRational tb)
+{
+    i128 q = floor_div((i128)pts * tb.num * US, tb.den > 0 ? tb.den : 1);
+    return q > INT64_MAX ? INT64_MAX : q < INT64_MIN ? INT64_MIN : (int64_t)q;
+}
+
+void rv_grid_set_origin(rv_grid *g, int64_t pts)
+{
+    g->origin = pts;
+    g->origin_us = rv_pts_floor_us(pts, g->tb);
+}
+
+/* t_k = t0 + start + k / fps = N(k) / D seconds on the container's clock, with
+ * N = (origin_us + start_us) * fps_num + k * fps_den * US and D = US * fps_num;
+ * in tb units multiply by tb.den / tb.num. */
 int64_t rv_grid_floor_pts(const rv_grid *g, int64_t k)
 {
-    i128 n = (i128)g->start_us * g->fps_num + (i128)k * g->fps_den * US;
+    i128 n = ((i128)g->origin_us + g->start_us) * g->fps_num + (i128)k * g->fps_den * US;
     i128 d = (i128)US * g->fps_num * g->tb.num;
-    i128 q = n * g->tb.den / d; /* n >= 0: truncation is floor */
-    i128 r = (i128)g->origin + q;
+    i128 r = floor_div(n * g->tb.den, d);
     if (r > INT64_MAX)
         return INT64_MAX;
+    if (r < INT64_MIN)
+        return INT64_MIN;
     return (int64_t)r;
 }
 
 int64_t rv_grid_first_k_at_or_after(const rv_grid *g, int64_t pts, int64_t k_from)
 {
-    /* pts - origin <= N(k) * tb.den / (D * tb.num) (pts integer, so floor does not
-     * matter) <=> k * fps_den * US * tb.den >= (pts - origin) * D * tb.num -
-     * start_us * fps_num * tb.den. */
-    i128 lhs = ((i128)pts - g->origin) * ((i128)US * g->fps_num * g->tb.num) -
-               (i128)g->start_us * g->fps_num * g->tb.den;
+    /* pts <= N(k) * tb.den / (D * tb.num) (pts integer, so floor does not matter)
+     * <=> k * fps_den * US * tb.den >= pts * D * tb.num - (origin_us + start_us) *
+     * fps_num * tb.den. */
+    i128 lhs = (i128)pts * ((i128)US * g->fps_num * g->tb.num) -
+               ((i128)g->origin_us + g->start_us) * g->fps_num * g->tb.den;
     i128 step = (i128)g->fps_den * US * g->tb.den;
     i128 k;
     if (lhs <= 0)
@@ -79,6 +100,9 @@ double rv_grid_time(const rv_grid *g, int64_t k)
 
 double rv_grid_pts_seconds(const rv_grid *g, int64_t pts)
 {
-    i128 n = ((i128)pts - g->origin) * g->tb.num;
-    return (double)n / (double)g->tb.den;
+    /* (pts - origin) x tb plus the origin's part below a microsecond: small
+     * integers, so one correctly rounded division */
+    i128 resid = (i128)g->origin * g->tb.num * US - (i128)g->origin_us * g->tb.den;
+    i128 n = ((i128)pts - g->origin) * g->tb.num * US + resid;
+    return (double)n / ((double)g->tb.den * US);
 }

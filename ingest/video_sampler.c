@@ -74,7 +74,7 @@ void rv_sampler_set_first(rv_sampler *s, AVFrame *frame)
     int64_t pts = rv_frame_pts(frame);
     if (pts == AV_NOPTS_VALUE)
         pts = 0;
-    s->grid.origin = pts;
+    rv_grid_set_origin(&s->grid, pts);
     s->decoded++;
     take_cur(s, frame, pts);
     rv_video_reader_plan(s->reader, &s->grid, &s->k_next);

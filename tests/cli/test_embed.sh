@@ -5,7 +5,8 @@
 # video without audio): the outputs of --cp 1, 2, 3, 4 and of every strategy
 # agree within 1e-5 relative; modalities, a weights file, the per-token metadata
 # against `ringvit tokens`; a batch of 8 good and 3 bad files (exit 3, the log);
-# a batch killed with SIGKILL and rerun with --resume; SIGTERM; usage errors
+# a batch killed with SIGKILL and rerun with --resume; two --shard jobs over one
+# folder, a stale claim taken over and a live one left; SIGTERM; usage errors
 # (exit 2) and setup failures (exit 1); --json. Outputs are read by
 # embed_compare.py (json + numpy, no safetensors package).
 # Run by ctest as `sh test_embed.sh $<TARGET_FILE:ringvit_cli>`; POSIX sh only.
@@ -101,8 +102,9 @@ ff -f lavfi -i testsrc2=size=96x64:rate=10 -f lavfi -i sine=frequency=440:sample
 t_help() {
     run_exe embed --help
     want_rc 0 && grep -q -- '--cp C' "$tmp/out" && grep -q -- '--ranks W' "$tmp/out" &&
-        grep -q -- '--prefetch N' "$tmp/out" && grep -q 'RANDOM' "$tmp/out" ||
-        { why="${why:-help lacks --cp or the random-weights warning}"; return 1; }
+        grep -q -- '--prefetch N' "$tmp/out" && grep -q 'RANDOM' "$tmp/out" &&
+        grep -q -- '--shard I/N ' "$tmp/out" && grep -q -- '--claim-stale SEC ' "$tmp/out" ||
+        { why="${why:-help lacks --cp, --shard or the random-weights warning}"; return 1; }
 }
 usage() { # ARGS...: exit 2, nothing on stdout, a message naming embed
     run_exe embed "$@"
@@ -140,6 +142,15 @@ t_nccl() {
     run_exe embed clip.mp4 --backend nccl -o x.safetensors
     want_rc 2 && want_err 'backend nccl: this build has no NCCL|backend nccl moves GPU memory' &&
         [ ! -e x.safetensors ]
+}
+t_shard_usage() {
+    for v in 2/2 x 1/0; do
+        usage clip.mp4 --out-dir d --shard "$v" && want_err "^ringvit: embed: --shard wants I/N.*'$v'" ||
+            return 1
+    done
+    usage clip.mp4 --shard 0/2 && want_err '^ringvit: embed: --shard needs --out-dir' &&
+        usage clip.mp4 --shard 0/2 -o - && want_err '^ringvit: embed: --shard .* -o - ' &&
+        usage clip.mp4 --out-dir d --claim-stale 5 && want_err '^ringvit: embed: --claim-stale .*--shard'
 }
 
 # ---- the same outputs for every rank count and strategy ----------------------------
@@ -287,6 +298,70 @@ assert len(lines) == 11 and all(l["groups"] == groups and "encoder_wait_s" in l 
 t_dp_cp2() { dp_batch 4 2 dp42; }
 t_dp_cp1() { dp_batch 4 1 dp41; }
 
+# --shard: two jobs started at once over one folder, as on two machines sharing
+# it (the batch reordered so that neither starts on a failing input: job 0 at
+# input 0, job 1 at input 5). Each exits 3 when it failed an input of its own,
+# else 0; every output equals the one-job run's within 1e-6; over the two logs
+# every input appears once, the failures as failed; the claims of the failures
+# stay, marked failed, the others are gone; the index lists the 8 outputs
+# whichever job wrote them; each job says how many it left to the other.
+t_shard_two_jobs() {
+    printf 'good1.mp4\ngood2.mp4\ncut.mp4\ngood3.mp4\ngood4.mp4\ngood5.mp4\nnoise.mp4\n' >batch/shard.txt
+    printf 'good6.mp4\nnotes.txt\ngood7.mp4\ngood8.mp4\n' >>batch/shard.txt
+    for s in 0 1; do
+        "$EXE" embed --manifest batch/shard.txt --out-dir shards --size 32 --fps 2 --threads 1 \
+            --shard "$s/2" >"$tmp/shard$s.out" 2>"$tmp/shard$s.err" &
+        eval "pid$s=\$!"
+    done
+    wait "$pid0"
+    rc0=$?
+    wait "$pid1"
+    rc1=$?
+    cat "$tmp/shard0.err" "$tmp/shard1.err" >"$tmp/err"
+    CMPDIR="$HERE" "$PY" -c '
+import glob, json, os, re, sys
+sys.path.insert(0, os.environ["CMPDIR"])
+from embed_compare import same
+rcs, errs = [int(sys.argv[1]), int(sys.argv[2])], sys.argv[3:5]
+for i in range(1, 9):
+    same("shards/good%d.safetensors" % i, "batchout/good%d.safetensors" % i, 1e-6)
+logs = [[json.loads(l) for l in open("shards/embed-log.shard-%d-of-2.jsonl" % s)] for s in (0, 1)]
+names = sorted(os.path.basename(e["path"]) for log in logs for e in log)
+assert len(names) == 11 and len(set(names)) == 11, names
+bad = sorted(os.path.basename(e["path"]) for log in logs for e in log if e["status"] == "failed")
+assert bad == ["cut.mp4", "noise.mp4", "notes.txt"], bad
+for s in (0, 1):
+    failed = any(e["status"] == "failed" for e in logs[s])
+    assert rcs[s] == (3 if failed else 0), ("job %d exit %d" % (s, rcs[s]), failed)
+    left = re.search(r", (\d+) left to other shards of 11", open(errs[s]).read())
+    assert left and int(left.group(1)) == 11 - len(logs[s]), ("job %d summary" % s, left and left.group(0))
+claims = sorted(os.path.basename(p) for p in glob.glob("shards/*.claim"))
+assert claims == ["cut.safetensors.claim", "noise.safetensors.claim", "notes.safetensors.claim"], claims
+assert all(json.load(open("shards/" + c))["status"] == "failed" for c in claims)
+index = [json.loads(l) for l in open("shards/index.jsonl")]
+assert sorted(os.path.basename(e["output"]) for e in index) == ["good%d.safetensors" % i for i in range(1, 9)], index
+assert all(e["status"] == "ok" and e["tokens"] == 321 for e in index), index
+left = [p for p in os.listdir("shards") if p.startswith(".") or ".tmp." in p or p.endswith(".lock")]
+assert not left, left
+' "$rc0" "$rc1" "$tmp/shard0.err" "$tmp/shard1.err" >"$tmp/cmp" 2>&1 ||
+        { why="$(tail -n 1 "$tmp/cmp")"; return 1; }
+}
+# A claim left by a dead job (not refreshed for over --claim-stale) is taken
+# over and its input embedded; a live one (just written) is left to its job.
+t_shard_stale() {
+    mkdir -p stale && touch -d '1 hour ago' stale/good1.safetensors.claim &&
+        echo '{"host":"elsewhere","pid":1,"shard":"1/2","status":"running"}' >stale/good2.safetensors.claim ||
+        { why="could not make the claims"; return 1; }
+    run_exe embed batch/good1.mp4 batch/good2.mp4 --out-dir stale --size 32 --fps 2 --threads 1 \
+        --shard 0/1 --claim-stale 60
+    want_rc 0 && want_err 'good1\.mp4: taking over the claim' &&
+        want_err ': 1 ok, 0 failed, 0 skipped, 1 left to other shards of 2 ' &&
+        same stale/good1.safetensors batchout/good1.safetensors 1e-6 || return 1
+    [ ! -e stale/good2.safetensors ] || { why="the input of a live claim was embedded"; return 1; }
+    [ ! -e stale/good1.safetensors.claim ] && [ -e stale/good2.safetensors.claim ] ||
+        { why="claims: $(ls stale)"; return 1; }
+}
+
 # Two inputs named alike: the second output gets -2, and the log says why.
 t_same_names() {
     mkdir -p a b && cp still.png a/pic.png && cp still.png b/pic.png &&
@@ -403,6 +478,7 @@ check fail-cuda t_cuda
 check fail-nccl t_nccl
 check usage-ranks-not-multiple t_bad_ranks
 check usage-ranks-under-mpi t_ranks_mpi
+check usage-shard t_shard_usage
 check cp1 t_cp1
 check cp-2-3-4-same t_cp
 check strategies-same t_strategies
@@ -419,6 +495,8 @@ check batch-8-good-3-bad t_batch
 check resume-skips t_resume_skips
 check dp-4-ranks-cp2-same t_dp_cp2
 check dp-4-ranks-cp1-same t_dp_cp1
+check shard-two-jobs-same t_shard_two_jobs
+check shard-stale-claim t_shard_stale
 check same-names t_same_names
 check kill-9-resume t_kill_resume
 check dp-kill-resume-other-ranks t_dp_kill_resume

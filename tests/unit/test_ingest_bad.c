@@ -5,6 +5,8 @@
  * stream (counted and skipped up to the limit, then an error; the limit a share
  * of the file's packets, stated, estimated or, unknown, counted to the end).
  * Every failure is a status with a message that names the file. */
+#include <math.h>
+
 #include "ingest_media.h"
 
 /* A hang fails instead of stalling the run: ctest gives this file 180 s in all
@@ -425,7 +427,9 @@ Test(ingest_bad, bad_options)
     o.size = 3;
     cr_expect_eq(rv_ingest_read("x.mp4", &o, &r), RV_ERR_INVALID);
     rv_ingest_opts_default(&o);
-    o.start_s = -1;
+    o.start_s = -2e9; /* a start before t0 is allowed (audio ahead of the video), not this */
+    cr_expect_eq(rv_ingest_read("x.mp4", &o, &r), RV_ERR_INVALID);
+    o.start_s = NAN;
     cr_expect_eq(rv_ingest_read("x.mp4", &o, &r), RV_ERR_INVALID);
     rv_ingest_opts_default(&o);
     cr_expect_eq(rv_ingest_range("x.mp4", &o, -1, 5, NULL, NULL, NULL), RV_ERR_INVALID);
