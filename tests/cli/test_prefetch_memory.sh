@@ -80,9 +80,13 @@ ffmpeg -nostdin -v error -y -f lavfi -i testsrc2=size=32x32:rate=25 -t 48 -c:v l
 
 # ---- the runs ----------------------------------------------------------------------
 # measure NAME ARGS...: ringvit ARGS under prefetch_memory.py peak; stdout in
-# NAME.out, "PEAK_KIB STATUS" in NAME.peak. The allocator as users get it (glibc
-# keeps some freed blocks of a few MiB in the heap or a thread's arena: part of
-# the decoder and worker figures below, and of the spread between runs).
+# NAME.out, "PEAK_KIB STATUS" in NAME.peak. glibc's mmap threshold is fixed at
+# 1 MiB: blocks that large are mapped and given back when freed, so the resident
+# set follows the buffers alive. With glibc's default (a threshold that grows to
+# the largest block freed, which then stays cached in the heap or a thread's
+# arena) a peak varied by up to 1.5 slices between runs of the same command,
+# more than the bound's margin.
+export MALLOC_MMAP_THRESHOLD_=1048576
 measure() {
     name=$1
     shift
