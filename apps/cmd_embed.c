@@ -626,25 +626,15 @@ static int embed_main(int argc, char **argv)
         rc = loud ? (rv_cli_error("embed: out of memory"), RV_EXIT_FAIL) : RV_EXIT_FAIL;
         goto end;
     }
-    rv_vit_tok_opts(cfg, &set.to);
     set.io = a.io;
     set.start_at = a.io.start_s;
     set.io.start_s = 0; /* each input's from its timeline (embed_prepare_probe) */
-    if (!a.size_set)
-        set.io.size = rv_vit_frame_size(cfg);
-    if (set.io.size % cfg->patch) {
-        rc = loud ? rv_cli_usage_error(CMD, "--size %d must be a multiple of the model's patch (%d)",
-                                       set.io.size, cfg->patch)
-                  : RV_EXIT_USAGE;
+    /* The model's tokens and frames; blocks and frames are the tokenizer's windows,
+     * as if each block were embedded alone. */
+    if (rv_vit_input_opts(cfg, a.size_set ? a.io.size : 0, !use_video, !use_audio, &a.span,
+                          &set.to, &set.io) != RV_OK) {
+        rc = loud ? rv_cli_usage_error(CMD, "%s", rv_last_error()) : RV_EXIT_USAGE;
         goto end;
-    }
-    if (!use_audio) {
-        set.io.audio_stream = -2;
-        set.to.audio = 0;
-    }
-    if (!use_video) {
-        set.io.video_stream = -2;
-        set.to.video = 0;
     }
     if (loud && !a.quiet) {
         model_cli_warn_random(CMD, &mc, a.model);
@@ -654,9 +644,6 @@ static int embed_main(int argc, char **argv)
     set.strategy = a.strategy;
     set.causal = a.causal;
     set.span = a.span;
-    /* Blocks and frames: the tokenizer's windows are the blocks, as if embedded alone. */
-    if ((rc = model_cli_span_tokens(CMD, &a.span, loud, &set.to)) != 0)
-        goto end;
     set.threads = rv_cli_threads_per_rank(a.threads, set.world, set.mpi);
     /* Decoders by default as many as the compute threads, up to what FFmpeg's
      * decoders take (--threads 4096 failed every input). */

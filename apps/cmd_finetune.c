@@ -621,19 +621,14 @@ static int finetune_main(int argc, char **argv)
                                 "--cp (%d); use ring or allgather", cfg->heads, set.cp);
         goto end;
     }
-    /* The tokens the model wants; modalities follow its weights. */
-    rv_vit_tok_opts(cfg, &set.to);
+    /* The tokens the model wants; modalities follow its weights; blocks and
+     * frames are the tokenizer's windows (embed does the same). */
     rv_ingest_opts_default(&set.io);
-    if (!cfg->audio)
-        set.io.audio_stream = -2;
-    if (!cfg->video)
-        set.io.video_stream = -2;
     set.io.fps_num = a.fps_num;
     set.io.fps_den = a.fps_den;
-    set.io.size = a.size_set ? a.size : rv_vit_frame_size(cfg);
-    if (set.io.size % cfg->patch) {
-        rc = rv_cli_usage_error(CMD, "--size %d must be a multiple of the model's patch (%d)",
-                                set.io.size, cfg->patch);
+    if (rv_vit_input_opts(cfg, a.size_set ? a.size : 0, 0, 0, &a.span, &set.to, &set.io) !=
+        RV_OK) {
+        rc = rv_cli_usage_error(CMD, "%s", rv_last_error());
         goto end;
     }
     set.manifest = a.manifest;
@@ -651,9 +646,6 @@ static int finetune_main(int argc, char **argv)
     set.strategy = a.strategy;
     set.causal = a.causal;
     set.span = a.span;
-    /* Blocks and frames are the tokenizer's windows (embed does the same). */
-    if ((rc = model_cli_span_tokens(CMD, &a.span, 1, &set.to)) != 0)
-        goto end;
     set.cache = !a.no_cache;
     set.quiet = a.quiet || rank != 0;
     set.json = a.json && rank == 0;

@@ -143,8 +143,8 @@ static int run_inputs(embed_rank *k, rv_backend *hb, char *fatal_msg, size_t msg
             const double t0 = rv_comm_now();
             embed_prepare_probe(k, p);
             if (p->reached == PREP_DONE && p->probe_st == RV_OK) {
-                embed_report_stage(rep, p->index, k->b->in[p->index].path, "tokenize", p->end_s,
-                                   p->L.seq);
+                embed_report_stage(rep, p->index, k->b->in[p->index].path, "tokenize",
+                                   p->rec.end_s, p->rec.layout.seq);
                 p->s.report = rep;
                 embed_prepare_tokens(k, p, hb, k->watch);
             }

@@ -40,20 +40,12 @@ static double peak_rss(void)
 
 /* ---- counting a file that states no duration (rank 0) --------------------------- */
 
-typedef struct count {
-    int64_t frames, samples;
-    rv_comm_watch *watch; /* beaten per chunk: the other ranks wait for the count */
-} count;
-
-static rv_status on_chunk(const rv_ingest_chunk *c, void *user)
+/* Beaten per chunk: the other ranks wait for the count. */
+static rv_status count_beat(void *user)
 {
-    count *n = user;
-    rv_comm_watch_beat(n->watch);
-    if (embed_stop_signal)
-        return rv_fail(RV_ERR_IO, "stopped by a signal");
-    n->frames += c->nframes;
-    n->samples += c->nsamples;
-    return RV_OK;
+    embed_rank *k = user;
+    rv_comm_watch_beat(k->watch);
+    return embed_stop_signal ? rv_fail(RV_ERR_IO, "stopped by a signal") : RV_OK;
 }
 
 /* ---- gathering the per-token outputs (--tokens) ---------------------------------- */
@@ -188,7 +180,7 @@ int embed_job_run(embed_rank *k, embed_prep *p, embed_result *res)
     const rv_vit_config *cfg = &set->model->cfg;
     const int D = cfg->dim;
     embed_report *rep = k->rank == 0 ? k->b->report : NULL;
-    rv_tok_layout *L = &p->L;
+    rv_tok_layout *L = &p->rec.layout;
     embed_slice *s = &p->s;
     rv_vit_pooled pooled;
     rv_vit_stats vs;
@@ -217,8 +209,8 @@ int embed_job_run(embed_rank *k, embed_prep *p, embed_result *res)
                                                   ? "tokenize" : "probe", 0, 0);
     double wait_s = p->queued ? embed_ahead_wait(k->ahead, p) : p->wait_s;
     st = stage_status(p->probe_st, p->probe_msg);
-    double v1[2] = {(double)p->need_count,
-                    st == RV_OK && !p->need_count ? (double)L->seq : -1};
+    double v1[2] = {(double)p->rec.need_count,
+                    st == RV_OK && !p->rec.need_count ? (double)L->seq : -1};
     if ((out = embed_agree(k, st, v1, 2)) != AGREE_OK)
         goto end;
     for (int r = 1; r < k->size; r++)
@@ -236,23 +228,23 @@ int embed_job_run(embed_rank *k, embed_prep *p, embed_result *res)
         /* No stated duration: rank 0 counts the frames and samples, then every
          * rank tokenizes its slice in turn. */
         embed_report_stage(rep, index, in->path, "count", 0, 0);
-        count n = {.watch = k->watch};
-        rv_ingest_stats is;
-        memset(&is, 0, sizeof is);
-        st = k->rank == 0 ? rv_ingest_stream(in->path, &p->io, on_chunk, &n, &is) : RV_OK;
-        double v2[3] = {(double)n.frames, (double)n.samples, is.end_s};
+        int64_t frames = 0, samples = 0;
+        double end_s = 0;
+        st = k->rank == 0 ? rv_tok_recording_count(in->path, &set->to, &p->rec, count_beat, k,
+                                                   &frames, &samples, &end_s)
+                          : RV_OK;
+        double v2[3] = {(double)frames, (double)samples, end_s};
         if ((out = embed_agree(k, st, v2, 3)) != AGREE_OK)
             goto end;
-        p->end_s = k->votes[0].val[2];
         rv_clear_error();
-        st = rv_tok_layout_make(&set->to, &p->io, (int64_t)k->votes[0].val[0],
-                                (int64_t)k->votes[0].val[1], L);
+        st = rv_tok_recording_counted(&set->to, &p->rec, (int64_t)k->votes[0].val[0],
+                                      (int64_t)k->votes[0].val[1], k->votes[0].val[2]);
         if (st != RV_OK) {
             /* The same arithmetic on every rank: all fail alike. */
             out = failed(AGREE_FAILED, res);
             goto end;
         }
-        embed_report_stage(rep, index, in->path, "tokenize", p->end_s, L->seq);
+        embed_report_stage(rep, index, in->path, "tokenize", p->rec.end_s, L->seq);
         p->s.report = rep;
         if (strcmp(k->be->name, "cpu") != 0 &&
             (st = rv_backend_cpu_create(set->threads, &hb)) != RV_OK) {
@@ -266,7 +258,7 @@ int embed_job_run(embed_rank *k, embed_prep *p, embed_result *res)
     res->tokens = L->seq;
     res->video_tokens = L->nvideo;
     res->audio_tokens = L->naudio;
-    res->recording_s = p->end_s - p->rec_start;
+    res->recording_s = p->rec.end_s - p->rec.rec_start;
     res->probe_s = p->probe_s;
 
     /* 2. this rank's slice, decoded and tokenized */
@@ -290,15 +282,13 @@ int embed_job_run(embed_rank *k, embed_prep *p, embed_result *res)
                                  ? rv_vit_forward_flops(cfg, L->seq, L->nvideo, L->naudio, set->causal)
                                  : 0;
     embed_report_flops(rep, fwd_flops);
-    embed_report_stage(rep, index, in->path, "encode", p->end_s, L->seq);
-    rv_vit_tokens tok = {.len = s->len, .modality = s->modality, .pos = s->pos, .time = s->time,
-                         .nvideo = s->nvideo, .naudio = s->naudio, .grid = L->grid,
-                         .audio_steps = s->audio_steps, .window = s->window};
-    rv_vit_run run = {.be = k->be, .comm = k->dev ? k->dev : k->comm, .plan = p->sp,
+    embed_report_stage(rep, index, in->path, "encode", p->rec.end_s, L->seq);
+    rv_vit_tokens tok = rv_vit_slice_tokens(L, &s->t);
+    rv_vit_run run = {.be = k->be, .comm = k->dev ? k->dev : k->comm, .plan = s->t.plan,
                       .strategy = set->strategy,
                       .causal = set->causal, .weights = k->dev_weights, .span = set->span};
-    rv_vit_pool_opts po = {.segment_s = set->segment_s, .end_s = p->end_s, .hop_s = set->hop_s,
-                           .start_s = p->io.start_s};
+    rv_vit_pool_opts po = {.segment_s = set->segment_s, .end_s = p->rec.end_s, .hop_s = set->hop_s,
+                           .start_s = p->rec.io.start_s};
     rv_clear_error();
     st = rv_vit_forward_embedded(set->model, &run, &tok, s->y, &vs);
     vs.flops += s->flops;
@@ -320,7 +310,7 @@ int embed_job_run(embed_rank *k, embed_prep *p, embed_result *res)
 
     /* 4. gather (--tokens) and write (rank 0) */
     t = now_s();
-    embed_report_stage(rep, index, in->path, "write", p->end_s, L->seq);
+    embed_report_stage(rep, index, in->path, "write", p->rec.end_s, L->seq);
     rv_status wst = RV_OK;
     if (set->tokens) {
         rv_clear_error();
@@ -337,7 +327,7 @@ int embed_job_run(embed_rank *k, embed_prep *p, embed_result *res)
         }
         if ((out = embed_agree(k, st, NULL, 0)) != AGREE_OK)
             goto end;
-        if ((st = gather_tokens(k, &p->sp, s->y, D, &tok_spill, &wst)) != RV_OK) {
+        if ((st = gather_tokens(k, &s->t.plan, s->y, D, &tok_spill, &wst)) != RV_OK) {
             /* The messages between ranks broke: nothing further can be trusted. */
             out = failed(AGREE_FATAL, res);
             goto end;
@@ -354,14 +344,14 @@ int embed_job_run(embed_rank *k, embed_prep *p, embed_result *res)
                     break;
                 tok_mod[i] = (uint8_t)tk.modality;
                 memcpy(tok_pos + 3 * i, tk.pos, sizeof tk.pos);
-                tok_time[2 * i] = tk.time[0] + p->clock0;
-                tok_time[2 * i + 1] = tk.time[1] + p->clock0;
+                tok_time[2 * i] = tk.time[0] + p->rec.clock0;
+                tok_time[2 * i + 1] = tk.time[1] + p->rec.clock0;
             }
         }
         /* Times on the container's clock, as ffprobe and PyAV give pts. */
         for (int64_t g = 0; g < pooled.segments; g++) {
-            pooled.segment_start[g] += p->clock0;
-            pooled.segment_end[g] += p->clock0;
+            pooled.segment_start[g] += p->rec.clock0;
+            pooled.segment_end[g] += p->rec.clock0;
         }
         json_t *pj = rv_probe_json(p->probe);
         probe_text = pj ? json_dumps(pj, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(17)) : NULL;
@@ -369,9 +359,9 @@ int embed_job_run(embed_rank *k, embed_prep *p, embed_result *res)
         if (wst == RV_OK) {
             embed_output o = {.path = in->output, .set = set, .source = in->path,
                               .probe_json = probe_text, .L = L,
-                              .recording_s = p->end_s - p->rec_start,
-                              .time_origin = p->time_origin,
-                              .start_s = p->clock0 + p->io.start_s, .pooled = &pooled,
+                              .recording_s = p->rec.end_s - p->rec.rec_start,
+                              .time_origin = p->rec.time_origin,
+                              .start_s = p->rec.clock0 + p->rec.io.start_s, .pooled = &pooled,
                               .tokens = (const float *)tok_spill.map, .token_time = tok_time,
                               .token_modality = tok_mod, .token_pos = tok_pos};
             wst = embed_output_write(&o);

@@ -1,7 +1,7 @@
 /* embed_prepare.c: one recording's work on one rank of `ringvit embed` before
  * the encoder, which needs no other rank:
  *   1. probe: reads the file's headers and plans the token sequence from them
- *      (rv_tok_layout_from_probe), the same on every rank; a file that states
+ *      (rv_tok_recording_plan), the same on every rank; a file that states
  *      no duration (a still image) stops here, to be counted by the group;
  *   2. tokens: refuses an input over --max-tokens, plans the shards (zigzag
  *      with --causal, else contiguous) and decodes and tokenizes only this
@@ -29,91 +29,28 @@ static double now_s(void)
 
 /* ---- the slice ---------------------------------------------------------------------- */
 
-static void *alloc_rows(int64_t rows, int64_t width, size_t elem)
-{
-    return malloc((size_t)(rows > 0 ? rows : 1) * (size_t)width * elem);
-}
-
-static rv_status slice_alloc(embed_slice *s, const rv_tok_layout *L, const rv_shard_plan *sp,
-                             int rank, int dim)
-{
-    rv_shard_seg seg[RV_SHARD_MAX_SEGS];
-    int n = rv_shard_segments(sp, rank, seg);
-    s->len = rv_shard_len(sp, rank);
-    for (int i = 0; i < n; i++) {
-        s->nvideo += rv_tok_video_before(L, seg[i].start + seg[i].len) -
-                     rv_tok_video_before(L, seg[i].start);
-        s->naudio += rv_tok_audio_before(L, seg[i].start + seg[i].len) -
-                     rv_tok_audio_before(L, seg[i].start);
-    }
-    s->modality = alloc_rows(s->len, 1, 1);
-    s->pos = alloc_rows(s->len, 3, sizeof(int64_t));
-    s->time = alloc_rows(s->len, 2, sizeof(double));
-    s->window = alloc_rows(s->len, 1, sizeof(int64_t));
-    s->y = alloc_rows(s->len, dim, sizeof(float));
-    if (!s->modality || !s->pos || !s->time || !s->window || !s->y)
-        return rv_fail(RV_ERR_NOMEM, "rank %d: out of memory for its %lld tokens (%lld video, "
-                       "%lld audio)", rank, (long long)s->len, (long long)s->nvideo,
-                       (long long)s->naudio);
-    return RV_OK;
-}
-
 size_t embed_slice_bytes(const embed_slice *s, int dim)
 {
-    return (size_t)s->len * (1 + 4 * sizeof(int64_t) + 2 * sizeof(double) + dim * sizeof(float));
+    return (size_t)s->t.len * (1 + 4 * sizeof(int64_t) + 2 * sizeof(double) + dim * sizeof(float));
 }
 
-/* memcpy that accepts n == 0 with NULL pointers (empty batches have them). */
-static void copy(void *dst, const void *src, size_t n)
-{
-    if (n)
-        memcpy(dst, src, n);
-}
-
-static rv_status on_batch(const rv_tok_batch *b, void *user)
+/* Each stored batch: its embeddings now, since its patches die with the batch. */
+static rv_status on_batch(const rv_tok_batch *b, int64_t offset, void *user)
 {
     embed_slice *s = user;
     rv_comm_watch_beat(s->watch);
     if (embed_stop_signal)
         return rv_fail(RV_ERR_IO, "stopped by a signal");
-    if (s->got + b->count > s->len || s->got_video + b->nvideo > s->nvideo ||
-        s->got_audio + b->naudio > s->naudio)
-        return rv_fail(RV_ERR_INTERNAL, "tokenizer handed out more tokens than the plan gives "
-                       "this rank (%lld)", (long long)s->len);
-    size_t c = (size_t)b->count;
-    copy(s->modality + s->got, b->modality, c);
-    copy(s->pos + 3 * s->got, b->pos, sizeof(int64_t) * 3 * c);
-    copy(s->time + 2 * s->got, b->time, sizeof(double) * 2 * c);
-    copy(s->window + s->got, b->window, sizeof(int64_t) * c);
-    /* The batch's embeddings now; its patches die with the batch. */
     const int D = s->model->cfg.dim;
     rv_vit_tokens bt = {.len = b->count, .modality = b->modality, .pos = b->pos, .time = b->time,
                         .nvideo = b->nvideo, .video = b->video, .naudio = b->naudio,
                         .audio = b->audio, .grid = s->grid, .audio_steps = s->audio_steps,
                         .window = b->window};
-    rv_status st = rv_vit_embed(s->model, s->hb, &bt, s->y + (size_t)s->got * D, &s->flops);
+    rv_status st = rv_vit_embed(s->model, s->hb, &bt, s->y + (size_t)offset * D, &s->flops);
     if (st != RV_OK)
         return st;
-    s->got += b->count;
-    s->got_video += b->nvideo;
-    s->got_audio += b->naudio;
     embed_report_tokens(s->report, b->count * s->report_scale);
     return RV_OK;
-}
-
-/* The audio steps a token's positions are resampled to (AST): the sequence's,
- * or with blocks (positions restart in each) the longest block's. */
-static int64_t audio_steps_of(const rv_tok_layout *L)
-{
-    if (!L->opts.window_positions)
-        return L->steps;
-    int64_t most = 0;
-    for (int64_t w = 0; w < L->windows; w++) {
-        int64_t g0, g1, p0, p1;
-        rv_tok_window_items(L, w, &g0, &g1, &p0, &p1);
-        most = p1 - p0 > most ? p1 - p0 : most;
-    }
-    return most;
 }
 
 /* ---- the two stages ------------------------------------------------------------------ */
@@ -133,25 +70,11 @@ void embed_prepare_probe(embed_rank *k, embed_prep *p)
     const embed_input *in = &k->b->in[p->index];
     double t0 = now_s();
     p->t_start = rv_comm_now();
-    p->end_s = NAN;
     rv_clear_error();
-    rv_timeline tl;
-    p->io = set->io;
-    p->time_origin = p->clock0 = p->rec_start = 0;
-    rv_status st = rv_probe_file(in->path, &p->probe);
-    if (st == RV_OK && (st = rv_ingest_timeline(in->path, &set->io, &tl)) == RV_OK) {
-        p->io.start_s = rv_timeline_start(&tl, set->start_at);
-        p->time_origin = tl.origin_s;
-        p->clock0 = (double)tl.t0_us / 1e6;
-        p->rec_start = rv_timeline_start(&tl, NAN);
-        st = rv_tok_layout_from_probe(p->probe, &set->to, &p->io, &p->L, &p->end_s);
-        if (st == RV_ERR_UNSUPPORTED) {
-            p->need_count = 1;
-            st = RV_OK;
-        }
-    }
+    rv_status st = rv_tok_recording_plan(in->path, &set->to, &set->io, set->start_at, &p->rec,
+                                         &p->probe);
     record(st, &p->probe_st, p->probe_msg);
-    p->reached = st == RV_OK && p->need_count ? PREP_PROBED : PREP_DONE;
+    p->reached = st == RV_OK && p->rec.need_count ? PREP_PROBED : PREP_DONE;
     p->probe_s = now_s() - t0;
 }
 
@@ -159,15 +82,13 @@ void embed_prepare_tokens(embed_rank *k, embed_prep *p, rv_backend *hb, rv_comm_
 {
     const embed_settings *set = k->set;
     const embed_input *in = &k->b->in[p->index];
-    const rv_tok_layout *L = &p->L;
+    const rv_tok_layout *L = &p->rec.layout;
     const int D = set->model->cfg.dim;
     embed_slice *s = &p->s;
     double t0 = now_s();
     rv_status st = RV_OK;
     p->reached = PREP_DONE;
     rv_clear_error();
-    if (p->io.duration_s > 0 && p->io.start_s + p->io.duration_s < p->end_s)
-        p->end_s = p->io.start_s + p->io.duration_s;
     /* The same arithmetic on every rank: all refuse alike. */
     if (L->nvideo + L->naudio == 0) {
         st = rv_fail(RV_ERR_FORMAT, "%s: nothing to embed: no video or audio tokens (%lld frames, "
@@ -179,7 +100,7 @@ void embed_prepare_tokens(embed_rank *k, embed_prep *p, rv_backend *hb, rv_comm_
      * (tokens, or segments of the pooled output), else said when it is long. */
     const double hop = set->hop_s > 0 ? set->hop_s : set->segment_s;
     const double segments =
-        isfinite(p->end_s) && hop > 0 ? ceil((p->end_s - p->io.start_s) / hop) : 0;
+        isfinite(p->rec.end_s) && hop > 0 ? ceil((p->rec.end_s - p->rec.io.start_s) / hop) : 0;
     if (L->seq > set->max_tokens || segments > (double)set->max_tokens) {
         st = rv_fail(RV_ERR_INVALID,
                      "%lld tokens and %.0f segments (of %g s) at these settings, more than "
@@ -193,26 +114,27 @@ void embed_prepare_tokens(embed_rank *k, embed_prep *p, rv_backend *hb, rv_comm_
         double flops = set->span.kind == RV_SPAN_FULL
                            ? rv_vit_forward_flops(cfg, L->seq, L->nvideo, L->naudio, set->causal)
                            : 0;
-        embed_report_plan(k->b->report, in->path, L->seq, L->nvideo, L->naudio, p->end_s, flops);
+        embed_report_plan(k->b->report, in->path, L->seq, L->nvideo, L->naudio, p->rec.end_s,
+                          flops);
     }
     /* Zigzag balances causal full attention; a span wants contiguous slices (its
      * ranks talk only to those its keys reach). */
     const rv_shard_kind kind = set->causal && set->span.kind == RV_SPAN_FULL ? RV_SHARD_ZIGZAG
                                                                           : RV_SHARD_CONTIGUOUS;
-    if ((st = rv_tok_shard_plan(L, kind, k->size, &p->sp)) != RV_OK)
+    if ((st = rv_tok_slice_plan(L, kind, k->size, k->rank, 0, &s->t)) != RV_OK)
         goto end;
-    if ((st = slice_alloc(s, L, &p->sp, k->rank, D)) != RV_OK)
+    if (!(s->y = malloc(sizeof(float) * (size_t)(s->t.len > 0 ? s->t.len : 1) * (size_t)D))) {
+        st = rv_fail(RV_ERR_NOMEM, "rank %d: out of memory for the embeddings of its %lld "
+                     "tokens", k->rank, (long long)s->t.len);
         goto end;
+    }
     s->model = set->model;
     s->grid = L->grid;
-    s->audio_steps = audio_steps_of(L);
+    s->audio_steps = rv_vit_audio_steps(L);
     s->hb = hb;
     s->watch = watch;
     s->report_scale = set->mpi ? k->size : 1;
-    st = rv_tokenize_rank(in->path, L, &p->sp, k->rank, on_batch, s, &p->ts);
-    if (st == RV_OK && (s->got != s->len || s->got_video != s->nvideo || s->got_audio != s->naudio))
-        st = rv_fail(RV_ERR_INTERNAL, "rank %d: %lld tokens made, the plan gives it %lld",
-                     k->rank, (long long)s->got, (long long)s->len);
+    st = rv_tok_slice_fill(in->path, L, &s->t, on_batch, s, &p->ts);
 end:
     record(st, &p->tok_st, p->tok_msg);
     p->tok_wall = now_s() - t0;
@@ -261,7 +183,7 @@ static void *ahead_main(void *arg)
         a->n--;
         pthread_mutex_unlock(&a->mu);
         embed_prepare_probe(a->k, p);
-        if (p->probe_st == RV_OK && !p->need_count)
+        if (p->probe_st == RV_OK && !p->rec.need_count)
             embed_prepare_tokens(a->k, p, a->hb, NULL);
         pthread_mutex_lock(&a->mu);
         atomic_store(&p->finished, 1);
@@ -355,8 +277,8 @@ void embed_ahead_free(embed_ahead **ap)
 
 void embed_prepare_free(embed_prep *p)
 {
-    embed_slice *s = &p->s;
-    free(s->modality), free(s->pos), free(s->time), free(s->window), free(s->y);
+    rv_tok_slice_release(&p->s.t);
+    free(p->s.y);
     rv_probe_free(&p->probe);
     memset(p, 0, sizeof *p);
 }

@@ -15,6 +15,7 @@
 #include "rv_comm.h"
 #include "rv_comm_watch.h"
 #include "rv_shard.h"
+#include "rv_tok_slice.h"
 #include "rv_tokenize.h"
 
 #define EMBED_VOTE_VALS 10
@@ -70,13 +71,8 @@ int embed_agree(embed_rank *k, rv_status mine, const double *val, int nval);
  * their embeddings computed batch by batch (rv_vit_embed), so the patches of a
  * long recording are never held whole. */
 typedef struct embed_slice {
-    int64_t len, nvideo, naudio;        /* expected, from the plan */
-    int64_t got, got_video, got_audio;  /* collected */
-    uint8_t *modality;                  /* (len) */
-    int64_t *pos;                       /* (len, 3) */
-    double *time;                       /* (len, 2) */
-    int64_t *window;                    /* (len) the tokens' windows (blocks) */
-    float *y;                           /* (len, D) embeddings, then the forward's output */
+    rv_tok_slice t;                     /* this rank's tokens (patches not kept) */
+    float *y;                           /* (t.len, D) embeddings, then the forward's output */
     const rv_vit_model *model;
     rv_backend *hb;                     /* the host backend the embedding runs on */
     int grid;                           /* patches per frame side */
@@ -101,21 +97,14 @@ typedef struct embed_prep {
     int reached;                 /* PREP_*: how far it got */
     rv_status probe_st;          /* probe and plan */
     char probe_msg[EMBED_MSG];
-    int need_count;              /* the file states no duration: rank 0 counts it */
     rv_status tok_st;            /* shard plan, slice and tokenize */
     char tok_msg[EMBED_MSG];
     rv_probe *probe;
-    rv_tok_layout L;
-    rv_ingest_opts io;           /* the settings' with this input's start_s: its grid
-                                    start from t0 (rv_timeline_start of --start) */
-    double time_origin;          /* the first frame's pts, s (metadata time_origin) */
-    double clock0;               /* t0 (that, rounded down to the microsecond) on the
-                                    container's clock, s: what the outputs' times are
-                                    shifted by */
-    double rec_start;            /* the recording's start, s since t0 (-lead: audio
-                                    before the first frame) */
-    double end_s;                /* end of the recording, s since t0 (NAN unknown) */
-    rv_shard_plan sp;
+    rv_tok_recording rec;        /* the plan: layout, the grid's start from --start
+                                    (io.start_s), time_origin, clock0 (what the
+                                    outputs' times are shifted by), rec_start, end_s;
+                                    need_count: rank 0 counts a file that states no
+                                    duration */
     embed_slice s;
     rv_tok_stats ts;
     double probe_s, tok_wall;    /* wall seconds of the two stages */

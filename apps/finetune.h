@@ -25,6 +25,7 @@
 
 #include "rv_comm.h"
 #include "rv_ingest.h"
+#include "rv_tok_slice.h"
 #include "rv_tokens.h"
 #include "rv_vit.h"
 #include "rv_vit_train.h"
@@ -88,27 +89,19 @@ uint64_t ft_mix64(uint64_t z);
 
 /* One rank's slice of one recording's sequence. */
 typedef struct ft_slice {
-    rv_tok_layout L;
-    rv_shard_plan plan;
+    rv_tok_layout L;              /* the whole sequence */
     double end_s;                 /* the recording's end, s since t0 */
-    int64_t len, nvideo, naudio;  /* this rank's tokens */
-    int64_t got, got_video, got_audio;
-    uint8_t *modality;            /* (len) */
-    int64_t *pos;                 /* (len, 3) */
-    double *time;                 /* (len, 2) */
-    int64_t *window;              /* (len) the tokens' windows (blocks) */
-    float *video;                 /* (nvideo, L.video_dim) */
-    float *audio;                 /* (naudio, L.audio_dim) */
+    rv_tok_slice t;               /* this rank's tokens, patches kept */
 } ft_slice;
 
-/* Probes path, plans its sequence over ranks (zigzag when causal without a span,
- * else contiguous) and decodes and tokenizes rank's slice. A file that states no
- * duration is counted first (every rank alike). beat(beat_arg), when given, is
- * called at every batch and chunk: this rank is still working. */
+/* Plans path's sequence over ranks (zigzag when causal without a span, else
+ * contiguous), from the recording's start, and decodes and tokenizes rank's
+ * slice (rv_tok_slice.h). A file that states no duration is counted first
+ * (every rank alike). beat(beat_arg), when given, is called at every batch and
+ * chunk: this rank is still working. */
 rv_status ft_slice_load(const char *path, const rv_tok_opts *to, const rv_ingest_opts *io,
                         int zigzag, int ranks, int rank, void (*beat)(void *), void *beat_arg,
                         ft_slice **out);
-rv_vit_tokens ft_slice_tokens(const ft_slice *s);
 /* Bytes it holds. */
 size_t ft_slice_bytes(const ft_slice *s);
 void ft_slice_free(ft_slice **s);

@@ -236,8 +236,8 @@ static rv_status run_one(ft_rank *k, const ft_slice *s, int label, int64_t pos, 
 {
     const ft_settings *set = k->set;
     const int D = k->m->cfg.dim, mae = set->task == RV_TASK_MAE;
-    rv_vit_tokens tok = ft_slice_tokens(s);
-    rv_vit_run run = {.be = k->be, .comm = k->cp_dev ? k->cp_dev : k->cp, .plan = s->plan,
+    rv_vit_tokens tok = rv_vit_slice_tokens(&s->L, &s->t);
+    rv_vit_run run = {.be = k->be, .comm = k->cp_dev ? k->cp_dev : k->cp, .plan = s->t.plan,
                       .strategy = set->strategy,
                       .causal = set->causal, .weights = k->wdev, .span = set->span};
     const size_t nd = (size_t)(tok.len > 0 ? tok.len : 1) * D;
@@ -262,7 +262,7 @@ static rv_status run_one(ft_rank *k, const ft_slice *s, int label, int64_t pos, 
             goto end;
         }
         uint64_t hs = train ? hide_seed(set->seed, pos) : hide_seed(~set->seed, pos);
-        rv_mae_hidden(hs, set->mask_ratio, &s->plan, k->cpr, &tok, hidden);
+        rv_mae_hidden(hs, set->mask_ratio, &s->t.plan, k->cpr, &tok, hidden);
     }
     if (train || mae) {
         if ((st = rv_vit_forward_train(k->m, &run, &tok, hidden, mae ? k->h->mask_token : NULL, y,

@@ -117,22 +117,6 @@ int model_cli_modalities(const char *cmd, const rv_vit_config *c, int want_video
     return 0;
 }
 
-int model_cli_span_tokens(const char *cmd, const rv_span *span, int loud, rv_tok_opts *to)
-{
-    if (span->kind != RV_SPAN_BLOCK && span->kind != RV_SPAN_FRAME)
-        return 0;
-    if (span->kind == RV_SPAN_FRAME && !to->video)
-        return loud ? rv_cli_usage_error(cmd, "--attention frame needs video (frames are the "
-                                         "blocks)")
-                    : RV_EXIT_USAGE;
-    if (span->kind == RV_SPAN_BLOCK)
-        to->window_s = span->seconds;
-    to->frame_windows = span->kind == RV_SPAN_FRAME;
-    to->cls_each_window = 1;
-    to->window_positions = 1;
-    return 0;
-}
-
 /* ---- ranks on GPUs -------------------------------------------------------------------- */
 
 int model_cli_check_backend(const char *cmd, const char *backend, int cuda, int gpu_flag,

@@ -41,13 +41,6 @@ int model_cli_modalities(const char *cmd, const rv_vit_config *c, int want_video
                          int no_video, int no_audio, int loud, int *video, int *audio, char *why,
                          size_t cap);
 
-/* The tokenizer options of an attention span (embed, finetune): for block=W and
- * frame the tokenizer's windows are the blocks (W seconds, or one tubelet each),
- * each led by its own special tokens, positions restarting in each; full and
- * window leave to as it is. frame without video is a usage error. Returns 0 or
- * RV_EXIT_USAGE after a message (when loud). */
-int model_cli_span_tokens(const char *cmd, const rv_span *span, int loud, rv_tok_opts *to);
-
 /* "folder", "file" or "preset" for the --model spec (without opening it). */
 const char *model_cli_kind(const char *spec);
 

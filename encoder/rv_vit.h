@@ -115,6 +115,7 @@
 #include "rv_cp_attention.h"
 #include "rv_shard.h"
 #include "rv_status.h"
+#include "rv_tok_slice.h"
 #include "rv_tokens.h"
 
 #ifdef __cplusplus
@@ -243,6 +244,19 @@ int rv_vit_pos_special(const rv_vit_config *c);
 void rv_vit_tok_opts(const rv_vit_config *c, rv_tok_opts *to);
 /* The frame side the model's processor uses (image_size, else grid * patch). */
 int rv_vit_frame_size(const rv_vit_config *c);
+
+struct rv_span;
+/* The tokenizer and ingest options of a run of the model, as embed and finetune
+ * make them: rv_vit_tok_opts; frames of side size px (0: the model's,
+ * rv_vit_frame_size), a multiple of the patch; a modality the model has no
+ * weights for, or that the caller leaves out (no_video, no_audio), is neither
+ * read nor tokenized; a block or frame span (may be NULL: full) makes the
+ * tokenizer's windows the blocks, each led by its own special tokens, positions
+ * restarting in each. io's other fields (fps, start, threads, ...) are kept.
+ * RV_ERR_INVALID when the size is not a multiple of the patch, nothing is left
+ * to read, or a frame span has no video. */
+rv_status rv_vit_input_opts(const rv_vit_config *c, int size, int no_video, int no_audio,
+                            const struct rv_span *span, rv_tok_opts *to, rv_ingest_opts *io);
 
 /* Config <-> the JSON text stored as metadata (jansson). to_json returns a
  * malloc'd string (NULL on allocation failure). The family keys are written only
@@ -385,6 +399,14 @@ typedef struct rv_vit_tokens {
                                  tokenizer hands it out; required by block and
                                  frame spans, else may be NULL */
 } rv_vit_tokens;
+
+/* The audio steps of L's tokens (rv_vit_tokens.audio_steps): the layout's, or,
+ * when positions restart in each window (block and frame spans), the longest
+ * window's. */
+int64_t rv_vit_audio_steps(const rv_tok_layout *L);
+/* The forward's view of one rank's slice of L (rv_tok_slice.h): its arrays, not
+ * copied; video and audio are NULL when the slice keeps no patches. */
+rv_vit_tokens rv_vit_slice_tokens(const rv_tok_layout *L, const rv_tok_slice *s);
 
 /* Attention spans on the time axis that audio and video tokens share (issue:
  * hour-long recordings at linear cost). A token's time is its start, s.

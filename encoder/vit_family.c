@@ -1,7 +1,8 @@
 /* vit_family.c: the family description of rv_vit_config (rv_vit.h): ringvit's
  * own defaults, the names of the enums (the config JSON's values), the sizes
  * derived from a config (audio bands, position rows), and what a model asks of
- * the tokenizer (rv_vit_tok_opts) and of the ingest (rv_vit_frame_size). */
+ * the tokenizer (rv_vit_tok_opts) and of the ingest (rv_vit_frame_size), and
+ * both for a run of the model (rv_vit_input_opts). */
 #include <string.h>
 
 #include "rv_vit.h"
@@ -106,4 +107,34 @@ void rv_vit_tok_opts(const rv_vit_config *c, rv_tok_opts *to)
 int rv_vit_frame_size(const rv_vit_config *c)
 {
     return c->image_size > 0 ? c->image_size : c->grid * c->patch;
+}
+
+rv_status rv_vit_input_opts(const rv_vit_config *c, int size, int no_video, int no_audio,
+                            const rv_span *span, rv_tok_opts *to, rv_ingest_opts *io)
+{
+    rv_vit_tok_opts(c, to);
+    io->size = size > 0 ? size : rv_vit_frame_size(c);
+    if (io->size % c->patch)
+        return rv_fail(RV_ERR_INVALID, "frames of %d px: the side must be a multiple of the "
+                       "model's patch (%d)", io->size, c->patch);
+    if (!c->audio || no_audio) {
+        io->audio_stream = -2;
+        to->audio = 0;
+    }
+    if (!c->video || no_video) {
+        io->video_stream = -2;
+        to->video = 0;
+    }
+    if (!to->video && !to->audio)
+        return rv_fail(RV_ERR_INVALID, "nothing to read: the model's modalities are all left out");
+    if (!span || (span->kind != RV_SPAN_BLOCK && span->kind != RV_SPAN_FRAME))
+        return RV_OK;
+    if (span->kind == RV_SPAN_FRAME && !to->video)
+        return rv_fail(RV_ERR_INVALID, "--attention frame needs video (frames are the blocks)");
+    if (span->kind == RV_SPAN_BLOCK)
+        to->window_s = span->seconds;
+    to->frame_windows = span->kind == RV_SPAN_FRAME;
+    to->cls_each_window = 1;
+    to->window_positions = 1;
+    return RV_OK;
 }

@@ -36,6 +36,16 @@ cmake --install build --prefix "$prefix" >/dev/null
 cmake -S tests/install -B "$prefix/consumer-build" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build "$prefix/consumer-build" >/dev/null
 "$prefix/consumer-build/consumer"
+# The README's C example embeds a clip across 2 ranks; it must equal the command.
+ffmpeg -nostdin -v error -y -f lavfi -i testsrc2=size=320x240:rate=25 \
+  -f lavfi -i sine=frequency=440:sample_rate=44100 -t 6 -c:v libx264 -pix_fmt yuv420p \
+  -c:a aac "$prefix/clip.mp4"
+"$prefix/bin/ringvit" init --preset tiny -o "$prefix/tiny.safetensors" >/dev/null
+"$prefix/bin/ringvit" embed "$prefix/clip.mp4" --model "$prefix/tiny.safetensors" --cp 2 \
+  -o "$prefix/clip.safetensors" --quiet
+"$prefix/consumer-build/embed_two_ranks" "$prefix/tiny.safetensors" "$prefix/clip.mp4" \
+  >"$prefix/clip-global.txt"
+/usr/bin/python3 tests/install/compare_global.py "$prefix/clip.safetensors" "$prefix/clip-global.txt"
 pcdir=$(dirname "$(find "$prefix" -name ringvit.pc)")
 # shellcheck disable=SC2046 # pkg-config prints several words on purpose
 cc tests/install/consumer.c -o "$prefix/consumer-pc" \

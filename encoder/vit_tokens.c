@@ -1,0 +1,25 @@
+/* vit_tokens.c: the forward's view (rv_vit_tokens) of a rank's token slice made
+ * by the tokenizer's recipe (rv_tok_slice.h), and the audio steps its AST-style
+ * positions are resampled to. */
+#include "rv_vit.h"
+
+int64_t rv_vit_audio_steps(const rv_tok_layout *L)
+{
+    if (!L->opts.window_positions)
+        return L->steps;
+    int64_t most = 0;
+    for (int64_t w = 0; w < L->windows; w++) {
+        int64_t g0, g1, p0, p1;
+        rv_tok_window_items(L, w, &g0, &g1, &p0, &p1);
+        most = p1 - p0 > most ? p1 - p0 : most;
+    }
+    return most;
+}
+
+rv_vit_tokens rv_vit_slice_tokens(const rv_tok_layout *L, const rv_tok_slice *s)
+{
+    return (rv_vit_tokens){.len = s->len, .modality = s->modality, .pos = s->pos,
+                           .time = s->time, .nvideo = s->nvideo, .video = s->video,
+                           .naudio = s->naudio, .audio = s->audio, .grid = L->grid,
+                           .audio_steps = rv_vit_audio_steps(L), .window = s->window};
+}
