@@ -1,7 +1,55 @@
 /* vit_internal.h: what the encoder's forward and backward files share (not
  * installed): the argument checks and clock of the forward (vit_forward.c), the
- * token embedding of one rank's slice (vit_embed.c), the bilinear resampling of
- * the stored position grid it uses and that resampling's transpose. */
+ * token embedding of one rank's slice (vit_embed.c), the bilinear and bicubic
+ * resampling of the stored position tables it uses and that resampling's
+ * transpose. The public API is rv_vit.h, rv_vit_train.h, rv_cp_attention.h and
+ * rv_safetensors.h. One file per job:
+ *
+ * Config and families
+ *   rv_vit.h            the encoder: config, family description, model, forward,
+ *                       pooling, spans (public)
+ *   vit_config.c        named presets and the config checks
+ *   vit_config_json.c   rv_vit_config <-> the "ringvit.config" JSON text
+ *   vit_family.c        family defaults and enum names, derived sizes, what a
+ *                       model asks of the tokenizer and of ingest
+ * Weights in memory and I/O
+ *   vit_model.c         the weight arena and its pointers, parameter count, hash
+ *   vit_tensors.h       the tensor list load, save and checkpoints walk
+ *   vit_init.c          fresh weights from a seed; vit_rng.h / vit_rng.c, the
+ *                       generator
+ *   vit_load.c          safetensors -> model (ringvit's and torchvision's names)
+ *   vit_load_util.h/.c  what the two readers share: dtype and shape checks,
+ *                       F16/BF16 -> f32, the patch weight's permutation
+ *   vit_hub.h           Hugging Face folders: vit_hub_config.c (config.json,
+ *                       preprocessor_config.json), vit_hub.c (the tensors)
+ *   vit_save.c          model -> safetensors
+ *   vit_backend_copy.c  the weights copied into a backend's memory
+ *   rv_safetensors.h/.c the safetensors reader and writer (public)
+ * Forward (inference)
+ *   vit_embed.c         the token embedding of a rank's slice, sinusoid codes
+ *   vit_resample.c      position tables resampled to the run's grid, and back
+ *   vit_block.c         one encoder block, the only copy (inference and training)
+ *   vit_forward.c       embedding, L blocks, final LayerNorm (rv_vit_forward)
+ *   vit_forward_rows.c  the blocks in query rows under an attention span
+ *   vit_span.c          attention spans: parsing, the per-token keys
+ *   vit_pool.c          pooling by all-reduce (global, segments, modalities, CLS)
+ *                       and the family's pooled head
+ * Backward and training (rv_vit_train.h)
+ *   vit_train_forward.c the forward that keeps the activations
+ *   vit_backward.c      the blocks' backward, in reverse
+ *   vit_embed_backward.c the embedding's backward
+ *   train_head.c        the task heads' weights; train_classify.c, the
+ *                       classification loss; train_mae.c, masked reconstruction
+ *   train_adamw.c       AdamW, its schedule, the gradient norm
+ *   train_decay.c       which parameters weight decay applies to
+ *   train_ckpt.c        checkpoints that resume exactly
+ * Context-parallel attention (rv_cp_attention.h, cp_internal.h)
+ *   cp_attention.c      set-up, dispatch, the helpers the strategies share
+ *   cp_ring_forward.c   ring forward: K/V chunks travel to rank+1
+ *   cp_ring_backward.c  ring backward: whole blocks and partial dK/dV travel
+ *   cp_allgather.c      all-gather strategy, forward and backward
+ *   cp_ulysses.c        Ulysses: all-to-all to head shards and back
+ *   cp_span.c           attention spans: key ranges, masks, the span ring */
 #ifndef RV_VIT_INTERNAL_H
 #define RV_VIT_INTERNAL_H
 

@@ -82,8 +82,9 @@
  * The layout (rv_tok_layout) is that order as arithmetic: from the options and
  * two numbers, the sampled frames and audio samples the sequence covers, every
  * token's index, modality, position and time are computed without touching
- * any data, so shard plans are made before decoding (rv_tok_layout_from_probe)
- * and a rank can find which frames and samples its tokens need (rv_tok_span_of).
+ * any data, so the layout and the shard plans over it are made before decoding
+ * (rv_tok_layout_from_probe) and a rank can find which frames and samples its
+ * tokens need (rv_tok_span_of).
  *
  * Depends on ingest types only (and rv_shard.h, beside it). */
 #ifndef RV_TOKENS_H
@@ -112,7 +113,7 @@ const char *rv_modality_name(int modality);
 #define RV_FBANK_LEN 400 /* samples read by one fbank frame (25 ms) */
 #define RV_FBANK_BINS 128 /* mel bins */
 
-/* How far the real recording may fall short of the length a plan assumed (the
+/* How far the real recording may fall short of the length a layout assumed (the
  * container's stated duration is often off by a frame or an encoder delay):
  * up to this much is padded (the last frame repeated, silence), more fails. */
 #define RV_TOK_PAD_MAX_S 1.0
@@ -197,7 +198,7 @@ typedef struct rv_tok_layout {
 rv_status rv_tok_layout_make(const rv_tok_opts *to, const rv_ingest_opts *io,
                              int64_t nframes, int64_t nsamples, rv_tok_layout *out);
 
-/* The layout planned from what the container says, before decoding: the end of
+/* The layout made from what the container says, before decoding: the end of
  * the recording is the duration of the video stream ingest would use (of the
  * audio stream in an audio-only file, or with io->video_stream == -2), else the
  * container's end less that stream's start; frames and samples follow from it,

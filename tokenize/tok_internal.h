@@ -1,6 +1,23 @@
 /* tok_internal.h: what the tokenize files share and nobody else sees: the
  * window arithmetic behind rv_tok_layout, and the "open" layout the whole-file
- * pass uses while the recording's length is still unknown. */
+ * pass uses while the recording's length is still unknown. One file per job:
+ *   rv_tokens.h          the token sequence and its layout (public)
+ *   rv_tokenize.h        the tokenizer and the passes over a file (public)
+ *   rv_shard.h           shard plans: which tokens each rank holds (public)
+ *   rv_patch.h           tubelet and audio patches (public)
+ *   rv_fbank.h           the Kaldi log-mel filterbank (public)
+ *   tok_opts.c           the options: defaults, checks, audio bands
+ *   token_layout.c       the sequence order as arithmetic (rv_tok_layout_make,
+ *                        windows, token index <-> info and time)
+ *   token_spans.c        before decoding: the layout from the probe, what a run
+ *                        of tokens reads (rv_tok_span_of), each rank's spans
+ *   shard_plan.c         contiguous and zigzag shard plans
+ *   tubelet.c            frames <-> tubelet patches
+ *   fbank.c              log-mel filterbank (av_tx FFT); fbank_unavailable.c
+ *                        replaces it in a build without FFmpeg
+ *   audio_patches.c      fbank rows -> audio patches
+ *   tokenizer.c          the tokenizer engine: chunks in, windows of tokens out
+ *   tokenize_stream.c    passes over a file: whole, a run of tokens, one rank */
 #ifndef RV_TOK_INTERNAL_H
 #define RV_TOK_INTERNAL_H
 
@@ -10,6 +27,8 @@
  * count is then RV_TOK_OPEN too; only windows whose items are all known may be
  * asked about (the whole-file pass closes the layout at the end). */
 #define RV_TOK_OPEN INT64_MAX
+
+/* ---- token_layout.c ---------------------------------------------------------- */
 
 /* Makes L without checks beyond the arithmetic (rv_tok_layout_make checks). */
 void tok_layout_fill(rv_tok_layout *L, const rv_tok_opts *to, const rv_ingest_opts *io,
@@ -23,6 +42,8 @@ int64_t tok_step_lo(const rv_tok_layout *L, int64_t w);
  * the special tokens among the global tokens [0, i). */
 int64_t tok_lead(const rv_tok_layout *L);
 int64_t tok_specials_before(const rv_tok_layout *L, int64_t i);
+
+/* ---- token_spans.c ----------------------------------------------------------- */
 
 /* Largest grid index k with J(k) <= j, and smallest with J(k) >= j, where J(k)
  * = rv_ingest_audio_index(io, k), the first audio sample of grid index k. */

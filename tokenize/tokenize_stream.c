@@ -84,7 +84,7 @@ rv_status rv_tokenize_range(const char *path, const rv_tok_layout *plan, int64_t
         return st;
     const rv_ingest_opts *io = &plan->ingest;
     if (first == 0 && count == plan->seq && count > 0) {
-        /* The whole planned sequence: read to the real end, so what the plan
+        /* The whole planned sequence: read to the real end, so what the layout
          * leaves out is counted. */
         st = rv_ingest_stream(path, io, on_range_chunk, tk, &stats->ingest);
     } else if (sp.grid1 > sp.grid0) {

@@ -1,4 +1,4 @@
-/* sequence.c: the tokenizer engine (rv_tokenize.h). Chunks come in; frames are
+/* tokenizer.c: the tokenizer engine (rv_tokenize.h). Chunks come in; frames are
  * gathered into tubelets, audio into fbank frames and audio patches; a window
  * is handed out once every item it holds is made (all its tubelets, and all
  * its audio steps, whose patches reach past the window's end). Items are made
@@ -48,7 +48,7 @@ struct rv_tokenizer {
     uint8_t *tub;              /* (T, S, S, 3) frames of tubelet g_next so far */
     int tub_n;
     int64_t g_next;
-    uint8_t *last;             /* the latest frame inside the plan, for padding */
+    uint8_t *last;             /* the latest frame inside the layout, for padding */
     int have_last;
     int64_t k_seen;            /* one past the highest frame index seen */
     float *vp;                 /* made tubelets [vp_g0, g_next): (Q, video_dim) each */
@@ -629,7 +629,7 @@ static rv_status finish(rv_tokenizer *t)
     if (t->open) {
         close_layout(t);
     } else {
-        /* Frames the plan has and the recording had not: the last one repeated. */
+        /* Frames the layout has and the recording had not: the last one repeated. */
         int64_t k_have = t->g_next * T + t->tub_n;
         if (t->kB > t->kA && k_have < t->kB) {
             int64_t fps_ceil = (L->ingest.fps_num + L->ingest.fps_den - 1) / L->ingest.fps_den;

@@ -1,7 +1,9 @@
-/* token_plan.c: plans made before decoding. The layout of a recording from its
- * probe (the container's stated duration gives the frame and sample counts),
- * which frames and samples a run of tokens needs, and the shard plan of the
- * sequence with each rank's spans (token runs, time ranges, grid ranges). */
+/* token_spans.c: what a run of tokens needs, worked out before decoding. The
+ * layout of a recording from its probe (the container's stated duration gives
+ * the frame and sample counts), the span of a run of tokens (the tubelets, audio
+ * steps, frames, samples and grid range it reads, and its time range), and each
+ * rank's spans under a shard plan of the sequence (the plan itself is made in
+ * shard_plan.c). */
 #include <math.h>
 
 #include "tok_internal.h"
