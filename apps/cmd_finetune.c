@@ -543,7 +543,6 @@ static int finetune_main(int argc, char **argv)
     rv_train_head *head = NULL;
     rv_adamw *adam = NULL;
     rv_comm *world = NULL;
-    uint8_t *decay = NULL;
     char ckpt_path[4200], log_path[4200];
     int rc, rank = 0;
     rv_status st;
@@ -693,15 +692,9 @@ static int finetune_main(int argc, char **argv)
         goto end;
     }
     if (a.resume) {
-        const int64_t n = rv_vit_params(model) + (int64_t)head->arena_floats;
         rv_ckpt_info info;
         memset(&info, 0, sizeof info);
-        if (!(decay = malloc((size_t)n))) {
-            rc = rv_cli_fail(RV_ERR_NOMEM, CMD);
-            goto end;
-        }
-        rv_train_decay_mask(model, head, decay);
-        if ((st = rv_adamw_new(n, decay, &adam)) != RV_OK ||
+        if ((st = rv_adamw_new_model(model, head, &adam)) != RV_OK ||
             (st = rv_ckpt_load(a.resume, model, head, adam, &info)) != RV_OK) {
             rc = rv_cli_fail(st, CMD ": --resume");
             goto end;
@@ -791,7 +784,6 @@ end:
         rv_comm_free(&world);
         rv_comm_mpi_finalize();
     }
-    free(decay);
     rv_adamw_free(&adam);
     rv_train_head_free(&head);
     model_cli_close(&mc);

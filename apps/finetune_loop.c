@@ -11,9 +11,9 @@
  *     group votes on it, then forward_train -> loss (classify: pool + cross-
  *     entropy; mae: hidden tokens from (seed, data position), reconstruction)
  *     with scale 1 / (dp * accum) -> backward, adding into the gradients;
- *   all-reduce (F32 sum) the gradients (model, head) over the cp group, then
- *   over the dp group; global norm; clip; AdamW on [model | head] (one state,
- *   stepped as two views: the head may have its own learning rate);
+ *   rv_train_step: all-reduce (F32 sum) the gradients (model, head) over the
+ *   cp group, then over the dp group; global norm; clip; AdamW on [model |
+ *   head] (one state; the head may have its own learning rate);
  *   a world vote on the step's statistics, failures and stop requests.
  * World rank 0 logs, evaluates the results of the eval pass (every dp group
  * evaluates its share of the validation set), writes checkpoints and the
@@ -47,8 +47,7 @@ typedef struct ft_rank {
     rv_vit_model *m, *g;       /* parameters, gradients */
     rv_vit_model *wdev;        /* m in be's memory (--device cuda), refreshed after each step */
     rv_train_head *h, *dh;
-    rv_adamw *opt;
-    int64_t nm, nh, n;         /* model, head, all parameters */
+    rv_adamw *opt;             /* over [model | head] */
     ft_order order;
     ft_slice **cache;          /* (train.n) */
     ft_slice **vcache;         /* (val.n) */
@@ -113,7 +112,6 @@ static rv_status rank_setup(ft_rank *k)
     const ft_settings *set = k->set;
     const rv_vit_config *cfg = &set->model0->cfg;
     rv_status st;
-    uint8_t *decay = NULL;
     if ((st = rv_comm_mesh_split(k->world, set->cp, &k->cp, &k->dp)) != RV_OK ||
         (st = rv_comm_watch_create(k->world, set->timeout_s, &k->w_world)) != RV_OK ||
         (st = rv_comm_watch_create(k->cp, set->timeout_s, &k->w_cp)) != RV_OK ||
@@ -145,29 +143,15 @@ static rv_status rank_setup(ft_rank *k)
         if (st != RV_OK)
             return st;
     }
-    k->nm = rv_vit_params(k->m);
-    k->nh = (int64_t)k->h->arena_floats;
-    k->n = k->nm + k->nh;
-    decay = malloc((size_t)k->n);
     k->cache = calloc((size_t)set->train.n, sizeof *k->cache);
     k->vcache = calloc((size_t)(set->val.n > 0 ? set->val.n : 1), sizeof *k->vcache);
-    if (!decay || !k->cache || !k->vcache) {
-        st = rv_fail(RV_ERR_NOMEM, "rank %d: out of memory for %" PRId64 " parameters' "
-                     "optimizer state", k->rank, k->n);
-        goto end;
-    }
-    rv_train_decay_mask(k->m, k->h, decay);
-    if ((st = rv_adamw_new(k->n, decay, &k->opt)) != RV_OK ||
-        (st = ft_order_init(&k->order, set->seed, set->train.n)) != RV_OK)
-        goto end;
-    if (set->adam0) {
-        memcpy(k->opt->m, set->adam0->m, sizeof(float) * (size_t)k->n);
-        memcpy(k->opt->v, set->adam0->v, sizeof(float) * (size_t)k->n);
-        k->opt->step = set->adam0->step;
-    }
-end:
-    free(decay);
-    return st;
+    if (!k->cache || !k->vcache)
+        return rv_fail(RV_ERR_NOMEM, "rank %d: out of memory", k->rank);
+    if ((st = rv_adamw_new_model(k->m, k->h, &k->opt)) != RV_OK ||
+        (st = ft_order_init(&k->order, set->seed, set->train.n)) != RV_OK ||
+        (set->adam0 && (st = rv_adamw_copy(k->opt, set->adam0)) != RV_OK))
+        return st;
+    return RV_OK;
 }
 
 static void rank_free(ft_rank *k)
@@ -299,41 +283,18 @@ end:
 static rv_status sync_and_step(ft_rank *k, double *norm, double *lr)
 {
     const ft_settings *set = k->set;
-    rv_status st;
-    /* Sum over the cp group (each rank's share of the sequence), then over dp. */
-    if ((st = rv_comm_allreduce(k->cp, k->g->arena, k->g->arena, k->g->arena_floats,
-                                RV_COMM_F32)) != RV_OK ||
-        (st = rv_comm_allreduce(k->cp, k->dh->arena, k->dh->arena, k->dh->arena_floats,
-                                RV_COMM_F32)) != RV_OK ||
-        (st = rv_comm_allreduce(k->dp, k->g->arena, k->g->arena, k->g->arena_floats,
-                                RV_COMM_F32)) != RV_OK ||
-        (st = rv_comm_allreduce(k->dp, k->dh->arena, k->dh->arena, k->dh->arena_floats,
-                                RV_COMM_F32)) != RV_OK)
-        return st;
-    const float *gv[2] = {k->g->arena, k->dh->arena};
-    const int64_t gn[2] = {k->nm, k->nh};
-    *norm = rv_grad_norm(gv, gn, 2);
-    if (!isfinite(*norm))
-        return rv_fail(RV_ERR_INVALID, "the gradient is not finite (norm %g): lower --lr or "
-                       "raise --warmup", *norm);
-    if (set->opt.clip > 0 && *norm > set->opt.clip) {
-        const float c = (float)(set->opt.clip / *norm);
-        for (size_t i = 0; i < k->g->arena_floats; i++)
-            k->g->arena[i] *= c;
-        for (size_t i = 0; i < k->dh->arena_floats; i++)
-            k->dh->arena[i] *= c;
+    rv_train_step_opts so = {.model = &set->opt, .head = &set->head_opt};
+    rv_train_step_info info;
+    rv_status st = rv_train_step(k->opt, k->m, k->g, k->h, k->dh, k->cp, k->dp, &so, &info);
+    *norm = info.grad_norm;
+    *lr = info.lr;
+    if (st != RV_OK) {
+        if (isfinite(info.grad_norm))
+            return st;
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", rv_last_error());
+        return rv_fail(st, "%s: lower --lr or raise --warmup", msg);
     }
-    *lr = rv_lr_at(&set->opt, k->opt->step);
-    /* One optimizer state over [model | head] (what checkpoints hold), stepped
-     * as two views so the head can have its own learning rate. */
-    rv_adamw vm = *k->opt, vh = *k->opt;
-    vm.n = k->nm;
-    vh.n = k->nh;
-    vh.m += k->nm, vh.v += k->nm, vh.decay += k->nm;
-    if ((st = rv_adamw_step(&vm, &set->opt, k->m->arena, k->g->arena)) != RV_OK ||
-        (st = rv_adamw_step(&vh, &set->head_opt, k->h->arena, k->dh->arena)) != RV_OK)
-        return st;
-    k->opt->step++;
     /* The device's copy of the weights follows the host's. */
     if (k->wdev && (st = k->be->copy(k->be, k->wdev->arena, k->m->arena,
                                      sizeof(float) * k->m->arena_floats,

@@ -1,13 +1,13 @@
 /* rv_vit_train.h: training the encoder of rv_vit.h with context parallelism:
  * a forward that keeps what the backward needs, the backward of every layer
  * (embeddings, LayerNorms, projections, CP attention, MLP), the task heads and
- * losses (classify, masked reconstruction), AdamW with its schedule, and
- * checkpoints that resume exactly.
+ * losses (classify, masked reconstruction), AdamW with its schedule, the
+ * training step over a dp x cp mesh, and checkpoints that resume exactly.
  *
  * Gradients live in an rv_vit_model used as a buffer (rv_vit_new of the same
  * config, then rv_vit_grad_zero): the same fields, "d" for each weight. The
  * backward ADDS this rank's share into it; the sum over the ranks of the
- * context-parallel group is the gradient of the whole sequence (the caller
+ * context-parallel group is the gradient of the whole sequence (rv_train_step
  * all-reduces over the cp and dp groups).
  *
  * Everything here is deterministic: the same inputs, seeds and rank count give
@@ -190,6 +190,47 @@ rv_status rv_adamw_step(rv_adamw *o, const rv_adamw_opts *opts, float *params,
  * [m->arena | h->arena] (n = rv_vit_params(m) + h->arena_floats; h may be NULL):
  * 1 on video_w, audio_w, time_w, qkv_w, proj_w, fc1_w, fc2_w, cls_w, mae_*_w. */
 void rv_train_decay_mask(const rv_vit_model *m, const rv_train_head *h, uint8_t *mask);
+
+/* AdamW state for an encoder followed by its head (h may be NULL): n =
+ * rv_vit_params(m) + h->arena_floats, decay mask rv_train_decay_mask, zero
+ * moments, step 0. Free with rv_adamw_free. */
+rv_status rv_adamw_new_model(const rv_vit_model *m, const rv_train_head *h, rv_adamw **out);
+
+/* Copies src's moments and step count into dst (the same n; the decay mask
+ * stays dst's): e.g. every rank's own state from a loaded checkpoint's. */
+rv_status rv_adamw_copy(rv_adamw *dst, const rv_adamw *src);
+
+/* ---- the training step -------------------------------------------------------------------- */
+
+typedef struct rv_train_step_opts {
+    const rv_adamw_opts *model; /* the encoder's AdamW and schedule; model->clip is the
+                                   global clip over model and head (<= 0: none) */
+    const rv_adamw_opts *head;  /* the head's (e.g. its own lr; its clip is unused);
+                                   NULL: model's */
+} rv_train_step_opts;
+
+typedef struct rv_train_step_info {
+    double grad_norm;    /* global norm of the summed gradients, before clipping */
+    int clipped;         /* 1: the gradients were scaled by clip / grad_norm */
+    double lr, head_lr;  /* the learning rates of this step (rv_lr_at) */
+    int64_t step;        /* steps taken, this one included */
+} rv_train_step_info;
+
+/* One optimizer step on every rank of the dp x cp mesh together (each calls it
+ * with its own copies; all end with the same parameters). grad and dhead hold
+ * this rank's share of the step's gradient (the backward's and the loss's
+ * additions, already scaled to the step's mean); they are summed in place over
+ * cp, then over dp (F32 all-reduce; either comm may be NULL: no sum), then
+ * scaled by opts->model->clip / norm when the global norm over [model | head]
+ * exceeds that clip; then AdamW (rv_adamw_step) updates m with opts->model and
+ * h with opts->head at the same step count, and state->step advances by one.
+ * state is over [model | head] (rv_adamw_new_model). h may be NULL (no head;
+ * dhead NULL too). A non-finite norm fails with RV_ERR_INVALID before any
+ * parameter changes (info->grad_norm holds it). info (may be NULL) gets what
+ * the step did. On return grad and dhead hold the summed, clipped gradient. */
+rv_status rv_train_step(rv_adamw *state, rv_vit_model *m, rv_vit_model *grad, rv_train_head *h,
+                        rv_train_head *dhead, rv_comm *cp, rv_comm *dp,
+                        const rv_train_step_opts *opts, rv_train_step_info *info);
 
 /* ---- checkpoints -------------------------------------------------------------------------- */
 
