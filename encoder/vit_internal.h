@@ -26,6 +26,8 @@
  *   vit_backend_copy.c  the weights copied into a backend's memory
  *   rv_safetensors.h/.c the safetensors reader and writer (public)
  * Forward (inference)
+ *   vit_tokens.c        a rank's token slice (rv_tok_slice.h) as the forward's
+ *                       input, and the audio steps its positions use
  *   vit_embed.c         the token embedding of a rank's slice, sinusoid codes
  *   vit_resample.c      position tables resampled to the run's grid, and back
  *   vit_block.c         one encoder block, the only copy (inference and training)
@@ -41,6 +43,8 @@
  *   train_head.c        the task heads' weights; train_classify.c, the
  *                       classification loss; train_mae.c, masked reconstruction
  *   train_adamw.c       AdamW, its schedule, the gradient norm
+ *   train_step.c        one optimizer step: gradients summed over cp then dp,
+ *                       clipped, AdamW over the model and the head
  *   train_decay.c       which parameters weight decay applies to
  *   train_ckpt.c        checkpoints that resume exactly
  * Context-parallel attention (rv_cp_attention.h, cp_internal.h)

@@ -17,7 +17,10 @@
  *                        replaces it in a build without FFmpeg
  *   audio_patches.c      fbank rows -> audio patches
  *   tokenizer.c          the tokenizer engine: chunks in, windows of tokens out
- *   tokenize_stream.c    passes over a file: whole, a run of tokens, one rank */
+ *   tokenize_stream.c    passes over a file: whole, a run of tokens, one rank
+ *   rv_tok_slice.h       one recording on one rank, the recipe embed and
+ *                        finetune share: plan from the headers, then the rank's
+ *                        slice into arrays (public); tok_slice.c */
 #ifndef RV_TOK_INTERNAL_H
 #define RV_TOK_INTERNAL_H
 
