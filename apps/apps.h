@@ -43,24 +43,19 @@ extern const rv_command rv_cmd_embed;
  * (its parts: finetune.h) */
 extern const rv_command rv_cmd_finetune;
 
-/* bench_ingest.c: `ringvit bench ingest FILE ...`; argv[0] is "ingest".
- * Handles its own --help; returns an exit code. */
-int rv_bench_ingest(int argc, char **argv);
+/* A bench of `ringvit bench` (cmd_bench.c lists them, dispatches with argv[0]
+ * the bench's name and prints its help for --help); main returns an exit code. */
+typedef struct rv_bench_cmd {
+    const char *name;
+    const char *help;
+    int (*main)(int argc, char **argv);
+} rv_bench_cmd;
 
-/* bench_attention.c: `ringvit bench attention ...`; argv[0] is "attention".
- * Handles its own --help; returns an exit code. */
-int rv_bench_attention(int argc, char **argv);
-
-/* bench_comm.c: `ringvit bench comm ...` (ring shift and allreduce of a
- * communicator); argv[0] is "comm". Handles its own --help. */
-int rv_bench_comm(int argc, char **argv);
-/* bench_ring.c: `ringvit bench ring ...` (context-parallel attention). */
-int rv_bench_ring(int argc, char **argv);
-/* bench_encoder.c: `ringvit bench encoder ...` (the encoder forward with context
- * parallelism). */
-int rv_bench_encoder(int argc, char **argv);
-/* bench_train.c: `ringvit bench train ...` (one training step: forward, backward
- * with context parallelism). */
-int rv_bench_train(int argc, char **argv);
+extern const rv_bench_cmd rv_bench_attention; /* bench_attention.c: the attention block */
+extern const rv_bench_cmd rv_bench_comm;      /* bench_comm.c: ring shift and allreduce */
+extern const rv_bench_cmd rv_bench_encoder;   /* bench_encoder.c: encoder forward with CP */
+extern const rv_bench_cmd rv_bench_ingest;    /* bench_ingest.c: media ingest vs ffmpeg */
+extern const rv_bench_cmd rv_bench_ring;      /* bench_ring.c: CP attention vs one rank */
+extern const rv_bench_cmd rv_bench_train;     /* bench_train.c: one training step with CP */
 
 #endif

@@ -18,19 +18,18 @@
  * against the rows of the windows its reach touches), so GFLOP/s are over the
  * pairs the mask keeps, comparable with a full-attention row when the kernels
  * skip the tiles that see nothing. */
-#include <jansson.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <time.h>
 
 #include "apps.h"
 #include "bench_common.h"
 #include "cli.h"
 #include "rv_backend.h"
+#include "rv_clock.h"
 
 #define CMD "bench attention"
 #define MAX_SEQS 16
@@ -88,13 +87,6 @@ static int span_on(const bench_opts *o)
     return o->window > 0 || o->block > 0;
 }
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
 static double peak_rss_mb(void)
 {
     struct rusage ru;
@@ -102,22 +94,24 @@ static double peak_rss_mb(void)
     return ru.ru_maxrss / 1024.0;
 }
 
-static int parse_seqs(const char *text, bench_opts *o)
+/* --seq S[,S...] into the bench_opts at dst. */
+static int take_seqs(const char *cmd, const char *name, const char *text, void *dst)
 {
+    bench_opts *o = dst;
     char buf[256];
     snprintf(buf, sizeof buf, "%s", text);
     o->nseq = 0;
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
          tok = strtok_r(NULL, ",", &save)) {
         if (o->nseq == MAX_SEQS)
-            return rv_cli_usage_error(CMD, "--seq takes at most %d lengths", MAX_SEQS);
-        int rc = rv_cli_parse_int(CMD, "--seq", tok, 1, 1 << 22, &o->seqs[o->nseq]);
+            return rv_cli_usage_error(cmd, "%s takes at most %d lengths", name, MAX_SEQS);
+        int rc = rv_cli_parse_int(cmd, name, tok, 1, 1 << 22, &o->seqs[o->nseq]);
         if (rc)
             return rc;
         o->nseq++;
     }
     if (o->nseq == 0)
-        return rv_cli_usage_error(CMD, "--seq wants a comma-separated list of lengths");
+        return rv_cli_usage_error(cmd, "%s wants a comma-separated list of lengths", name);
     return 0;
 }
 
@@ -125,39 +119,15 @@ static int parse_args(int argc, char **argv, bench_opts *o)
 {
     *o = (bench_opts){.seqs = {4096}, .nseq = 1, .heads = 4, .dim = 64, .repeat = 3,
                       .rate = 150.0, .device = "cpu"};
-    int rc = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (rv_cli_flag_is(a, "--seq")) {
-            const char *v = rv_cli_flag_value(CMD, argc, argv, &i);
-            if (!v)
-                return RV_EXIT_USAGE;
-            rc = parse_seqs(v, o);
-        } else if (rv_cli_flag_is(a, "--heads")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1024, &o->heads);
-        } else if (rv_cli_flag_is(a, "--dim")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1024, &o->dim);
-        } else if (rv_cli_flag_is(a, "--device")) {
-            rc = rv_cli_take_device(CMD, argc, argv, &i, &o->device);
-        } else if (rv_cli_flag_is(a, "--threads")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 4096, &o->threads);
-        } else if (rv_cli_flag_is(a, "--repeat")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1000, &o->repeat);
-        } else if (rv_bench_span_flag(CMD, argc, argv, &i, &o->window, &o->block, &o->rate,
-                                      &rc)) {
-            /* taken */
-        } else if (strcmp(a, "--causal") == 0) {
-            o->causal = 1;
-        } else if (strcmp(a, "--backward") == 0) {
-            o->backward = 1;
-        } else if (strcmp(a, "--json") == 0) {
-            o->json = 1;
-        } else {
-            return rv_cli_unknown_arg(CMD, a);
-        }
-        if (rc)
-            return rc;
-    }
+    const rv_bench_flag flags[] = {
+        {.name = "--seq", .kind = RV_BENCH_TAKE_CUSTOM, .dst = o, .take = take_seqs},
+        {.name = "--threads", .kind = RV_BENCH_TAKE_INT, .dst = &o->threads, .lo = 1, .hi = 4096},
+        {.name = "--repeat", .kind = RV_BENCH_TAKE_INT, .dst = &o->repeat, .lo = 1, .hi = 1000},
+        RV_BENCH_ATTN_FLAGS(o),
+    };
+    int rc = rv_bench_parse(CMD, argc, argv, flags, (int)(sizeof flags / sizeof flags[0]), NULL);
+    if (rc)
+        return rc;
     if (o->window > 0 && o->block > 0)
         return rv_cli_usage_error(CMD, "--window and --block exclude each other");
     return 0;
@@ -336,13 +306,13 @@ static rv_status time_calls(rv_backend *be, const rv_attn_fwd_args *fa,
     rv_status st = RV_OK;
     *best = 1e30;
     for (int r = 0; r <= repeat; r++) {
-        double t0 = now_s();
+        double t0 = rv_clock_s();
         st = fa ? be->attn_fwd(be, fa) : be->attn_bwd(be, ba);
         if (st == RV_OK)
             st = be->synchronize(be);
         if (st != RV_OK)
             return st;
-        double dt = now_s() - t0;
+        double dt = rv_clock_s() - t0;
         if ((r > 0 || dt > 20.0) && dt < *best)
             *best = dt;
         if (r == 0 && dt > 20.0)
@@ -449,12 +419,23 @@ end:
     return st;
 }
 
-int rv_bench_attention(int argc, char **argv)
+/* The table: one row per sequence length and pass. */
+static const rv_bench_col row_cols[] = {
+    {"seq", "%8lld", "seq", RV_BENCH_INT},
+    {"pass", "%4s", "pass", RV_BENCH_TEXT},
+    {"pairs", "%10.4g", "visible_pairs", RV_BENCH_REAL},
+    {NULL, NULL, "visible_fraction", RV_BENCH_REAL},
+    {"time(ms)", "%10.2f", "ms", RV_BENCH_REAL},
+    {"GFLOP/s", "%9.2f", "gflops", RV_BENCH_REAL},
+    {NULL, "%9.2f", NULL, RV_BENCH_REAL}, /* sgemm or GEMM: the title is the backend's */
+    {"ratio", "%6.3f", "ratio", RV_BENCH_REAL},
+    {"extra MB", "%9.1f", "extra_mb", RV_BENCH_REAL},
+    {"max err", "%9.2g", "max_err", RV_BENCH_REAL},
+};
+#define NCOLS ((int)(sizeof row_cols / sizeof row_cols[0]))
+
+static int bench_main(int argc, char **argv)
 {
-    if (argc >= 2 && rv_cli_is_help(argv[1])) {
-        fputs(help_text, stdout);
-        return RV_EXIT_OK;
-    }
     bench_opts o;
     int rc = parse_args(argc, argv, &o);
     if (rc)
@@ -470,6 +451,11 @@ int rv_bench_attention(int argc, char **argv)
     double sgemm = 0;
     bench_row rows[2 * MAX_SEQS];
     int nrows = 0, ok = 1;
+    rv_bench_col cols[NCOLS];
+    memcpy(cols, row_cols, sizeof cols);
+    cols[6].title = on_cpu ? "sgemm" : "GEMM";
+    rv_bench_report rep;
+    rv_bench_report_init(&rep, "attention", o.json);
     if ((st = rv_bench_gemm_rate(be, gemm_n, o.repeat, &sgemm)) != RV_OK) {
         rc = rv_cli_fail(st, CMD);
         goto end;
@@ -483,14 +469,13 @@ int rv_bench_attention(int argc, char **argv)
                  o.causal ? " causal" : "", o.rate);
     else
         snprintf(mask_text, sizeof mask_text, "%s", o.causal ? "causal" : "no mask");
-    if (!o.json)
-        printf("# ringvit bench attention: backend %s%s%s, %d threads, heads %d, dim %d, %s, "
-               "%s%s %d^3\n#\n# %8s %4s %10s %10s %9s %9s %6s %9s %9s\n",
-               be->name, on_cpu ? " kernels " : "", on_cpu ? rv_bench_cpu_kernels() : "",
-               be->threads, o.heads, o.dim, mask_text,
-               on_cpu ? "BLAS core " : "cuBLAS bf16 GEMM", on_cpu ? rv_blas_corename() : "",
-               gemm_n, "seq", "pass", "pairs", "time(ms)", "GFLOP/s", on_cpu ? "sgemm" : "GEMM",
-               "ratio", "extra MB", "max err");
+    rv_bench_note(&rep, "ringvit bench attention: backend %s%s%s, %d threads, heads %d, dim %d, "
+                  "%s, %s%s %d^3", be->name, on_cpu ? " kernels " : "",
+                  on_cpu ? rv_bench_cpu_kernels() : "", be->threads, o.heads, o.dim, mask_text,
+                  on_cpu ? "BLAS core " : "cuBLAS bf16 GEMM", on_cpu ? rv_blas_corename() : "",
+                  gemm_n);
+    rv_bench_note(&rep, "%s", "");
+    rv_bench_table(&rep, "rows", cols, NCOLS);
     for (int s = 0; s < o.nseq; s++) {
         if ((st = run_seq(be, &o, o.seqs[s], sgemm, rows, &nrows)) != RV_OK) {
             rc = rv_cli_fail(st, CMD);
@@ -505,63 +490,46 @@ int rv_bench_attention(int argc, char **argv)
         goto end;
     }
     sgemm = sgemm2 > sgemm ? sgemm2 : sgemm;
+    rv_bench_set(&rep, "backend", json_string(be->name));
+    rv_bench_set(&rep, "blas_core", json_string(rv_blas_corename()));
+    rv_bench_set(&rep, "cpu_kernels", json_string(rv_bench_cpu_kernels()));
+    rv_bench_set(&rep, "threads", json_integer(be->threads));
+    rv_bench_set(&rep, "heads", json_integer(o.heads));
+    rv_bench_set(&rep, "dim", json_integer(o.dim));
+    rv_bench_set(&rep, "causal", json_boolean(o.causal));
+    rv_bench_set(&rep, "mask", json_string(o.window > 0  ? "window"
+                                           : o.block > 0 ? "block"
+                                           : o.causal    ? "causal"
+                                                         : "none"));
+    if (span_on(&o)) {
+        rv_bench_set(&rep, o.window > 0 ? "window_s" : "block_s",
+                     json_real(o.window > 0 ? o.window : o.block));
+        rv_bench_set(&rep, "rate", json_real(o.rate));
+    }
+    rv_bench_set(&rep, "sgemm_gflops", json_real(sgemm)); /* the GEMM reference */
+    rv_bench_set(&rep, "gemm_gflops", json_real(sgemm));
+    rv_bench_set(&rep, "gemm_n", json_integer(gemm_n));
+    rv_bench_set(&rep, "tolerance", json_real(tol));
     for (int r = 0; r < nrows; r++) {
         bench_row *w = &rows[r];
         w->sgemm = sgemm;
         if (!isnan(w->err) && !(w->err <= tol))
             ok = 0;
-        if (!o.json)
-            printf("  %8d %4s %10.4g %10.2f %9.2f %9.2f %6.3f %9.1f %9.2g\n", w->seq, w->pass,
-                   w->pairs, w->ms, w->gflops, w->sgemm, w->gflops / w->sgemm, w->extra_mb,
-                   w->err);
+        rv_bench_row(&rep, (const rv_bench_val[NCOLS]){
+                               {.i = w->seq}, {.s = w->pass}, {.f = w->pairs},
+                               {.f = w->pairs / ((double)w->seq * w->seq)}, {.f = w->ms},
+                               {.f = w->gflops}, {.f = w->sgemm}, {.f = w->gflops / w->sgemm},
+                               {.f = w->extra_mb}, {.f = w->err}});
     }
-    if (o.json) {
-        json_t *root = json_object(), *arr = json_array();
-        json_object_set_new(root, "bench", json_string("attention"));
-        json_object_set_new(root, "backend", json_string(be->name));
-        json_object_set_new(root, "blas_core", json_string(rv_blas_corename()));
-        json_object_set_new(root, "cpu_kernels", json_string(rv_bench_cpu_kernels()));
-        json_object_set_new(root, "threads", json_integer(be->threads));
-        json_object_set_new(root, "heads", json_integer(o.heads));
-        json_object_set_new(root, "dim", json_integer(o.dim));
-        json_object_set_new(root, "causal", json_boolean(o.causal));
-        json_object_set_new(root, "mask", json_string(o.window > 0  ? "window"
-                                                      : o.block > 0 ? "block"
-                                                      : o.causal    ? "causal"
-                                                                    : "none"));
-        if (span_on(&o)) {
-            json_object_set_new(root, o.window > 0 ? "window_s" : "block_s",
-                                json_real(o.window > 0 ? o.window : o.block));
-            json_object_set_new(root, "rate", json_real(o.rate));
-        }
-        json_object_set_new(root, "sgemm_gflops", json_real(sgemm)); /* the GEMM reference */
-        json_object_set_new(root, "gemm_gflops", json_real(sgemm));
-        json_object_set_new(root, "gemm_n", json_integer(gemm_n));
-        json_object_set_new(root, "tolerance", json_real(tol));
-        for (int r = 0; r < nrows; r++) {
-            json_t *row = json_object();
-            json_object_set_new(row, "seq", json_integer(rows[r].seq));
-            json_object_set_new(row, "pass", json_string(rows[r].pass));
-            json_object_set_new(row, "visible_pairs", json_real(rows[r].pairs));
-            json_object_set_new(row, "visible_fraction",
-                                json_real(rows[r].pairs / ((double)rows[r].seq * rows[r].seq)));
-            json_object_set_new(row, "ms", json_real(rows[r].ms));
-            json_object_set_new(row, "gflops", json_real(rows[r].gflops));
-            json_object_set_new(row, "ratio", json_real(rows[r].gflops / rows[r].sgemm));
-            json_object_set_new(row, "extra_mb", json_real(rows[r].extra_mb));
-            json_object_set_new(row, "max_err", isnan(rows[r].err) ? json_null() : json_real(rows[r].err));
-            json_array_append_new(arr, row);
-        }
-        json_object_set_new(root, "rows", arr);
-        json_object_set_new(root, "ok", json_boolean(ok));
-        rc = rv_cli_json_print(root);
-        json_decref(root);
-    } else {
-        printf("# %s\n", ok ? "OK" : "FAILED: sampled rows differ from the double reference");
-    }
-    if (rc == RV_EXIT_OK && !ok)
-        rc = RV_EXIT_FAIL;
+    rc = rv_bench_finish(&rep, ok, "sampled rows differ from the double reference");
 end:
+    rv_bench_report_free(&rep);
     rv_backend_free(&be);
     return rc;
 }
+
+const rv_bench_cmd rv_bench_attention = {
+    .name = "attention",
+    .help = help_text,
+    .main = bench_main,
+};

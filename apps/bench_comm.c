@@ -8,13 +8,13 @@
  *
  * --backend local runs the ranks as threads (--ranks N); --backend mpi runs under
  * `mpiexec -n N ringvit bench comm --backend mpi` and rank 0 prints. */
-#include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "apps.h"
+#include "bench_common.h"
 #include "cli.h"
 #include "rv_comm.h"
 
@@ -77,12 +77,13 @@ typedef struct bench_result {
 
 /* ---- command line ---------------------------------------------------------------- */
 
-/* "4096", "4K", "64M", "1G" (binary multiples; an optional "B"/"iB" after). */
-static int parse_size(const char *flag, const char *text, size_t *out)
+/* --min-size / --max-size: "4096", "4K", "64M", "1G" (binary multiples; an
+ * optional "B"/"iB" after) into the size_t at dst. */
+static int take_size(const char *cmd, const char *flag, const char *text, void *dst)
 {
     char *end = NULL;
     unsigned long long v = strtoull(text, &end, 10);
-    size_t mult = 1;
+    size_t mult = 1, *out = dst;
     if (end == text || text[0] == '-')
         goto bad;
     switch (*end) {
@@ -100,46 +101,38 @@ static int parse_size(const char *flag, const char *text, size_t *out)
     if (*out >= 4 && *out <= (size_t)4 << 30)
         return 0;
 bad:
-    return rv_cli_usage_error(CMD, "%s wants a size from 4 to 4G bytes (e.g. 4096, 64K, 256M), "
+    return rv_cli_usage_error(cmd, "%s wants a size from 4 to 4G bytes (e.g. 4096, 64K, 256M), "
                               "got '%s'", flag, text);
+}
+
+/* --backend local|mpi into the int at dst (1: mpi). */
+static int take_backend(const char *cmd, const char *flag, const char *v, void *dst)
+{
+    if (strcmp(v, "local") != 0 && strcmp(v, "mpi") != 0)
+        return rv_cli_usage_error(cmd, "%s wants local or mpi, got '%s'", flag, v);
+    *(int *)dst = strcmp(v, "mpi") == 0;
+    return 0;
 }
 
 static int parse_args(int argc, char **argv, bench_opts *o)
 {
     *o = (bench_opts){.ranks = 2, .min_size = 4 << 10, .max_size = (size_t)256 << 20};
-    int rc = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (rv_cli_flag_is(a, "--backend")) {
-            if (!(v = rv_cli_flag_value(CMD, argc, argv, &i)))
-                return RV_EXIT_USAGE;
-            if (strcmp(v, "local") == 0)
-                o->mpi = 0;
-            else if (strcmp(v, "mpi") == 0)
-                o->mpi = 1;
-            else
-                return rv_cli_usage_error(CMD, "--backend wants local or mpi, got '%s'", v);
-        } else if (rv_cli_flag_is(a, "--ranks")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1024, &o->ranks);
-            o->ranks_set = 1;
-        } else if (rv_cli_flag_is(a, "--min-size") || rv_cli_flag_is(a, "--max-size")) {
-            int is_min = rv_cli_flag_is(a, "--min-size");
-            if (!(v = rv_cli_flag_value(CMD, argc, argv, &i)))
-                return RV_EXIT_USAGE;
-            rc = parse_size(is_min ? "--min-size" : "--max-size", v,
-                            is_min ? &o->min_size : &o->max_size);
-        } else if (rv_cli_flag_is(a, "--iters")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 100000, &o->iters);
-        } else if (rv_cli_flag_is(a, "--timeout")) {
-            rc = rv_cli_take_double(CMD, argc, argv, &i, 1e-3, 1e6, &o->timeout);
-        } else if (strcmp(a, "--json") == 0) {
-            o->json = 1;
-        } else {
-            return rv_cli_unknown_arg(CMD, a);
-        }
-        if (rc)
-            return rc;
-    }
+    const rv_bench_flag flags[] = {
+        {.name = "--backend", .kind = RV_BENCH_TAKE_CUSTOM, .dst = &o->mpi, .take = take_backend},
+        {.name = "--ranks", .kind = RV_BENCH_TAKE_INT, .dst = &o->ranks, .lo = 1, .hi = 1024,
+         .seen = &o->ranks_set},
+        {.name = "--min-size", .kind = RV_BENCH_TAKE_CUSTOM,
+         .dst = &o->min_size, .take = take_size},
+        {.name = "--max-size", .kind = RV_BENCH_TAKE_CUSTOM,
+         .dst = &o->max_size, .take = take_size},
+        {.name = "--iters", .kind = RV_BENCH_TAKE_INT, .dst = &o->iters, .lo = 1, .hi = 100000},
+        {.name = "--timeout", .kind = RV_BENCH_TAKE_DOUBLE,
+         .dst = &o->timeout, .lo = 1e-3, .hi = 1e6},
+        {.name = "--json", .kind = RV_BENCH_SWITCH, .dst = &o->json},
+    };
+    int rc = rv_bench_parse(CMD, argc, argv, flags, (int)(sizeof flags / sizeof flags[0]), NULL);
+    if (rc)
+        return rc;
     if (o->min_size > o->max_size)
         return rv_cli_usage_error(CMD, "--min-size %zu is larger than --max-size %zu",
                                   o->min_size, o->max_size);
@@ -177,9 +170,9 @@ static rv_status memcpy_rate(size_t bytes, double *gbps)
     memset(a, 1, bytes);
     double best = 1e30;
     for (int k = 0; k < 6; k++) {
-        double t0 = rv_comm_now();
+        double t0 = rv_clock_s();
         memcpy(b, a, bytes);
-        double dt = rv_comm_now() - t0;
+        double dt = rv_clock_s() - t0;
         if (k > 0 && dt < best)
             best = dt;
         a[k] = b[bytes - 1 - k]; /* keep the copies observable */
@@ -213,7 +206,7 @@ static rv_status run_row(rv_comm *c, const bench_opts *o, int allreduce, size_t 
         if (k == 0) { /* the timed part starts together */
             if ((st = rv_comm_barrier(c)) != RV_OK)
                 break;
-            mine = rv_comm_now();
+            mine = rv_clock_s();
         }
         st = allreduce ? rv_comm_allreduce(c, send, recv, count, RV_COMM_F32)
                        : rv_comm_sendrecv(c, send, count * 4, (r + 1) % n, recv, count * 4,
@@ -221,7 +214,7 @@ static rv_status run_row(rv_comm *c, const bench_opts *o, int allreduce, size_t 
     }
     if (st != RV_OK)
         goto end;
-    mine = (rv_comm_now() - mine) / iters;
+    mine = (rv_clock_s() - mine) / iters;
     if (allreduce) {
         const double base = (double)n * (n - 1) / 2;
         for (size_t i = 0; i < count; i++)
@@ -293,6 +286,16 @@ static const bench_row *shift_ref(const bench_result *res)
     return NULL;
 }
 
+static const rv_bench_col row_cols[] = {
+    {"op", "%-9s", "op", RV_BENCH_TEXT},
+    {"size(B)", "%12lld", "size", RV_BENCH_INT},
+    {"count", "%11lld", "count", RV_BENCH_INT},
+    {"time(us)", "%11.1f", "time_us", RV_BENCH_REAL},
+    {"algbw(GB/s)", "%11.2f", "algbw_gbps", RV_BENCH_REAL},
+    {"busbw(GB/s)", "%11.2f", "busbw_gbps", RV_BENCH_REAL},
+    {"#wrong", "%7lld", "wrong", RV_BENCH_INT},
+};
+
 static int print_result(const bench_result *res, const char *backend)
 {
     const bench_opts *o = res->o;
@@ -300,56 +303,36 @@ static int print_result(const bench_result *res, const char *backend)
     int ok = 1;
     for (int i = 0; i < res->nrows; i++)
         ok &= res->rows[i].wrong == 0;
-    if (o->json) {
-        json_t *root = json_object(), *arr = json_array();
-        json_object_set_new(root, "bench", json_string("comm"));
-        json_object_set_new(root, "backend", json_string(backend));
-        json_object_set_new(root, "ranks", json_integer(res->size));
-        json_object_set_new(root, "memcpy_bytes", json_integer((json_int_t)res->memcpy_bytes));
-        json_object_set_new(root, "memcpy_gbps", json_real(res->memcpy_gbps));
-        for (int i = 0; i < res->nrows; i++) {
-            const bench_row *w = &res->rows[i];
-            json_t *row = json_object();
-            json_object_set_new(row, "op", json_string(w->op));
-            json_object_set_new(row, "size", json_integer((json_int_t)w->bytes));
-            json_object_set_new(row, "count", json_integer((json_int_t)(w->bytes / 4)));
-            json_object_set_new(row, "time_us", json_real(w->time_s * 1e6));
-            json_object_set_new(row, "algbw_gbps", json_real(w->algbw));
-            json_object_set_new(row, "busbw_gbps", json_real(w->busbw));
-            json_object_set_new(row, "wrong", json_integer((json_int_t)w->wrong));
-            json_array_append_new(arr, row);
-        }
-        json_object_set_new(root, "rows", arr);
-        json_object_set_new(root, "shift_vs_memcpy",
-                            sr ? json_real(sr->algbw / res->memcpy_gbps) : json_null());
-        json_object_set_new(root, "ok", json_boolean(ok));
-        int rc = rv_cli_json_print(root);
-        json_decref(root);
-        return rc != RV_EXIT_OK ? rc : ok ? RV_EXIT_OK : RV_EXIT_FAIL;
-    }
-    printf("# ringvit bench comm: backend %s, %d ranks, f32 elements\n", backend, res->size);
-    printf("# memcpy, 1 thread, %zu bytes: %.2f GB/s\n#\n", res->memcpy_bytes, res->memcpy_gbps);
-    printf("# %-9s %12s %11s %11s %11s %11s %7s\n", "op", "size(B)", "count", "time(us)",
-           "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+    rv_bench_report rep;
+    rv_bench_report_init(&rep, "comm", o->json);
+    rv_bench_set(&rep, "backend", json_string(backend));
+    rv_bench_set(&rep, "ranks", json_integer(res->size));
+    rv_bench_set(&rep, "memcpy_bytes", json_integer((json_int_t)res->memcpy_bytes));
+    rv_bench_set(&rep, "memcpy_gbps", json_real(res->memcpy_gbps));
+    rv_bench_note(&rep, "ringvit bench comm: backend %s, %d ranks, f32 elements", backend,
+                  res->size);
+    rv_bench_note(&rep, "memcpy, 1 thread, %zu bytes: %.2f GB/s", res->memcpy_bytes,
+                  res->memcpy_gbps);
+    rv_bench_note(&rep, "%s", "");
+    rv_bench_table(&rep, "rows", row_cols, (int)(sizeof row_cols / sizeof row_cols[0]));
     for (int i = 0; i < res->nrows; i++) {
         const bench_row *w = &res->rows[i];
-        printf("  %-9s %12zu %11zu %11.1f %11.2f %11.2f %7.0f\n", w->op, w->bytes, w->bytes / 4,
-               w->time_s * 1e6, w->algbw, w->busbw, w->wrong);
+        rv_bench_row(&rep, (const rv_bench_val[]){
+                               {.s = w->op}, {.i = (long long)w->bytes},
+                               {.i = (long long)(w->bytes / 4)}, {.f = w->time_s * 1e6},
+                               {.f = w->algbw}, {.f = w->busbw}, {.i = (long long)w->wrong}});
     }
+    rv_bench_set(&rep, "shift_vs_memcpy",
+                 sr ? json_real(sr->algbw / res->memcpy_gbps) : json_null());
     if (sr) /* the target is the local backend's: one memcpy per message */
-        printf("# ring shift of %zu bytes: %.2f GB/s = %.2f x memcpy%s\n", sr->bytes, sr->algbw,
-               sr->algbw / res->memcpy_gbps,
-               strcmp(backend, "local") == 0 ? " (target >= 0.50)" : "");
-    printf("# %s\n", ok ? "OK" : "FAILED: wrong elements");
-    return ok ? RV_EXIT_OK : RV_EXIT_FAIL;
+        rv_bench_note(&rep, "ring shift of %zu bytes: %.2f GB/s = %.2f x memcpy%s", sr->bytes,
+                      sr->algbw, sr->algbw / res->memcpy_gbps,
+                      strcmp(backend, "local") == 0 ? " (target >= 0.50)" : "");
+    return rv_bench_finish(&rep, ok, "wrong elements");
 }
 
-int rv_bench_comm(int argc, char **argv)
+static int bench_main(int argc, char **argv)
 {
-    if (argc >= 2 && rv_cli_is_help(argv[1])) {
-        fputs(help_text, stdout);
-        return RV_EXIT_OK;
-    }
     bench_opts o;
     int rc = parse_args(argc, argv, &o);
     if (rc)
@@ -377,3 +360,9 @@ int rv_bench_comm(int argc, char **argv)
         rc = rv_cli_fail(st, CMD);
     return rc;
 }
+
+const rv_bench_cmd rv_bench_comm = {
+    .name = "comm",
+    .help = help_text,
+    .main = bench_main,
+};

@@ -1,21 +1,212 @@
-/* bench_common.c: the sgemm baseline of the compute benches and the synthetic
- * token slices of the encoder benches (bench_common.h). */
+/* bench_common.c: the report and the flag loop of every bench, the sgemm
+ * baseline of the compute benches and the synthetic token slices of the encoder
+ * benches (bench_common.h). */
 #include "bench_common.h"
 
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli.h"
+#include "rv_clock.h"
 #include "rv_tokens.h"
 
-static double now_s(void)
+/* ---- the report ----------------------------------------------------------------------- */
+
+void rv_bench_report_init(rv_bench_report *r, const char *bench, int json)
 {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
+    *r = (rv_bench_report){.json = json, .root = json_object()};
+    rv_bench_set(r, "bench", json_string(bench));
 }
+
+void rv_bench_report_free(rv_bench_report *r)
+{
+    json_decref(r->root);
+    r->root = r->rows = NULL;
+}
+
+void rv_bench_set(rv_bench_report *r, const char *key, json_t *value)
+{
+    json_object_set_new(r->root, key, value);
+}
+
+void rv_bench_note(rv_bench_report *r, const char *fmt, ...)
+{
+    if (r->json)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    const int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    fputs(n > 0 ? "# " : "#", stdout);
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    fputc('\n', stdout);
+}
+
+/* The heading conversion of a column: fmt's '-' flag and width, as %s. */
+static void heading_fmt(const char *fmt, char *out, size_t size)
+{
+    const char *p = fmt + 1; /* past the '%' */
+    int left = 0;
+    for (; *p && strchr("-+ #0", *p); p++)
+        left |= *p == '-';
+    snprintf(out, size, "%%%s%ds", left ? "-" : "", atoi(p));
+}
+
+void rv_bench_table(rv_bench_report *r, const char *rows_key, const rv_bench_col *cols,
+                    int ncols)
+{
+    r->cols = cols, r->ncols = ncols, r->rows_key = rows_key, r->rows = NULL;
+    if (r->json)
+        return;
+    fputc('#', stdout);
+    for (int c = 0; c < ncols; c++) {
+        if (!cols[c].title)
+            continue;
+        char h[16];
+        heading_fmt(cols[c].fmt, h, sizeof h);
+        fputc(' ', stdout);
+        printf(h, cols[c].title);
+    }
+    fputc('\n', stdout);
+}
+
+static json_t *json_value(rv_bench_type type, rv_bench_val v)
+{
+    switch (type) {
+    case RV_BENCH_INT:
+        return json_integer((json_int_t)v.i);
+    case RV_BENCH_REAL:
+        return isfinite(v.f) ? json_real(v.f) : json_null();
+    case RV_BENCH_TEXT:
+        break;
+    }
+    return json_string(v.s);
+}
+
+void rv_bench_row(rv_bench_report *r, const rv_bench_val *vals)
+{
+    json_t *obj = r->root;
+    if (r->rows_key) {
+        if (!r->rows) {
+            r->rows = json_array();
+            json_object_set_new(r->root, r->rows_key, r->rows);
+        }
+        obj = json_object();
+        json_array_append_new(r->rows, obj);
+    }
+    if (!r->json)
+        fputc(' ', stdout);
+    for (int c = 0; c < r->ncols; c++) {
+        const rv_bench_col *col = &r->cols[c];
+        if (col->key)
+            json_object_set_new(obj, col->key, json_value(col->type, vals[c]));
+        if (r->json || !col->title)
+            continue;
+        fputc(' ', stdout);
+        if (col->type == RV_BENCH_INT)
+            printf(col->fmt, vals[c].i);
+        else if (col->type == RV_BENCH_REAL)
+            printf(col->fmt, vals[c].f);
+        else
+            printf(col->fmt, vals[c].s);
+    }
+    if (!r->json)
+        fputc('\n', stdout);
+}
+
+int rv_bench_finish(rv_bench_report *r, int ok, const char *fmt, ...)
+{
+    int rc = RV_EXIT_OK;
+    if (r->rows_key && !r->rows)
+        json_object_set_new(r->root, r->rows_key, json_array());
+    rv_bench_set(r, "ok", json_boolean(ok));
+    if (r->json) {
+        rc = rv_cli_json_print(r->root);
+    } else if (ok) {
+        printf("# OK\n");
+    } else {
+        va_list ap;
+        va_start(ap, fmt);
+        fputs("# FAILED: ", stdout);
+        vprintf(fmt, ap);
+        fputc('\n', stdout);
+        va_end(ap);
+    }
+    rv_bench_report_free(r);
+    return rc != RV_EXIT_OK ? rc : ok ? RV_EXIT_OK : RV_EXIT_FAIL;
+}
+
+/* ---- the flag loop ------------------------------------------------------------------- */
+
+static int take(const char *cmd, int argc, char **argv, int *i, const rv_bench_flag *f)
+{
+    const char *v;
+    switch (f->kind) {
+    case RV_BENCH_SWITCH:
+        *(int *)f->dst = 1;
+        return 0;
+    case RV_BENCH_TAKE_INT:
+        return rv_cli_take_int(cmd, argc, argv, i, (int)f->lo, (int)f->hi, f->dst);
+    case RV_BENCH_TAKE_I64:
+        return rv_cli_take_i64(cmd, argc, argv, i, (int64_t)f->lo, (int64_t)f->hi, f->dst);
+    case RV_BENCH_TAKE_DOUBLE:
+        return rv_cli_take_double(cmd, argc, argv, i, f->lo, f->hi, f->dst);
+    case RV_BENCH_TAKE_DEVICE:
+        return rv_cli_take_device(cmd, argc, argv, i, f->dst);
+    case RV_BENCH_TAKE_TEXT:
+    case RV_BENCH_TAKE_CUSTOM:
+        break;
+    }
+    if (!(v = rv_cli_flag_value(cmd, argc, argv, i)))
+        return RV_EXIT_USAGE;
+    if (f->kind == RV_BENCH_TAKE_TEXT) {
+        *(const char **)f->dst = v;
+        return 0;
+    }
+    return f->take(cmd, f->name, v, f->dst);
+}
+
+int rv_bench_parse(const char *cmd, int argc, char **argv, const rv_bench_flag *flags, int n,
+                   const char **file)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const rv_bench_flag *f = NULL;
+        for (int k = 0; k < n && !f; k++)
+            if (flags[k].kind == RV_BENCH_SWITCH ? strcmp(a, flags[k].name) == 0
+                                                 : rv_cli_flag_is(a, flags[k].name))
+                f = &flags[k];
+        if (!f) {
+            if (!file || (a[0] == '-' && a[1] != '\0'))
+                return rv_cli_unknown_arg(cmd, a);
+            if (*file)
+                return rv_cli_usage_error(cmd, "one FILE at a time (got '%s' and '%s')", *file, a);
+            *file = a;
+            continue;
+        }
+        int rc = take(cmd, argc, argv, &i, f);
+        if (f->seen)
+            *f->seen = 1;
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+int rv_bench_take_strategy(const char *cmd, const char *name, const char *value, void *dst)
+{
+    (void)name;
+    if (rv_cp_strategy_parse(value, dst) != RV_OK)
+        return rv_cli_usage_error(cmd, "%s", rv_last_error());
+    return 0;
+}
+
+/* ---- the GEMM reference ------------------------------------------------------------- */
 
 rv_status rv_bench_gemm_rate(rv_backend *be, int n, int repeat, double *gflops)
 {
@@ -40,11 +231,11 @@ rv_status rv_bench_gemm_rate(rv_backend *be, int n, int repeat, double *gflops)
         goto end;
     double best = 1e30;
     for (int r = 0; r <= repeat; r++) { /* the first call warms up */
-        double t0 = now_s();
+        double t0 = rv_clock_s();
         st = be->gemm(be, 0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
         if (st == RV_OK)
             st = be->synchronize(be);
-        double dt = now_s() - t0;
+        double dt = rv_clock_s() - t0;
         if (st != RV_OK)
             goto end;
         if (r > 0 && dt < best)
@@ -113,21 +304,6 @@ rv_status rv_bench_span_seq_make(double window, double block, double rate, int64
     }
     s->reach = window > 0 ? window / 2 : 0.0;
     return RV_OK;
-}
-
-int rv_bench_span_flag(const char *cmd, int argc, char **argv, int *i, double *window,
-                       double *block, double *rate, int *rc)
-{
-    const char *a = argv[*i];
-    if (rv_cli_flag_is(a, "--window"))
-        *rc = rv_cli_take_double(cmd, argc, argv, i, 1e-6, 1e6, window);
-    else if (rv_cli_flag_is(a, "--block"))
-        *rc = rv_cli_take_double(cmd, argc, argv, i, 1e-6, 1e6, block);
-    else if (rv_cli_flag_is(a, "--rate"))
-        *rc = rv_cli_take_double(cmd, argc, argv, i, 1.0, 1e6, rate);
-    else
-        return 0;
-    return 1;
 }
 
 void rv_bench_slice_free(rv_bench_slice *s)
@@ -229,55 +405,86 @@ int rv_bench_model_open(const char *cmd, const rv_bench_model_opts *o, model_cli
     return rc;
 }
 
+static int take_preset(const char *cmd, const char *name, const char *value, void *dst)
+{
+    (void)name;
+    rv_vit_config c;
+    if (rv_vit_preset(value, &c) != RV_OK)
+        return rv_cli_usage_error(cmd, "%s", rv_last_error());
+    snprintf(dst, sizeof ((rv_bench_model_opts *)0)->preset, "%s", value);
+    return 0;
+}
+
+static int take_span(const char *cmd, const char *name, const char *value, void *dst)
+{
+    (void)name;
+    if (rv_span_parse(value, dst) != RV_OK)
+        return rv_cli_usage_error(cmd, "%s", rv_last_error());
+    return 0;
+}
+
 int rv_bench_model_parse(const char *cmd, int argc, char **argv, int64_t seq,
                          rv_bench_model_opts *o)
 {
     *o = (rv_bench_model_opts){.seq = seq, .cp = 1, .threads = rv_cpu_default_threads(), .repeat = 1,
                 .strategy = RV_CP_RING};
     strcpy(o->preset, "tiny");
-    int rc = 0;
-    for (int i = 1; i < argc && !rc; i++) {
-        const char *a = argv[i];
-        if (rv_cli_flag_is(a, "--strategy")) {
-            const char *v = rv_cli_flag_value(cmd, argc, argv, &i);
-            if (!v)
-                return RV_EXIT_USAGE;
-            if (rv_cp_strategy_parse(v, &o->strategy) != RV_OK)
-                return rv_cli_usage_error(cmd, "%s", rv_last_error());
-        } else if (rv_cli_flag_is(a, "--preset")) {
-            const char *v = rv_cli_flag_value(cmd, argc, argv, &i);
-            if (!v)
-                return RV_EXIT_USAGE;
-            rv_vit_config c;
-            if (rv_vit_preset(v, &c) != RV_OK)
-                return rv_cli_usage_error(cmd, "%s", rv_last_error());
-            snprintf(o->preset, sizeof o->preset, "%s", v);
-        } else if (rv_cli_flag_is(a, "--model")) {
-            if (!(o->model = rv_cli_flag_value(cmd, argc, argv, &i)))
-                return RV_EXIT_USAGE;
-        } else if (rv_cli_flag_is(a, "--seq")) {
-            rc = rv_cli_take_i64(cmd, argc, argv, &i, 1, (int64_t)1 << 28, &o->seq);
-        } else if (rv_cli_flag_is(a, "--cp")) {
-            rc = rv_cli_take_int(cmd, argc, argv, &i, 1, 1024, &o->cp);
-        } else if (rv_cli_flag_is(a, "--threads")) {
-            rc = rv_cli_take_int(cmd, argc, argv, &i, 1, 4096, &o->threads);
-        } else if (rv_cli_flag_is(a, "--repeat")) {
-            rc = rv_cli_take_int(cmd, argc, argv, &i, 1, 100, &o->repeat);
-        } else if (rv_cli_flag_is(a, "--attention")) {
-            const char *v = rv_cli_flag_value(cmd, argc, argv, &i);
-            if (!v)
-                return RV_EXIT_USAGE;
-            if (rv_span_parse(v, &o->span) != RV_OK)
-                return rv_cli_usage_error(cmd, "%s", rv_last_error());
-        } else if (strcmp(a, "--causal") == 0) {
-            o->causal = 1;
-        } else if (strcmp(a, "--json") == 0) {
-            o->json = 1;
-        } else {
-            return rv_cli_unknown_arg(cmd, a);
-        }
-    }
-    return rc;
+    const rv_bench_flag flags[] = {
+        {.name = "--strategy", .kind = RV_BENCH_TAKE_CUSTOM,
+         .dst = &o->strategy, .take = rv_bench_take_strategy},
+        {.name = "--preset", .kind = RV_BENCH_TAKE_CUSTOM, .dst = o->preset, .take = take_preset},
+        {.name = "--model", .kind = RV_BENCH_TAKE_TEXT, .dst = &o->model},
+        {.name = "--seq", .kind = RV_BENCH_TAKE_I64,
+         .dst = &o->seq, .lo = 1, .hi = (double)((int64_t)1 << 28)},
+        {.name = "--cp", .kind = RV_BENCH_TAKE_INT, .dst = &o->cp, .lo = 1, .hi = 1024},
+        {.name = "--threads", .kind = RV_BENCH_TAKE_INT, .dst = &o->threads, .lo = 1, .hi = 4096},
+        {.name = "--repeat", .kind = RV_BENCH_TAKE_INT, .dst = &o->repeat, .lo = 1, .hi = 100},
+        {.name = "--attention", .kind = RV_BENCH_TAKE_CUSTOM, .dst = &o->span, .take = take_span},
+        {.name = "--causal", .kind = RV_BENCH_SWITCH, .dst = &o->causal},
+        {.name = "--json", .kind = RV_BENCH_SWITCH, .dst = &o->json},
+    };
+    return rv_bench_parse(cmd, argc, argv, flags, (int)(sizeof flags / sizeof flags[0]), NULL);
+}
+
+void rv_bench_model_report_init(rv_bench_report *r, const char *bench,
+                                const rv_bench_model_opts *o, const rv_vit_config *cfg)
+{
+    const char *spec = o->model ? o->model : o->preset;
+    const int tpr = o->threads / o->cp > 0 ? o->threads / o->cp : 1;
+    char span_text[48];
+    rv_span_format(&o->span, span_text, sizeof span_text);
+    rv_bench_report_init(r, bench, o->json);
+    rv_bench_set(r, "model", json_string(spec));
+    rv_bench_set(r, "family", json_string(rv_vit_family_name(cfg->family)));
+    rv_bench_set(r, "seq", json_integer(o->seq));
+    rv_bench_set(r, "cp", json_integer(o->cp));
+    rv_bench_set(r, "strategy", json_string(rv_cp_strategy_name(o->strategy)));
+    rv_bench_set(r, "causal", json_boolean(o->causal));
+    rv_bench_set(r, "attention", json_string(span_text));
+    rv_bench_set(r, "threads", json_integer(o->threads));
+    rv_bench_set(r, "threads_per_rank", json_integer(tpr));
+    rv_bench_set(r, "blas_core", json_string(rv_blas_corename()));
+    rv_bench_set(r, "cpu_kernels", json_string(rv_bench_cpu_kernels()));
+    rv_bench_note(r, "ringvit bench %s: model %s (%s, D %d, L %d, H %d), S=%lld%s, attention %s, "
+                  "cp %d x %d thread(s), %s, BLAS %s, CPU kernels %s", bench, spec,
+                  rv_vit_family_name(cfg->family), cfg->dim, cfg->layers, cfg->heads,
+                  (long long)o->seq, o->causal ? " causal" : "", span_text, o->cp, tpr,
+                  rv_cp_strategy_name(o->strategy), rv_blas_corename(), rv_bench_cpu_kernels());
+    rv_bench_note(r, "%s", "");
+}
+
+json_t *rv_bench_parts_json(const rv_vit_stats *s)
+{
+    return json_pack("{s:f, s:f, s:f, s:f, s:f, s:f}", "embed_s", s->embed_s, "attn_s", s->attn_s,
+                     "attn_kernel_s", s->cp.busy_s, "attn_wait_s", s->cp.wait_s, "mlp_s",
+                     s->mlp_s, "other_s", s->other_s);
+}
+
+void rv_bench_parts_note(rv_bench_report *r, const char *what, const rv_vit_stats *s)
+{
+    rv_bench_note(r, "%s: embed %.3f, attention %.3f (kernels %.3f, wait %.3f), mlp %.3f, "
+                  "other %.3f", what, s->embed_s, s->attn_s, s->cp.busy_s, s->cp.wait_s,
+                  s->mlp_s, s->other_s);
 }
 
 rv_status rv_bench_plan(const rv_bench_model_opts *o, rv_shard_plan *plan)

@@ -1,9 +1,12 @@
-/* bench_common.h: what the benches share: the sgemm rate every compute bench
- * sets its figures against (measured in the same run, on the same backend and
- * threads), and the synthetic token slices of the encoder benches. */
+/* bench_common.h: what the benches share: the report (a table of rows with an
+ * OK/FAILED footer, or one JSON object with --json, nccl-tests style), the flag
+ * loop, the sgemm rate every compute bench sets its figures against (measured in
+ * the same run, on the same backend and threads), and the synthetic token slices
+ * of the encoder benches. */
 #ifndef RV_BENCH_COMMON_H
 #define RV_BENCH_COMMON_H
 
+#include <jansson.h>
 #include <stdint.h>
 
 #include "rv_backend.h"
@@ -11,6 +14,119 @@
 #include "rv_shard.h"
 #include "model_cli.h"
 #include "rv_vit.h"
+
+/* ---- the report ------------------------------------------------------------------- */
+
+typedef enum rv_bench_type {
+    RV_BENCH_INT,  /* long long; a "%...lld" conversion; a JSON integer */
+    RV_BENCH_REAL, /* double; a floating conversion; a JSON real, null when not finite */
+    RV_BENCH_TEXT, /* const char *; a "%...s" conversion; a JSON string */
+} rv_bench_type;
+
+/* One column of a table. title NULL: the column is JSON only; key NULL: table
+ * only. The heading takes the width and '-' flag of fmt, so a bench can show a
+ * figure in one unit in the table ("sent(MB)") and another in JSON ("bytes_sent")
+ * as two columns, and order each side as it likes. */
+typedef struct rv_bench_col {
+    const char *title; /* table heading, e.g. "time(ms)" */
+    const char *fmt;   /* printf conversion with its width, e.g. "%10.2f" */
+    const char *key;   /* JSON key of the row's object, e.g. "ms" */
+    rv_bench_type type;
+} rv_bench_col;
+
+/* One cell of a row, by its column's type. */
+typedef union rv_bench_val {
+    long long i;
+    double f;
+    const char *s;
+} rv_bench_val;
+
+/* A bench's output: in table mode, notes ("# ..." lines), table headings and rows
+ * print as they come and the footer ends it ("# OK" or "# FAILED: why"); with
+ * --json nothing prints until the end, when the object built meanwhile ("bench",
+ * the bench's own keys in the order set, each table's rows, "ok") goes to stdout. */
+typedef struct rv_bench_report {
+    int json;                  /* 1: one JSON object at the end */
+    json_t *root;              /* the object (built in both modes) */
+    const rv_bench_col *cols;  /* the current table's columns */
+    int ncols;
+    const char *rows_key;      /* its rows' array in root; NULL: its row's keys go to root */
+    json_t *rows;              /* that array, once it has a row */
+} rv_bench_report;
+
+/* Starts the report of bench `bench` ("attention"): root {"bench": bench}. */
+void rv_bench_report_init(rv_bench_report *r, const char *bench, int json);
+/* Frees what r holds (after rv_bench_finish, or on an error path); idempotent. */
+void rv_bench_report_free(rv_bench_report *r);
+/* root[key] = value (taken: the reference is the report's). */
+void rv_bench_set(rv_bench_report *r, const char *key, json_t *value);
+/* A "# text" line in table mode ("#" alone for ""), nothing with --json. */
+void rv_bench_note(rv_bench_report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Starts a table of cols[0..ncols): prints its heading line in table mode; its rows
+ * go to root[rows_key] (an array, made at the first row), or with rows_key NULL
+ * (a table of one row) their keys straight into root. */
+void rv_bench_table(rv_bench_report *r, const char *rows_key, const rv_bench_col *cols,
+                    int ncols);
+/* One row of the current table: vals[c] for cols[c]. */
+void rv_bench_row(rv_bench_report *r, const rv_bench_val *vals);
+/* Ends the report: root["ok"] = ok, then the JSON object, or the footer "# OK" /
+ * "# FAILED: <why>" (why: fmt and its arguments, read only when !ok). Frees r.
+ * Returns RV_EXIT_OK, or RV_EXIT_FAIL when !ok or the output failed. */
+int rv_bench_finish(rv_bench_report *r, int ok, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- the flag loop ------------------------------------------------------------------- */
+
+typedef enum rv_bench_flag_kind {
+    RV_BENCH_SWITCH, /* no value: *(int *)dst = 1 (--json, --causal) */
+    RV_BENCH_TAKE_INT,    /* *(int *)dst in [lo, hi] */
+    RV_BENCH_TAKE_I64,    /* *(int64_t *)dst in [lo, hi] */
+    RV_BENCH_TAKE_DOUBLE, /* *(double *)dst in [lo, hi] */
+    RV_BENCH_TAKE_TEXT,   /* *(const char **)dst = the value (argv's) */
+    RV_BENCH_TAKE_DEVICE, /* *(const char **)dst = cpu or cuda */
+    RV_BENCH_TAKE_CUSTOM, /* take(cmd, name, value, dst): 0 or an exit code after a message */
+} rv_bench_flag_kind;
+
+/* One flag of a bench. Switches match exactly; flags with a value take it as the
+ * next argument or after '=' (rv_cli_flag_value). */
+typedef struct rv_bench_flag {
+    const char *name; /* "--heads" */
+    rv_bench_flag_kind kind;
+    void *dst;
+    double lo, hi;    /* the range of the numeric kinds */
+    int (*take)(const char *cmd, const char *name, const char *value, void *dst);
+    int *seen;        /* set to 1 when the flag is given (NULL: not kept) */
+} rv_bench_flag;
+
+/* --window W, --block B and --rate R of the span benches (bench attention, bench
+ * ring), into the doubles at w, b and r. */
+#define RV_BENCH_SPAN_FLAGS(w, b, r)                                       \
+    {.name = "--window", .kind = RV_BENCH_TAKE_DOUBLE, .dst = (w), .lo = 1e-6, .hi = 1e6}, \
+    {.name = "--block", .kind = RV_BENCH_TAKE_DOUBLE, .dst = (b), .lo = 1e-6, .hi = 1e6}, \
+    {.name = "--rate", .kind = RV_BENCH_TAKE_DOUBLE, .dst = (r), .lo = 1.0, .hi = 1e6}
+
+/* The flags of the attention benches (bench attention, bench ring) in the struct
+ * at o, which has int heads, dim, causal, backward, json; const char *device; and
+ * double window, block, rate. */
+#define RV_BENCH_ATTN_FLAGS(o)                                                             \
+    {.name = "--heads", .kind = RV_BENCH_TAKE_INT, .dst = &(o)->heads, .lo = 1, .hi = 1024}, \
+    {.name = "--dim", .kind = RV_BENCH_TAKE_INT, .dst = &(o)->dim, .lo = 1, .hi = 1024},     \
+    {.name = "--device", .kind = RV_BENCH_TAKE_DEVICE, .dst = &(o)->device},                \
+    RV_BENCH_SPAN_FLAGS(&(o)->window, &(o)->block, &(o)->rate),                             \
+    {.name = "--causal", .kind = RV_BENCH_SWITCH, .dst = &(o)->causal},                     \
+    {.name = "--backward", .kind = RV_BENCH_SWITCH, .dst = &(o)->backward},                 \
+    {.name = "--json", .kind = RV_BENCH_SWITCH, .dst = &(o)->json}
+
+/* Parses argv[1..] of `ringvit <cmd>` against flags[0..n): an argument no flag
+ * names is an unknown flag, unless file is not NULL and it does not start with
+ * '-' (or is "-"): then it is the one FILE (*file). Returns 0 or an exit code
+ * after a usage message, at the first bad argument. */
+int rv_bench_parse(const char *cmd, int argc, char **argv, const rv_bench_flag *flags, int n,
+                   const char **file);
+/* --strategy ring|allgather|ulysses into the rv_cp_strategy at dst (a take). */
+int rv_bench_take_strategy(const char *cmd, const char *name, const char *value, void *dst);
+
+/* ---- the GEMM reference ------------------------------------------------------------- */
 
 /* Fastest of `repeat` runs (after one warm-up) of the backend's sgemm on
  * (2048 x 2048) @ (2048 x 2048), in GFLOP/s. */
@@ -70,11 +186,6 @@ typedef struct rv_bench_span_seq {
 
 rv_status rv_bench_span_seq_make(double window, double block, double rate, int64_t seq,
                                  rv_bench_span_seq *s);
-/* --window W, --block B and --rate R of the span benches: 1 when argv[*i] is one
- * of them (its value taken into window, block or rate, *rc 0 or an exit code
- * after a message), 0 when not. */
-int rv_bench_span_flag(const char *cmd, int argc, char **argv, int *i, double *window,
-                       double *block, double *rate, int *rc);
 void rv_bench_span_seq_free(rv_bench_span_seq *s);
 
 /* The options of the encoder benches (bench encoder, bench train). */
@@ -94,6 +205,15 @@ rv_status rv_bench_plan(const rv_bench_model_opts *o, rv_shard_plan *plan);
 /* The model of o (--model, else --preset; random weights seed 0 for a preset),
  * checked against o's ranks (ulysses). Returns 0 or an exit code after a message. */
 int rv_bench_model_open(const char *cmd, const rv_bench_model_opts *o, model_cli *mc);
+
+/* Starts r for an encoder bench (`bench`: "encoder", "train") of o on a model of
+ * config cfg: the JSON keys model .. cpu_kernels, and the heading line and "#". */
+void rv_bench_model_report_init(rv_bench_report *r, const char *bench,
+                                const rv_bench_model_opts *o, const rv_vit_config *cfg);
+/* A stats' time per part: as a JSON object (embed_s, attn_s, attn_kernel_s,
+ * attn_wait_s, mlp_s, other_s), and as a note line "<what>: embed ..., ...". */
+json_t *rv_bench_parts_json(const rv_vit_stats *s);
+void rv_bench_parts_note(rv_bench_report *r, const char *what, const rv_vit_stats *s);
 
 /* Parses argv[1..] of `ringvit <cmd>` into o (default seq: seq); returns 0 or an
  * exit code (usage errors are printed). */

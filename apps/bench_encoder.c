@@ -10,17 +10,16 @@
  * slowest rank), the ratio to sgemm, the peak activation memory of a rank (max
  * over ranks; weights excluded), the per-part times of rank 0, and an OK/FAILED
  * footer (FAILED when an output is not finite). */
-#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "apps.h"
 #include "bench_common.h"
 #include "cli.h"
 #include "model_cli.h"
+#include "rv_clock.h"
 #include "rv_tokens.h"
 #include "rv_vit.h"
 
@@ -73,13 +72,6 @@ typedef struct shared {
     int *bad;              /* (N) non-finite outputs seen */
 } shared;
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
 static rv_status rank_main(rv_comm *comm, void *arg)
 {
     shared *sh = arg;
@@ -103,11 +95,11 @@ static rv_status rank_main(rv_comm *comm, void *arg)
         rv_vit_stats stats;
         if ((st = rv_comm_barrier(comm)) != RV_OK)
             goto end;
-        double t0 = now_s();
+        double t0 = rv_clock_s();
         if ((st = rv_vit_forward(sh->m, &run, &s.t, y, &stats)) != RV_OK ||
             (st = rv_comm_barrier(comm)) != RV_OK)
             goto end;
-        double dt = now_s() - t0;
+        double dt = rv_clock_s() - t0;
         /* The mean of the ranks' clocks (they leave the barriers together), so
          * every rank keeps the stats of the same run. */
         double t = dt;
@@ -134,12 +126,19 @@ end:
     return st;
 }
 
-int rv_bench_encoder(int argc, char **argv)
+/* The one row; rank 0's time per part follows it. */
+static const rv_bench_col row_cols[] = {
+    {"wall(s)", "%9.3f", "wall_s", RV_BENCH_REAL},
+    {"tokens/s", "%10.0f", "tokens_per_s", RV_BENCH_REAL},
+    {NULL, NULL, "gflop", RV_BENCH_REAL},
+    {"GFLOP/s", "%9.1f", "gflops", RV_BENCH_REAL},
+    {"sgemm", "%9.1f", "sgemm_gflops", RV_BENCH_REAL},
+    {"MFU", "%6.3f", "mfu", RV_BENCH_REAL},
+    {"peak act(MB)", "%12.1f", "peak_act_mb", RV_BENCH_REAL},
+};
+
+static int bench_main(int argc, char **argv)
 {
-    if (argc >= 2 && rv_cli_is_help(argv[1])) {
-        fputs(help_text, stdout);
-        return RV_EXIT_OK;
-    }
     opts o;
     int rc = rv_bench_model_parse(CMD, argc, argv, 16384, &o);
     if (rc)
@@ -157,7 +156,6 @@ int rv_bench_encoder(int argc, char **argv)
         rv_cli_error("%s: out of memory", CMD);
         goto end;
     }
-    const char *spec = o.model ? o.model : o.preset;
     if ((rc = rv_bench_model_open(CMD, &o, &mc)) != 0)
         goto end;
     rc = RV_EXIT_FAIL;
@@ -186,8 +184,6 @@ int rv_bench_encoder(int argc, char **argv)
         for (int r = 0; r < o.cp; r++)
             flops += sh.stats[r].flops;
     }
-    char span_text[48];
-    rv_span_format(&o.span, span_text, sizeof span_text);
     const double gflops = flops / sh.wall * 1e-9;
     size_t peak = 0;
     int bad = 0;
@@ -196,57 +192,16 @@ int rv_bench_encoder(int argc, char **argv)
         bad |= sh.bad[r];
     }
     const rv_vit_stats *s0 = &sh.stats[0];
-    const int tpr = o.threads / o.cp > 0 ? o.threads / o.cp : 1;
-    if (o.json) {
-        json_t *j = json_object(), *parts = json_object();
-        json_object_set_new(j, "bench", json_string("encoder"));
-        json_object_set_new(j, "model", json_string(spec));
-        json_object_set_new(j, "family", json_string(rv_vit_family_name(cfg.family)));
-        json_object_set_new(j, "seq", json_integer(o.seq));
-        json_object_set_new(j, "cp", json_integer(o.cp));
-        json_object_set_new(j, "strategy", json_string(rv_cp_strategy_name(o.strategy)));
-        json_object_set_new(j, "causal", json_boolean(o.causal));
-        json_object_set_new(j, "attention", json_string(span_text));
-        json_object_set_new(j, "threads", json_integer(o.threads));
-        json_object_set_new(j, "threads_per_rank", json_integer(tpr));
-        json_object_set_new(j, "blas_core", json_string(rv_blas_corename()));
-        json_object_set_new(j, "cpu_kernels", json_string(rv_bench_cpu_kernels()));
-        json_object_set_new(j, "wall_s", json_real(sh.wall));
-        json_object_set_new(j, "tokens_per_s", json_real(o.seq / sh.wall));
-        json_object_set_new(j, "gflop", json_real(flops * 1e-9));
-        json_object_set_new(j, "gflops", json_real(gflops));
-        json_object_set_new(j, "sgemm_gflops", json_real(sgemm));
-        json_object_set_new(j, "mfu", json_real(gflops / sgemm));
-        json_object_set_new(j, "peak_act_mb", json_real(peak / 1048576.0));
-        json_object_set_new(parts, "embed_s", json_real(s0->embed_s));
-        json_object_set_new(parts, "attn_s", json_real(s0->attn_s));
-        json_object_set_new(parts, "attn_kernel_s", json_real(s0->cp.busy_s));
-        json_object_set_new(parts, "attn_wait_s", json_real(s0->cp.wait_s));
-        json_object_set_new(parts, "mlp_s", json_real(s0->mlp_s));
-        json_object_set_new(parts, "other_s", json_real(s0->other_s));
-        json_object_set_new(j, "rank0", parts);
-        json_object_set_new(j, "ok", json_boolean(!bad));
-        rc = rv_cli_json_print(j);
-        json_decref(j);
-    } else {
-        printf("# ringvit bench encoder: model %s (%s, D %d, L %d, H %d), S=%lld%s, attention %s, "
-               "cp %d x %d thread(s), %s, BLAS %s, CPU kernels %s\n#\n", spec,
-               rv_vit_family_name(cfg.family),
-               cfg.dim, cfg.layers, cfg.heads, (long long)o.seq, o.causal ? " causal" : "",
-               span_text, o.cp, tpr,
-               rv_cp_strategy_name(o.strategy), rv_blas_corename(), rv_bench_cpu_kernels());
-        printf("# %9s %10s %9s %9s %6s %12s\n", "wall(s)", "tokens/s", "GFLOP/s", "sgemm",
-               "MFU", "peak act(MB)");
-        printf("  %9.3f %10.0f %9.1f %9.1f %6.3f %12.1f\n", sh.wall, o.seq / sh.wall, gflops,
-               sgemm, gflops / sgemm, peak / 1048576.0);
-        printf("#\n# rank 0 time per part (s): embed %.3f, attention %.3f (kernels %.3f, "
-               "wait %.3f), mlp %.3f, other %.3f\n", s0->embed_s, s0->attn_s, s0->cp.busy_s,
-               s0->cp.wait_s, s0->mlp_s, s0->other_s);
-        printf("# %s\n", bad ? "FAILED: non-finite outputs" : "OK");
-        rc = RV_EXIT_OK;
-    }
-    if (rc == RV_EXIT_OK && bad)
-        rc = RV_EXIT_FAIL;
+    rv_bench_report rep;
+    rv_bench_model_report_init(&rep, "encoder", &o, &cfg);
+    rv_bench_table(&rep, NULL, row_cols, (int)(sizeof row_cols / sizeof row_cols[0]));
+    rv_bench_row(&rep, (const rv_bench_val[]){{.f = sh.wall}, {.f = o.seq / sh.wall},
+                                              {.f = flops * 1e-9}, {.f = gflops}, {.f = sgemm},
+                                              {.f = gflops / sgemm}, {.f = peak / 1048576.0}});
+    rv_bench_set(&rep, "rank0", rv_bench_parts_json(s0));
+    rv_bench_note(&rep, "%s", "");
+    rv_bench_parts_note(&rep, "rank 0 time per part (s)", s0);
+    rc = rv_bench_finish(&rep, !bad, "non-finite outputs");
     goto end;
 fail:
     rc = rv_cli_fail(st, CMD);
@@ -256,3 +211,9 @@ end:
     free(sh.stats), free(sh.bad);
     return rc;
 }
+
+const rv_bench_cmd rv_bench_encoder = {
+    .name = "encoder",
+    .help = help_text,
+    .main = bench_main,
+};

@@ -20,12 +20,13 @@
 #include <sys/resource.h>
 #include <sys/time.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "apps.h"
+#include "bench_common.h"
 #include "cli.h"
 #include "ingest_cli.h"
+#include "rv_clock.h"
 #include "rv_ingest.h"
 
 #define CMD "bench ingest"
@@ -66,13 +67,6 @@ typedef struct bench_row {
     double wall, cpu, peak_mb;
 } bench_row;
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
 static double tv_s(struct timeval t)
 {
     return t.tv_sec + t.tv_usec * 1e-6;
@@ -100,7 +94,7 @@ static int run_ffmpeg(const char *ffmpeg, char **args, bench_row *row, char *err
     posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
     posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
     posix_spawn_file_actions_addclose(&fa, fds[0]);
-    double t0 = now_s();
+    double t0 = rv_clock_s();
     int rc = posix_spawnp(&pid, ffmpeg, &fa, NULL, args, environ);
     posix_spawn_file_actions_destroy(&fa);
     close(fds[1]);
@@ -132,7 +126,7 @@ static int run_ffmpeg(const char *ffmpeg, char **args, bench_row *row, char *err
     struct rusage ru;
     while (wait4(pid, &status, 0, &ru) < 0 && errno == EINTR)
         ;
-    row->wall = now_s() - t0;
+    row->wall = rv_clock_s() - t0;
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || frames < 0) {
         snprintf(err, errsz, "ffmpeg failed%s%s", last_err[0] ? ": " : "", last_err);
         return -1;
@@ -144,48 +138,48 @@ static int run_ffmpeg(const char *ffmpeg, char **args, bench_row *row, char *err
     return 0;
 }
 
-int rv_bench_ingest(int argc, char **argv)
+/* --fps F into the rv_ingest_opts at dst. */
+static int take_fps(const char *cmd, const char *name, const char *value, void *dst)
 {
-    if (argc >= 2 && rv_cli_is_help(argv[1])) {
-        fputs(help_text, stdout);
-        return RV_EXIT_OK;
-    }
+    rv_ingest_opts *o = dst;
+    return rv_cli_parse_fps(cmd, name, value, &o->fps_num, &o->fps_den);
+}
+
+/* One row per decoder that ran. */
+static const rv_bench_col row_cols[] = {
+    {"decoder", "%8s", "decoder", RV_BENCH_TEXT},
+    {"frames", "%8lld", "frames", RV_BENCH_INT},
+    {"wall s", "%8.2f", "wall_s", RV_BENCH_REAL},
+    {"cpu s", "%8.2f", "cpu_s", RV_BENCH_REAL},
+    {"frames/s", "%9.1f", "frames_per_s", RV_BENCH_REAL},
+    {"rec-s/s", "%8.1f", "recording_s_per_s", RV_BENCH_REAL},
+    {"ratio", "%7.2f", "ratio", RV_BENCH_REAL},
+    {"peak MB", "%8.1f", "peak_rss_mb", RV_BENCH_REAL},
+};
+
+static int bench_main(int argc, char **argv)
+{
     rv_ingest_opts o;
     rv_ingest_opts_default(&o);
     const char *path = NULL, *ffmpeg = "ffmpeg";
-    int rc = 0, json = 0, no_ffmpeg = 0, threads_set = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (rv_cli_flag_is(a, "--fps")) {
-            rc = rv_cli_take_fps(CMD, argc, argv, &i, &o.fps_num, &o.fps_den);
-        } else if (rv_cli_flag_is(a, "--size")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 8, 4096, &o.size);
-        } else if (rv_cli_flag_is(a, "--threads")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 256, &o.threads);
-            threads_set = 1;
-        } else if (rv_cli_flag_is(a, "--ffmpeg")) {
-            if (!(ffmpeg = rv_cli_flag_value(CMD, argc, argv, &i)))
-                return RV_EXIT_USAGE;
-        } else if (strcmp(a, "--pad") == 0) {
-            o.pad = 1;
-        } else if (strcmp(a, "--no-audio") == 0) {
-            o.audio_stream = -2;
-        } else if (strcmp(a, "--decode-all") == 0) {
-            o.decode_all = 1;
-        } else if (strcmp(a, "--no-ffmpeg") == 0) {
-            no_ffmpeg = 1;
-        } else if (strcmp(a, "--json") == 0) {
-            json = 1;
-        } else if (a[0] == '-' && a[1] != '\0') {
-            return rv_cli_unknown_arg(CMD, a);
-        } else if (!path) {
-            path = a;
-        } else {
-            return rv_cli_usage_error(CMD, "one FILE at a time (got '%s' and '%s')", path, a);
-        }
-        if (rc)
-            return rc;
-    }
+    int rc = 0, json = 0, no_ffmpeg = 0, no_audio = 0, threads_set = 0;
+    const rv_bench_flag flags[] = {
+        {.name = "--fps", .kind = RV_BENCH_TAKE_CUSTOM, .dst = &o, .take = take_fps},
+        {.name = "--size", .kind = RV_BENCH_TAKE_INT, .dst = &o.size, .lo = 8, .hi = 4096},
+        {.name = "--threads", .kind = RV_BENCH_TAKE_INT, .dst = &o.threads, .lo = 1, .hi = 256,
+         .seen = &threads_set},
+        {.name = "--ffmpeg", .kind = RV_BENCH_TAKE_TEXT, .dst = &ffmpeg},
+        {.name = "--pad", .kind = RV_BENCH_SWITCH, .dst = &o.pad},
+        {.name = "--no-audio", .kind = RV_BENCH_SWITCH, .dst = &no_audio},
+        {.name = "--decode-all", .kind = RV_BENCH_SWITCH, .dst = &o.decode_all},
+        {.name = "--no-ffmpeg", .kind = RV_BENCH_SWITCH, .dst = &no_ffmpeg},
+        {.name = "--json", .kind = RV_BENCH_SWITCH, .dst = &json},
+    };
+    if ((rc = rv_bench_parse(CMD, argc, argv, flags, (int)(sizeof flags / sizeof flags[0]),
+                             &path)) != 0)
+        return rc;
+    if (no_audio)
+        o.audio_stream = -2;
     if (!path)
         return rv_cli_usage_error(CMD, "which file? give a media FILE");
 
@@ -208,9 +202,9 @@ int rv_bench_ingest(int argc, char **argv)
     rv_ingest_stats stats;
     struct rusage ru0, ru1;
     getrusage(RUSAGE_SELF, &ru0);
-    double t0 = now_s();
+    double t0 = rv_clock_s();
     st = rv_ingest_stream(path, &o, count_chunk, &rows[0].frames, &stats);
-    rows[0].wall = now_s() - t0;
+    rows[0].wall = rv_clock_s() - t0;
     getrusage(RUSAGE_SELF, &ru1);
     if (st != RV_OK) {
         rv_probe_free(&probe);
@@ -268,63 +262,42 @@ int rv_bench_ingest(int argc, char **argv)
     double rec = stats.end_s - o.start_s;
     double ratio = rows[1].ran ? rows[1].wall / rows[0].wall : NAN;
     int ok = rows[0].ran && (no_ffmpeg || (rows[1].ran && llabs(rows[1].frames - rows[0].frames) <= 2));
-    if (json) {
-        json_t *root = json_object(), *arr = json_array();
-        json_object_set_new(root, "bench", json_string("ingest"));
-        json_object_set_new(root, "file", rv_cli_json_path(path));
-        json_object_set_new(root, "codec", json_string(vs->codec));
-        json_object_set_new(root, "width", json_integer(vs->width));
-        json_object_set_new(root, "height", json_integer(vs->height));
-        json_object_set_new(root, "fps", json_real((double)o.fps_num / o.fps_den));
-        json_object_set_new(root, "size", json_integer(o.size));
-        json_object_set_new(root, "recording_s", json_real(rec));
-        json_object_set_new(root, "decoded_frames", json_integer(stats.decoded_frames));
-        json_object_set_new(root, "skipped_packets", json_integer(stats.skipped_packets));
-        for (int r = 0; r < 2; r++) {
-            if (!rows[r].ran)
-                continue;
-            json_t *row = json_object();
-            json_object_set_new(row, "decoder", json_string(rows[r].name));
-            json_object_set_new(row, "frames", json_integer(rows[r].frames));
-            json_object_set_new(row, "wall_s", json_real(rows[r].wall));
-            json_object_set_new(row, "cpu_s", json_real(rows[r].cpu));
-            json_object_set_new(row, "frames_per_s", json_real(rows[r].frames / rows[r].wall));
-            json_object_set_new(row, "recording_s_per_s", json_real(rec / rows[r].wall));
-            json_object_set_new(row, "ratio", r == 0 ? (isnan(ratio) ? json_null() : json_real(ratio))
-                                                     : json_real(1.0));
-            json_object_set_new(row, "peak_rss_mb", json_real(rows[r].peak_mb));
-            json_array_append_new(arr, row);
-        }
-        json_object_set_new(root, "rows", arr);
-        json_object_set_new(root, "ok", json_boolean(ok));
-        rc = rv_cli_json_print(root);
-        json_decref(root);
-    } else {
-        printf("# ringvit bench ingest: %s, %s %dx%d, %.1f s, fps %d/%d, size %d%s, threads %s\n"
-               "# ringvit decoded %lld frames, skipped %lld packets\n#\n"
-               "# %8s %8s %8s %8s %9s %8s %7s %8s\n",
-               path, vs->codec, vs->width, vs->height, rec, o.fps_num, o.fps_den, o.size,
-               o.pad ? " pad" : "", threads_text,
-               (long long)stats.decoded_frames, (long long)stats.skipped_packets, "decoder",
-               "frames", "wall s", "cpu s", "frames/s", "rec-s/s", "ratio", "peak MB");
-        for (int r = 0; r < 2; r++) {
-            if (!rows[r].ran)
-                continue;
-            printf("  %8s %8lld %8.2f %8.2f %9.1f %8.1f %7.2f %8.1f\n", rows[r].name,
-                   (long long)rows[r].frames, rows[r].wall, rows[r].cpu,
-                   rows[r].frames / rows[r].wall, rec / rows[r].wall,
-                   r == 0 ? ratio : 1.0, rows[r].peak_mb);
-        }
-        if (ok)
-            printf("# OK\n");
-        else if (!rows[1].ran)
-            printf("# FAILED: the ffmpeg command did not run (%s)\n", ffmpeg_err);
-        else
-            printf("# FAILED: ringvit made %lld frames, ffmpeg %lld\n", (long long)rows[0].frames,
-                   (long long)rows[1].frames);
-    }
+    rv_bench_report rep;
+    rv_bench_report_init(&rep, "ingest", json);
+    rv_bench_set(&rep, "file", rv_cli_json_path(path));
+    rv_bench_set(&rep, "codec", json_string(vs->codec));
+    rv_bench_set(&rep, "width", json_integer(vs->width));
+    rv_bench_set(&rep, "height", json_integer(vs->height));
+    rv_bench_set(&rep, "fps", json_real((double)o.fps_num / o.fps_den));
+    rv_bench_set(&rep, "size", json_integer(o.size));
+    rv_bench_set(&rep, "recording_s", json_real(rec));
+    rv_bench_set(&rep, "decoded_frames", json_integer(stats.decoded_frames));
+    rv_bench_set(&rep, "skipped_packets", json_integer(stats.skipped_packets));
+    rv_bench_note(&rep, "ringvit bench ingest: %s, %s %dx%d, %.1f s, fps %d/%d, size %d%s, "
+                  "threads %s", path, vs->codec, vs->width, vs->height, rec, o.fps_num,
+                  o.fps_den, o.size, o.pad ? " pad" : "", threads_text);
+    rv_bench_note(&rep, "ringvit decoded %lld frames, skipped %lld packets",
+                  (long long)stats.decoded_frames, (long long)stats.skipped_packets);
+    rv_bench_note(&rep, "%s", "");
+    rv_bench_table(&rep, "rows", row_cols, (int)(sizeof row_cols / sizeof row_cols[0]));
+    for (int r = 0; r < 2; r++)
+        if (rows[r].ran)
+            rv_bench_row(&rep, (const rv_bench_val[]){
+                                   {.s = rows[r].name}, {.i = rows[r].frames}, {.f = rows[r].wall},
+                                   {.f = rows[r].cpu}, {.f = rows[r].frames / rows[r].wall},
+                                   {.f = rec / rows[r].wall}, {.f = r == 0 ? ratio : 1.0},
+                                   {.f = rows[r].peak_mb}});
+    if (!rows[1].ran)
+        rc = rv_bench_finish(&rep, ok, "the ffmpeg command did not run (%s)", ffmpeg_err);
+    else
+        rc = rv_bench_finish(&rep, ok, "ringvit made %lld frames, ffmpeg %lld",
+                             (long long)rows[0].frames, (long long)rows[1].frames);
     rv_probe_free(&probe);
-    if (rc == RV_EXIT_OK && !ok)
-        rc = RV_EXIT_FAIL;
     return rc;
 }
+
+const rv_bench_cmd rv_bench_ingest = {
+    .name = "ingest",
+    .help = help_text,
+    .main = bench_main,
+};

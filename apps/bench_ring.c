@@ -22,11 +22,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "apps.h"
 #include "bench_common.h"
 #include "cli.h"
+#include "rv_clock.h"
 #include "rv_cp_attention.h"
 #include "rv_cuda.h"
 
@@ -129,13 +129,6 @@ static json_t *json_reals(const double *x, int n)
     return a;
 }
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
 static void rows_copy(const rv_shard_plan *p, int r, size_t row, float *global, float *slice,
                       int to_slice)
 {
@@ -223,22 +216,22 @@ static rv_status rank_main(rv_comm *comm, void *arg)
     }
     if ((st = rv_comm_barrier(comm)) != RV_OK)
         goto end;
-    double t0 = now_s();
+    double t0 = rv_clock_s();
     if ((st = rv_cp_attn_forward(&cp, d[0], d[1], d[2], d[3], d[8])) != RV_OK ||
         (st = rv_comm_barrier(comm)) != RV_OK)
         goto end;
     if (r == 0)
-        sh->t_fwd = now_s() - t0;
+        sh->t_fwd = rv_clock_s() - t0;
     sh->fwd[r] = cp.stats;
     if (o->backward) {
         memset(&cp.stats, 0, sizeof cp.stats);
-        t0 = now_s();
+        t0 = rv_clock_s();
         if ((st = rv_cp_attn_backward(&cp, d[0], d[1], d[2], d[3], d[8], d[4], d[5], d[6],
                                       d[7])) != RV_OK ||
             (st = rv_comm_barrier(comm)) != RV_OK)
             goto end;
         if (r == 0)
-            sh->t_bwd = now_s() - t0;
+            sh->t_bwd = rv_clock_s() - t0;
         sh->bwd[r] = cp.stats;
         if (!on_cpu && (st = be->copy(be, t[5], d[5], sizeof(float) * n,
                                       RV_COPY_DEVICE_TO_HOST)) != RV_OK)
@@ -261,63 +254,49 @@ end:
     return st;
 }
 
+/* --shard contiguous|zigzag into the rv_shard_kind at dst. */
+static int take_shard(const char *cmd, const char *name, const char *value, void *dst)
+{
+    (void)name;
+    if (rv_shard_kind_parse(value, dst) != RV_OK)
+        return rv_cli_usage_error(cmd, "%s", rv_last_error());
+    return 0;
+}
+
 static int parse(int argc, char **argv, opts *o)
 {
     *o = (opts){.strategy = RV_CP_RING, .cp = 2, .heads = 4, .dim = 64, .tpr = 1, .repeat = 1,
                 .seq = 32768, .timeout = RV_COMM_DEFAULT_TIMEOUT_S, .rate = 150.0,
                 .device = "cpu"};
-    int rc = 0;
-    for (int i = 1; i < argc && !rc; i++) {
-        const char *a = argv[i];
-        if (rv_cli_flag_is(a, "--strategy") || rv_cli_flag_is(a, "--shard")) {
-            const char *v = rv_cli_flag_value(CMD, argc, argv, &i);
-            if (!v)
-                return RV_EXIT_USAGE;
-            rv_status st = rv_cli_flag_is(a, "--strategy") ? rv_cp_strategy_parse(v, &o->strategy)
-                                                            : rv_shard_kind_parse(v, &o->shard);
-            if (st != RV_OK)
-                return rv_cli_usage_error(CMD, "%s", rv_last_error());
-            o->shard_set |= rv_cli_flag_is(a, "--shard");
-        } else if (rv_cli_flag_is(a, "--device")) {
-            rc = rv_cli_take_device(CMD, argc, argv, &i, &o->device);
-        } else if (rv_cli_flag_is(a, "--cp")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1024, &o->cp);
-        } else if (rv_cli_flag_is(a, "--seq")) {
-            rc = rv_cli_take_i64(CMD, argc, argv, &i, 1, (int64_t)1 << 30, &o->seq);
-        } else if (rv_cli_flag_is(a, "--heads")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1024, &o->heads);
-        } else if (rv_cli_flag_is(a, "--dim")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1024, &o->dim);
-        } else if (rv_cli_flag_is(a, "--repeat")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 100, &o->repeat);
-        } else if (rv_cli_flag_is(a, "--threads-per-rank")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1024, &o->tpr);
-        } else if (rv_cli_flag_is(a, "--timeout")) {
-            rc = rv_cli_take_double(CMD, argc, argv, &i, 0.001, 1e6, &o->timeout);
-        } else if (rv_bench_span_flag(CMD, argc, argv, &i, &o->window, &o->block, &o->rate,
-                                      &rc)) {
-            /* taken */
-        } else if (strcmp(a, "--causal") == 0) {
-            o->causal = 1;
-        } else if (strcmp(a, "--backward") == 0) {
-            o->backward = 1;
-        } else if (strcmp(a, "--json") == 0) {
-            o->json = 1;
-        } else {
-            return rv_cli_unknown_arg(CMD, a);
-        }
-    }
-    if (!rc && o->window > 0 && o->block > 0)
+    const rv_bench_flag flags[] = {
+        {.name = "--strategy", .kind = RV_BENCH_TAKE_CUSTOM, .dst = &o->strategy,
+         .take = rv_bench_take_strategy},
+        {.name = "--shard", .kind = RV_BENCH_TAKE_CUSTOM, .dst = &o->shard, .take = take_shard,
+         .seen = &o->shard_set},
+        {.name = "--cp", .kind = RV_BENCH_TAKE_INT, .dst = &o->cp, .lo = 1, .hi = 1024},
+        {.name = "--seq", .kind = RV_BENCH_TAKE_I64,
+         .dst = &o->seq, .lo = 1, .hi = (double)((int64_t)1 << 30)},
+        {.name = "--repeat", .kind = RV_BENCH_TAKE_INT, .dst = &o->repeat, .lo = 1, .hi = 100},
+        {.name = "--threads-per-rank", .kind = RV_BENCH_TAKE_INT,
+         .dst = &o->tpr, .lo = 1, .hi = 1024},
+        {.name = "--timeout", .kind = RV_BENCH_TAKE_DOUBLE,
+         .dst = &o->timeout, .lo = 0.001, .hi = 1e6},
+        RV_BENCH_ATTN_FLAGS(o),
+    };
+    int rc = rv_bench_parse(CMD, argc, argv, flags, (int)(sizeof flags / sizeof flags[0]), NULL);
+    if (rc)
+        return rc;
+    if (o->window > 0 && o->block > 0)
         return rv_cli_usage_error(CMD, "--window and --block exclude each other");
-    if (!rc && span_on(o) && o->shard_set && o->shard != RV_SHARD_CONTIGUOUS)
+    if (span_on(o) && o->shard_set && o->shard != RV_SHARD_CONTIGUOUS)
         return rv_cli_usage_error(CMD, "an attention span (--window, --block) needs "
                                   "--shard contiguous");
-    if (!rc && !o->shard_set)
+    if (!o->shard_set)
         o->shard = o->causal && !span_on(o) ? RV_SHARD_ZIGZAG : RV_SHARD_CONTIGUOUS;
-    if (!rc && o->strategy == RV_CP_ULYSSES && o->heads % o->cp != 0)
+    if (o->strategy == RV_CP_ULYSSES && o->heads % o->cp != 0)
         return rv_cli_usage_error(CMD, "ulysses needs --heads (%d) to be a multiple of --cp (%d)",
                                   o->heads, o->cp);
-    return rc;
+    return 0;
 }
 
 /* Single-rank attention of the whole sequence: one timed forward (and backward)
@@ -336,18 +315,18 @@ static rv_status single_rank(rv_backend *be, const opts *o, float *const dev[9],
                            .k_time = time, .reach = reach, .causal = o->causal};
     rv_attn_fwd_args fa = {dev[0], dev[1], dev[2], dev[4], dev[6], (int)o->seq, (int)o->seq,
                            o->heads, o->dim, 0.0f, m, 0};
-    double t0 = now_s();
+    double t0 = rv_clock_s();
     rv_status st = be->attn_fwd(be, &fa);
     if (st != RV_OK || (st = be->synchronize(be)) != RV_OK)
         return st;
-    *t_fwd = now_s() - t0;
+    *t_fwd = rv_clock_s() - t0;
     if (o->backward) {
         rv_attn_bwd_args ba = {dev[0], dev[1], dev[2], dev[4], dev[6], dev[3], dev[5], dev[7],
                                dev[8], (int)o->seq, (int)o->seq, o->heads, o->dim, 0.0f, m, 0};
-        t0 = now_s();
+        t0 = rv_clock_s();
         if ((st = be->attn_bwd(be, &ba)) != RV_OK || (st = be->synchronize(be)) != RV_OK)
             return st;
-        *t_bwd = now_s() - t0;
+        *t_bwd = rv_clock_s() - t0;
         if (!on_cpu &&
             (st = be->copy(be, h_dq, dev[5], sizeof(float) * nt, RV_COPY_DEVICE_TO_HOST)) != RV_OK)
             return st;
@@ -367,12 +346,29 @@ static double max_abs_diff(const float *a, const float *b, size_t n)
     return m;
 }
 
-int rv_bench_ring(int argc, char **argv)
+/* The table of the passes (its figures go to JSON under their own keys) and the
+ * table of the ranks. */
+static const rv_bench_col pass_cols[] = {
+    {"pass", "%4s", NULL, RV_BENCH_TEXT},
+    {"cp(ms)", "%10.1f", NULL, RV_BENCH_REAL},
+    {"single(ms)", "%10.1f", NULL, RV_BENCH_REAL},
+    {"ratio", "%6.3f", NULL, RV_BENCH_REAL},
+    {"max err", "%10.2g", NULL, RV_BENCH_REAL},
+};
+static const rv_bench_col rank_cols[] = {
+    {"rank", "%4lld", "rank", RV_BENCH_INT},
+    {NULL, NULL, "bytes_sent", RV_BENCH_REAL},
+    {"sent(MB)", "%12.1f", NULL, RV_BENCH_REAL},
+    {"mem(MB)", "%10.1f", NULL, RV_BENCH_REAL},
+    {NULL, NULL, "busy_s", RV_BENCH_REAL},
+    {"GFLOP", "%9.2f", "gflop", RV_BENCH_REAL},
+    {"busy(s)", "%9.3f", NULL, RV_BENCH_REAL},
+    {"wait(s)", "%9.3f", "wait_s", RV_BENCH_REAL},
+    {NULL, NULL, "mem_mb", RV_BENCH_REAL},
+};
+
+static int bench_main(int argc, char **argv)
 {
-    if (argc >= 2 && rv_cli_is_help(argv[1])) {
-        fputs(help_text, stdout);
-        return RV_EXIT_OK;
-    }
     opts o;
     int rc = parse(argc, argv, &o);
     if (rc)
@@ -512,97 +508,83 @@ int rv_bench_ring(int argc, char **argv)
     else
         snprintf(span_text, sizeof span_text, "full");
     int ok = err_o < tol && (!o.backward || err_dq < tol);
-    if (o.json) {
-        json_t *j = json_object(), *ranks = json_array();
-        json_object_set_new(j, "bench", json_string("ring"));
-        json_object_set_new(j, "strategy", json_string(rv_cp_strategy_name(o.strategy)));
-        json_object_set_new(j, "cpu_kernels", json_string(rv_bench_cpu_kernels()));
-        json_object_set_new(j, "shard", json_string(rv_shard_kind_name(o.shard)));
-        json_object_set_new(j, "cp", json_integer(o.cp));
-        json_object_set_new(j, "seq", json_integer(o.seq));
-        json_object_set_new(j, "heads", json_integer(o.heads));
-        json_object_set_new(j, "dim", json_integer(o.dim));
-        json_object_set_new(j, "causal", json_boolean(o.causal));
-        json_object_set_new(j, "attention", json_string(span_text));
-        if (span_on(&o))
-            json_object_set_new(j, "rate", json_real(o.rate));
-        json_object_set_new(j, "visible_fraction", json_real(visible));
-        json_object_set_new(j, "fwd_sent_max_mb", json_real(fwd_sent_max / 1048576.0));
-        json_object_set_new(j, "full_ring_fwd_mb", json_real(full_ring / 1048576.0));
-        json_object_set_new(j, "threads_per_rank", json_integer(o.tpr));
-        json_object_set_new(j, "device", json_string(be->name));
-        json_object_set_new(j, "tolerance", json_real(tol));
-        json_object_set_new(j, "fwd_ms", json_real(sh.t_fwd * 1e3));
-        json_object_set_new(j, "single_fwd_ms", json_real(single_fwd * 1e3));
-        json_object_set_new(j, "fwd_ratio", json_real(sh.t_fwd / single_fwd));
-        json_object_set_new(j, "fwd_ratio_median", json_real(fwd_median));
-        json_object_set_new(j, "fwd_ratio_runs", json_reals(run_ratio, o.repeat));
-        if (o.backward) {
-            json_object_set_new(j, "bwd_ms", json_real(sh.t_bwd * 1e3));
-            json_object_set_new(j, "single_bwd_ms", json_real(single_bwd * 1e3));
-            json_object_set_new(j, "bwd_ratio", json_real(sh.t_bwd / single_bwd));
-            json_object_set_new(j, "bwd_ratio_median", json_real(bwd_median));
-            json_object_set_new(j, "bwd_ratio_runs", json_reals(run_ratio + o.repeat, o.repeat));
-            json_object_set_new(j, "max_abs_err_dq", json_real(err_dq));
-        }
-        json_object_set_new(j, "max_abs_err_o", json_real(err_o));
-        json_object_set_new(j, "mem_ratio", json_real(mem_max / single_mem));
-        json_object_set_new(j, "busy_spread", json_real(busy_max / busy_min - 1.0));
-        json_object_set_new(j, "flops_spread", json_real(flops_max / flops_min - 1.0));
-        json_object_set_new(j, "repeat", json_integer(o.repeat));
-        for (int r = 0; r < o.cp; r++) {
-            json_t *x = json_object();
-            json_object_set_new(x, "rank", json_integer(r));
-            json_object_set_new(x, "bytes_sent", json_real(fwd[r].bytes_sent + bwd[r].bytes_sent));
-            json_object_set_new(x, "busy_s", json_real(busy[r]));
-            json_object_set_new(x, "gflop", json_real((fwd[r].flops + bwd[r].flops) * 1e-9));
-            json_object_set_new(x, "wait_s", json_real(fwd[r].wait_s + bwd[r].wait_s));
-            size_t pk = fwd[r].peak_bytes > bwd[r].peak_bytes ? fwd[r].peak_bytes : bwd[r].peak_bytes;
-            json_object_set_new(x, "mem_mb", json_real((tb[r] + pk) / 1048576.0));
-            json_array_append_new(ranks, x);
-        }
-        json_object_set_new(j, "ranks", ranks);
-        json_object_set_new(j, "ok", json_boolean(ok));
-        rc = rv_cli_json_print(j);
-        json_decref(j);
-    } else {
-        printf("# ringvit bench ring: %s, %s shards, cp %d x %d thread(s) vs 1 rank x %d, "
-               "S=%lld H=%d d=%d%s, CPU kernels %s\n#\n# %4s %10s %10s %6s %10s\n",
-               rv_cp_strategy_name(o.strategy), rv_shard_kind_name(o.shard), o.cp, o.tpr,
-               o.cp * o.tpr, (long long)o.seq, o.heads, o.dim, o.causal ? " causal" : "",
-               rv_bench_cpu_kernels(), "pass", "cp(ms)", "single(ms)", "ratio", "max err");
-        printf("  %4s %10.1f %10.1f %6.3f %10.2g\n", "fwd", sh.t_fwd * 1e3, single_fwd * 1e3,
-               sh.t_fwd / single_fwd, err_o);
-        if (o.backward)
-            printf("  %4s %10.1f %10.1f %6.3f %10.2g\n", "bwd", sh.t_bwd * 1e3,
-                   single_bwd * 1e3, sh.t_bwd / single_bwd, err_dq);
-        if (o.repeat > 1 && o.backward)
-            printf("# fastest of %d runs each; median of the runs' own ratios: fwd %.3f, "
-                   "bwd %.3f\n", o.repeat, fwd_median, bwd_median);
-        else if (o.repeat > 1)
-            printf("# fastest of %d runs each; median of the runs' own ratios: fwd %.3f\n",
-                   o.repeat, fwd_median);
-        printf("#\n# %4s %12s %10s %9s %9s %9s\n", "rank", "sent(MB)", "mem(MB)", "GFLOP",
-               "busy(s)", "wait(s)");
-        for (int r = 0; r < o.cp; r++) {
-            size_t pk = fwd[r].peak_bytes > bwd[r].peak_bytes ? fwd[r].peak_bytes : bwd[r].peak_bytes;
-            printf("  %4d %12.1f %10.1f %9.2f %9.3f %9.3f\n", r,
-                   (fwd[r].bytes_sent + bwd[r].bytes_sent) / 1048576.0, (tb[r] + pk) / 1048576.0,
-                   (fwd[r].flops + bwd[r].flops) * 1e-9, busy[r], fwd[r].wait_s + bwd[r].wait_s);
-        }
-        if (span_on(&o))
-            printf("# attention %s at %g tokens/s: %.3f%% of the pairs visible; forward sent "
-                   "%.2f MB per rank at most (a full ring: %.1f MB)\n", span_text, o.rate,
-                   visible * 100, fwd_sent_max / 1048576.0, full_ring / 1048576.0);
-        printf("# memory per rank %.3f x single-rank (%.1f MB); work spread %.1f%%, busy time "
-               "spread %.1f%%%s\n",
-               mem_max / single_mem, single_mem / 1048576.0, (flops_max / flops_min - 1.0) * 100,
-               (busy_max / busy_min - 1.0) * 100, o.repeat > 1 ? " (each rank's least)" : "");
-        printf("# %s\n", ok ? "OK" : "FAILED: results differ from single-rank attention");
-        rc = RV_EXIT_OK;
+    rv_bench_report rep;
+    rv_bench_report_init(&rep, "ring", o.json);
+    rv_bench_set(&rep, "strategy", json_string(rv_cp_strategy_name(o.strategy)));
+    rv_bench_set(&rep, "cpu_kernels", json_string(rv_bench_cpu_kernels()));
+    rv_bench_set(&rep, "shard", json_string(rv_shard_kind_name(o.shard)));
+    rv_bench_set(&rep, "cp", json_integer(o.cp));
+    rv_bench_set(&rep, "seq", json_integer(o.seq));
+    rv_bench_set(&rep, "heads", json_integer(o.heads));
+    rv_bench_set(&rep, "dim", json_integer(o.dim));
+    rv_bench_set(&rep, "causal", json_boolean(o.causal));
+    rv_bench_set(&rep, "attention", json_string(span_text));
+    if (span_on(&o))
+        rv_bench_set(&rep, "rate", json_real(o.rate));
+    rv_bench_set(&rep, "visible_fraction", json_real(visible));
+    rv_bench_set(&rep, "fwd_sent_max_mb", json_real(fwd_sent_max / 1048576.0));
+    rv_bench_set(&rep, "full_ring_fwd_mb", json_real(full_ring / 1048576.0));
+    rv_bench_set(&rep, "threads_per_rank", json_integer(o.tpr));
+    rv_bench_set(&rep, "device", json_string(be->name));
+    rv_bench_set(&rep, "tolerance", json_real(tol));
+    rv_bench_set(&rep, "fwd_ms", json_real(sh.t_fwd * 1e3));
+    rv_bench_set(&rep, "single_fwd_ms", json_real(single_fwd * 1e3));
+    rv_bench_set(&rep, "fwd_ratio", json_real(sh.t_fwd / single_fwd));
+    rv_bench_set(&rep, "fwd_ratio_median", json_real(fwd_median));
+    rv_bench_set(&rep, "fwd_ratio_runs", json_reals(run_ratio, o.repeat));
+    if (o.backward) {
+        rv_bench_set(&rep, "bwd_ms", json_real(sh.t_bwd * 1e3));
+        rv_bench_set(&rep, "single_bwd_ms", json_real(single_bwd * 1e3));
+        rv_bench_set(&rep, "bwd_ratio", json_real(sh.t_bwd / single_bwd));
+        rv_bench_set(&rep, "bwd_ratio_median", json_real(bwd_median));
+        rv_bench_set(&rep, "bwd_ratio_runs", json_reals(run_ratio + o.repeat, o.repeat));
+        rv_bench_set(&rep, "max_abs_err_dq", json_real(err_dq));
     }
-    if (rc == RV_EXIT_OK && !ok)
-        rc = RV_EXIT_FAIL;
+    rv_bench_set(&rep, "max_abs_err_o", json_real(err_o));
+    rv_bench_set(&rep, "mem_ratio", json_real(mem_max / single_mem));
+    rv_bench_set(&rep, "busy_spread", json_real(busy_max / busy_min - 1.0));
+    rv_bench_set(&rep, "flops_spread", json_real(flops_max / flops_min - 1.0));
+    rv_bench_set(&rep, "repeat", json_integer(o.repeat));
+
+    rv_bench_note(&rep, "ringvit bench ring: %s, %s shards, cp %d x %d thread(s) vs 1 rank x %d, "
+                  "S=%lld H=%d d=%d%s, CPU kernels %s", rv_cp_strategy_name(o.strategy),
+                  rv_shard_kind_name(o.shard), o.cp, o.tpr, o.cp * o.tpr, (long long)o.seq,
+                  o.heads, o.dim, o.causal ? " causal" : "", rv_bench_cpu_kernels());
+    rv_bench_note(&rep, "%s", "");
+    rv_bench_table(&rep, NULL, pass_cols, (int)(sizeof pass_cols / sizeof pass_cols[0]));
+    rv_bench_row(&rep, (const rv_bench_val[]){{.s = "fwd"}, {.f = sh.t_fwd * 1e3},
+                                              {.f = single_fwd * 1e3},
+                                              {.f = sh.t_fwd / single_fwd}, {.f = err_o}});
+    if (o.backward)
+        rv_bench_row(&rep, (const rv_bench_val[]){{.s = "bwd"}, {.f = sh.t_bwd * 1e3},
+                                                  {.f = single_bwd * 1e3},
+                                                  {.f = sh.t_bwd / single_bwd}, {.f = err_dq}});
+    if (o.repeat > 1 && o.backward)
+        rv_bench_note(&rep, "fastest of %d runs each; median of the runs' own ratios: fwd %.3f, "
+                      "bwd %.3f", o.repeat, fwd_median, bwd_median);
+    else if (o.repeat > 1)
+        rv_bench_note(&rep, "fastest of %d runs each; median of the runs' own ratios: fwd %.3f",
+                      o.repeat, fwd_median);
+    rv_bench_note(&rep, "%s", "");
+    rv_bench_table(&rep, "ranks", rank_cols, (int)(sizeof rank_cols / sizeof rank_cols[0]));
+    for (int r = 0; r < o.cp; r++) {
+        size_t pk = fwd[r].peak_bytes > bwd[r].peak_bytes ? fwd[r].peak_bytes : bwd[r].peak_bytes;
+        const double sent = fwd[r].bytes_sent + bwd[r].bytes_sent;
+        const double mem = (tb[r] + pk) / 1048576.0;
+        rv_bench_row(&rep, (const rv_bench_val[]){
+                               {.i = r}, {.f = sent}, {.f = sent / 1048576.0}, {.f = mem},
+                               {.f = busy[r]}, {.f = (fwd[r].flops + bwd[r].flops) * 1e-9},
+                               {.f = busy[r]}, {.f = fwd[r].wait_s + bwd[r].wait_s}, {.f = mem}});
+    }
+    if (span_on(&o))
+        rv_bench_note(&rep, "attention %s at %g tokens/s: %.3f%% of the pairs visible; forward "
+                      "sent %.2f MB per rank at most (a full ring: %.1f MB)", span_text, o.rate,
+                      visible * 100, fwd_sent_max / 1048576.0, full_ring / 1048576.0);
+    rv_bench_note(&rep, "memory per rank %.3f x single-rank (%.1f MB); work spread %.1f%%, busy "
+                  "time spread %.1f%%%s", mem_max / single_mem, single_mem / 1048576.0,
+                  (flops_max / flops_min - 1.0) * 100, (busy_max / busy_min - 1.0) * 100,
+                  o.repeat > 1 ? " (each rank's least)" : "");
+    rc = rv_bench_finish(&rep, ok, "results differ from single-rank attention");
     goto end;
 oom:
     rv_cli_error("%s: out of memory for S=%lld", CMD, (long long)o.seq);
@@ -622,3 +604,9 @@ end:
     free(run_ratio);
     return rc;
 }
+
+const rv_bench_cmd rv_bench_ring = {
+    .name = "ring",
+    .help = help_text,
+    .main = bench_main,
+};

@@ -15,18 +15,17 @@
  * the forward and backward, weights and gradients excluded), the process's peak
  * resident set, the forward / backward split of rank 0, and an OK/FAILED footer
  * (FAILED when a gradient is not finite). */
-#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <time.h>
 
 #include "apps.h"
 #include "bench_common.h"
 #include "cli.h"
 #include "model_cli.h"
+#include "rv_clock.h"
 #include "rv_tokens.h"
 #include "rv_vit.h"
 #include "rv_vit_train.h"
@@ -85,15 +84,6 @@ typedef struct shared {
     int *bad;              /* (N) non-finite gradients seen */
 } shared;
 
-/* From bench_encoder.c (static there): the clock, the sgemm baseline and the
- * synthetic slice. */
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
 static rv_status rank_main(rv_comm *comm, void *arg)
 {
     shared *sh = arg;
@@ -127,14 +117,14 @@ static rv_status rank_main(rv_comm *comm, void *arg)
         rv_vit_grad_zero(g);
         if ((st = rv_comm_barrier(comm)) != RV_OK)
             goto end;
-        double t0 = now_s();
+        double t0 = rv_clock_s();
         if ((st = rv_vit_forward_train(sh->m, &run, &s.t, NULL, NULL, y, &acts, &fs)) != RV_OK)
             goto end;
-        double t1 = now_s();
+        double t1 = rv_clock_s();
         if ((st = rv_vit_backward(sh->m, &run, &s.t, acts, dy, g, NULL, &bs)) != RV_OK ||
             (st = rv_comm_barrier(comm)) != RV_OK)
             goto end;
-        double dt = now_s() - t0, t = dt, fl = fs.flops + bs.flops, fl_all = fl;
+        double dt = rv_clock_s() - t0, t = dt, fl = fs.flops + bs.flops, fl_all = fl;
         rv_vit_acts_free(&acts);
         if ((st = rv_comm_allreduce(comm, &dt, &t, 1, RV_COMM_F64)) != RV_OK ||
             (st = rv_comm_allreduce(comm, &fl, &fl_all, 1, RV_COMM_F64)) != RV_OK)
@@ -179,12 +169,22 @@ static double peak_rss_mb(void)
     return getrusage(RUSAGE_SELF, &u) == 0 ? (double)u.ru_maxrss / 1024.0 : 0.0;
 }
 
-int rv_bench_train(int argc, char **argv)
+/* The one row; rank 0's split and parts follow it. */
+static const rv_bench_col row_cols[] = {
+    {"wall(s)", "%9.3f", "wall_s", RV_BENCH_REAL},
+    {NULL, NULL, "forward_s", RV_BENCH_REAL},
+    {NULL, NULL, "backward_s", RV_BENCH_REAL},
+    {"tokens/s", "%10.0f", "tokens_per_s", RV_BENCH_REAL},
+    {NULL, NULL, "gflop", RV_BENCH_REAL},
+    {"GFLOP/s", "%9.1f", "gflops", RV_BENCH_REAL},
+    {"sgemm", "%9.1f", "sgemm_gflops", RV_BENCH_REAL},
+    {"util", "%6.3f", "mfu", RV_BENCH_REAL},
+    {"peak act(MB)", "%12.1f", "peak_act_mb", RV_BENCH_REAL},
+    {"peak RSS(MB)", "%12.1f", "peak_rss_mb", RV_BENCH_REAL},
+};
+
+static int bench_main(int argc, char **argv)
 {
-    if (argc >= 2 && rv_cli_is_help(argv[1])) {
-        fputs(help_text, stdout);
-        return RV_EXIT_OK;
-    }
     opts o;
     int rc = rv_bench_model_parse(CMD, argc, argv, 8192, &o);
     if (rc)
@@ -205,7 +205,6 @@ int rv_bench_train(int argc, char **argv)
         rv_cli_error("%s: out of memory", CMD);
         goto end;
     }
-    const char *spec = o.model ? o.model : o.preset;
     if ((rc = rv_bench_model_open(CMD, &o, &mc)) != 0)
         goto end;
     rc = RV_EXIT_FAIL;
@@ -233,8 +232,6 @@ int rv_bench_train(int argc, char **argv)
                              ? sh.flops
                              : rv_vit_forward_flops(&cfg, o.seq, nvideo, naudio, o.causal) +
                                    rv_vit_backward_flops(&cfg, o.seq, nvideo, naudio, o.causal);
-    char span_text[48];
-    rv_span_format(&o.span, span_text, sizeof span_text);
     const double gflops = flops / sh.wall * 1e-9;
     size_t peak = 0;
     int bad = 0;
@@ -243,64 +240,20 @@ int rv_bench_train(int argc, char **argv)
         bad |= sh.bad[r];
     }
     const double rss = peak_rss_mb();
-    const int tpr = o.threads / o.cp > 0 ? o.threads / o.cp : 1;
-    if (o.json) {
-        json_t *j = json_object();
-        json_object_set_new(j, "bench", json_string("train"));
-        json_object_set_new(j, "model", json_string(spec));
-        json_object_set_new(j, "family", json_string(rv_vit_family_name(cfg.family)));
-        json_object_set_new(j, "seq", json_integer(o.seq));
-        json_object_set_new(j, "cp", json_integer(o.cp));
-        json_object_set_new(j, "strategy", json_string(rv_cp_strategy_name(o.strategy)));
-        json_object_set_new(j, "causal", json_boolean(o.causal));
-        json_object_set_new(j, "attention", json_string(span_text));
-        json_object_set_new(j, "threads", json_integer(o.threads));
-        json_object_set_new(j, "threads_per_rank", json_integer(tpr));
-        json_object_set_new(j, "blas_core", json_string(rv_blas_corename()));
-        json_object_set_new(j, "cpu_kernels", json_string(rv_bench_cpu_kernels()));
-        json_object_set_new(j, "wall_s", json_real(sh.wall));
-        json_object_set_new(j, "forward_s", json_real(sh.fwd_s));
-        json_object_set_new(j, "backward_s", json_real(sh.bwd_s));
-        json_object_set_new(j, "tokens_per_s", json_real(o.seq / sh.wall));
-        json_object_set_new(j, "gflop", json_real(flops * 1e-9));
-        json_object_set_new(j, "gflops", json_real(gflops));
-        json_object_set_new(j, "sgemm_gflops", json_real(sgemm));
-        json_object_set_new(j, "mfu", json_real(gflops / sgemm));
-        json_object_set_new(j, "peak_act_mb", json_real(peak / 1048576.0));
-        json_object_set_new(j, "peak_rss_mb", json_real(rss));
-        json_t *parts = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f}", "embed_s", sh.bwd.embed_s,
-                                  "attn_s", sh.bwd.attn_s, "attn_kernel_s", sh.bwd.cp.busy_s,
-                                  "attn_wait_s", sh.bwd.cp.wait_s, "mlp_s", sh.bwd.mlp_s,
-                                  "other_s", sh.bwd.other_s);
-        json_object_set_new(j, "rank0_backward", parts);
-        json_object_set_new(j, "ok", json_boolean(!bad));
-        rc = rv_cli_json_print(j);
-        json_decref(j);
-    } else {
-        printf("# ringvit bench train: model %s (%s, D %d, L %d, H %d), S=%lld%s, attention %s, "
-               "cp %d x %d thread(s), %s, BLAS %s, CPU kernels %s\n#\n", spec,
-               rv_vit_family_name(cfg.family),
-               cfg.dim, cfg.layers, cfg.heads, (long long)o.seq, o.causal ? " causal" : "",
-               span_text, o.cp, tpr,
-               rv_cp_strategy_name(o.strategy), rv_blas_corename(), rv_bench_cpu_kernels());
-        printf("# %9s %10s %9s %9s %6s %12s %12s\n", "wall(s)", "tokens/s", "GFLOP/s", "sgemm",
-               "util", "peak act(MB)", "peak RSS(MB)");
-        printf("  %9.3f %10.0f %9.1f %9.1f %6.3f %12.1f %12.1f\n", sh.wall, o.seq / sh.wall,
-               gflops, sgemm, gflops / sgemm, peak / 1048576.0, rss);
-        printf("#\n# rank 0: forward %.3f s, backward %.3f s (%.1f GFLOP in all)\n", sh.fwd_s,
-               sh.bwd_s, flops * 1e-9);
-        const rv_vit_stats *f = &sh.fwd, *b = &sh.bwd;
-        printf("# rank 0 forward parts (s): embed %.3f, attention %.3f (kernels %.3f, wait %.3f), "
-               "mlp %.3f, other %.3f\n", f->embed_s, f->attn_s, f->cp.busy_s, f->cp.wait_s,
-               f->mlp_s, f->other_s);
-        printf("# rank 0 backward parts (s): embed %.3f, attention %.3f (kernels %.3f, wait %.3f), "
-               "mlp %.3f, other %.3f\n", b->embed_s, b->attn_s, b->cp.busy_s, b->cp.wait_s,
-               b->mlp_s, b->other_s);
-        printf("# %s\n", bad ? "FAILED: non-finite gradients" : "OK");
-        rc = RV_EXIT_OK;
-    }
-    if (rc == RV_EXIT_OK && bad)
-        rc = RV_EXIT_FAIL;
+    rv_bench_report rep;
+    rv_bench_model_report_init(&rep, "train", &o, &cfg);
+    rv_bench_table(&rep, NULL, row_cols, (int)(sizeof row_cols / sizeof row_cols[0]));
+    rv_bench_row(&rep, (const rv_bench_val[]){{.f = sh.wall}, {.f = sh.fwd_s}, {.f = sh.bwd_s},
+                                              {.f = o.seq / sh.wall}, {.f = flops * 1e-9},
+                                              {.f = gflops}, {.f = sgemm}, {.f = gflops / sgemm},
+                                              {.f = peak / 1048576.0}, {.f = rss}});
+    rv_bench_set(&rep, "rank0_backward", rv_bench_parts_json(&sh.bwd));
+    rv_bench_note(&rep, "%s", "");
+    rv_bench_note(&rep, "rank 0: forward %.3f s, backward %.3f s (%.1f GFLOP in all)", sh.fwd_s,
+                  sh.bwd_s, flops * 1e-9);
+    rv_bench_parts_note(&rep, "rank 0 forward parts (s)", &sh.fwd);
+    rv_bench_parts_note(&rep, "rank 0 backward parts (s)", &sh.bwd);
+    rc = rv_bench_finish(&rep, !bad, "non-finite gradients");
     goto end;
 fail:
     rc = rv_cli_fail(st, CMD);
@@ -310,3 +263,9 @@ end:
     free(sh.peak), free(sh.bad);
     return rc;
 }
+
+const rv_bench_cmd rv_bench_train = {
+    .name = "train",
+    .help = help_text,
+    .main = bench_main,
+};

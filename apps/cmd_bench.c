@@ -1,8 +1,8 @@
 /* cmd_bench.c: `ringvit bench BENCH [options]`, the micro-benchmarks. This file
  * only lists the benches and dispatches to one of them with argv shifted by one
- * (argv[0] becomes the bench name); each bench parses its own flags, prints its
- * own --help, and follows the nccl-tests shape: one row per size, an OK/FAILED
- * footer, --json for machines. */
+ * (argv[0] becomes the bench name), or prints its help for --help; each bench
+ * parses its own flags (rv_bench_parse) and reports through bench_common.h in the
+ * nccl-tests shape: one row per size, an OK/FAILED footer, --json for machines. */
 #include <stdio.h>
 #include <string.h>
 
@@ -10,18 +10,9 @@
 #include "cli.h"
 
 /* Keep in step with the "benches:" list of BENCH_HELP. */
-typedef struct bench_entry {
-    const char *name;
-    int (*main)(int argc, char **argv); /* argv[0] is the bench name */
-} bench_entry;
-
-static const bench_entry benches[] = {
-    {"attention", rv_bench_attention},
-    {"comm", rv_bench_comm},
-    {"encoder", rv_bench_encoder},
-    {"ingest", rv_bench_ingest},
-    {"ring", rv_bench_ring},
-    {"train", rv_bench_train},
+static const rv_bench_cmd *const benches[] = {
+    &rv_bench_attention, &rv_bench_comm, &rv_bench_encoder,
+    &rv_bench_ingest,    &rv_bench_ring, &rv_bench_train,
 };
 
 #define BENCH_HELP                                                                     \
@@ -54,9 +45,15 @@ static int bench_main(int argc, char **argv)
     }
     if (name[0] == '-')
         return rv_cli_unknown_arg("bench", name);
-    for (size_t i = 0; i < sizeof benches / sizeof benches[0]; i++)
-        if (strcmp(benches[i].name, name) == 0)
-            return benches[i].main(argc - 1, argv + 1);
+    for (size_t i = 0; i < sizeof benches / sizeof benches[0]; i++) {
+        if (strcmp(benches[i]->name, name) != 0)
+            continue;
+        if (argc >= 3 && rv_cli_is_help(argv[2])) {
+            fputs(benches[i]->help, stdout);
+            return RV_EXIT_OK;
+        }
+        return benches[i]->main(argc - 1, argv + 1);
+    }
     return rv_cli_usage_error("bench", "unknown bench '%s'", name);
 }
 

@@ -27,6 +27,7 @@
 #include "ingest_cli.h"
 #include "model_cli.h"
 #include "rv_backend.h"
+#include "rv_clock.h"
 
 #define CMD "embed"
 
@@ -511,13 +512,6 @@ static void on_signal(int sig)
     (void)w;
 }
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + t.tv_nsec * 1e-9;
-}
-
 /* ---- main --------------------------------------------------------------------------- */
 
 static int embed_main(int argc, char **argv)
@@ -533,7 +527,7 @@ static int embed_main(int argc, char **argv)
     int n = 0, cap = 0, rank = 0, rc;
     memset(&set, 0, sizeof set);
     memset(&b, 0, sizeof b);
-    double t0 = now_s();
+    double t0 = rv_clock_s();
     if ((rc = parse_args(argc, argv, &a)) != 0)
         goto end;
     if (rv_out_is_stdout(a.out) && (rc = rv_out_stdout_take(CMD)) != 0)
@@ -781,7 +775,7 @@ static int embed_main(int argc, char **argv)
             snprintf(others, sizeof others, ", %d left to other shards", left);
         if (loud && !set.quiet && (n > 1 || set.shard_count))
             fprintf(stderr, RV_CLI_PROG ": embed: %d ok, %d failed, %d skipped%s of %d in %.1f s%s%s\n",
-                    ok, bad, skipped, others, n, now_s() - t0, log ? "; log " : "", log ? log : "");
+                    ok, bad, skipped, others, n, rv_clock_s() - t0, log ? "; log " : "", log ? log : "");
     }
     if (index_error[0]) {
         rc = rc == RV_EXIT_OK ? RV_EXIT_FAIL : rc;

@@ -20,13 +20,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "apps.h"
 #include "cli.h"
 #include "out_path.h"
 #include "ingest_cli.h"
+#include "rv_clock.h"
 #include "spill_file.h"
 #include "rv_ingest.h"
 #include "rv_safetensors.h"
@@ -88,13 +88,6 @@ typedef struct frames_state {
     const char *path;
 } frames_state;
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
 static rv_status on_chunk(const rv_ingest_chunk *c, void *user)
 {
     frames_state *fs = user;
@@ -133,7 +126,7 @@ static rv_status on_chunk(const rv_ingest_chunk *c, void *user)
         fs->nsamples += c->nsamples;
     }
     if (fs->progress) {
-        double t = now_s();
+        double t = rv_clock_s();
         if (t - fs->last_print > 0.25 || c->last) {
             double at = fs->start_s + (double)(c->first_sample + c->nsamples) / RV_AUDIO_RATE;
             if (c->nframes > 0)

@@ -25,12 +25,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "apps.h"
 #include "cli.h"
 #include "out_path.h"
+#include "rv_clock.h"
 #include "spill_file.h"
 #include "ingest_cli.h"
 #include "rv_ingest.h"
@@ -586,13 +586,6 @@ static void report_table(const report *r)
         printf("wrote:      %s\n", rv_out_is_stdout(r->a->out) ? "standard output" : r->a->out);
 }
 
-static double wall_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + t.tv_nsec * 1e-9;
-}
-
 static rv_status write_output(const tokens_args *a, collect *c, const rv_tok_layout *L,
                               const rv_probe *probe, const report *rep)
 {
@@ -714,7 +707,7 @@ static int tokens_main(int argc, char **argv)
         }
         col.video_dim = shape.video_dim;
         col.audio_dim = shape.audio_dim;
-        double t0 = wall_now();
+        double t0 = rv_clock_s();
         if (strcmp(source, "probe") == 0)
             st = rv_tokenize_range(a.path, &plan, 0, plan.seq, on_batch, &col, &stats);
         else
@@ -731,7 +724,7 @@ static int tokens_main(int argc, char **argv)
             rv_log(much ? RV_LOG_WARN : RV_LOG_DEBUG, "%s: the recording goes on after the length its container states "
                    "(%.3f s): %lld frames and %lld audio samples after it were left out", a.path,
                    plan_end, (long long)stats.dropped_frames, (long long)stats.dropped_samples);
-        double wall = wall_now() - t0;
+        double wall = rv_clock_s() - t0;
         if ((st = rv_tok_shard_plan(&plan, a.shard, a.cp, &sp)) != RV_OK) {
             rv_cli_fail(st, CMD);
             goto end;

@@ -140,7 +140,7 @@ static int run_inputs(embed_rank *k, rv_backend *hb, char *fatal_msg, size_t msg
             /* In turn: probe, then this rank's slice. */
             embed_report *rep = k->rank == 0 ? k->b->report : NULL;
             embed_report_stage(rep, p->index, k->b->in[p->index].path, "probe", 0, 0);
-            const double t0 = rv_comm_now();
+            const double t0 = rv_clock_s();
             embed_prepare_probe(k, p);
             if (p->reached == PREP_DONE && p->probe_st == RV_OK) {
                 embed_report_stage(rep, p->index, k->b->in[p->index].path, "tokenize",
@@ -148,7 +148,7 @@ static int run_inputs(embed_rank *k, rv_backend *hb, char *fatal_msg, size_t msg
                 p->s.report = rep;
                 embed_prepare_tokens(k, p, hb, k->watch);
             }
-            p->wait_s = rv_comm_now() - t0;
+            p->wait_s = rv_clock_s() - t0;
         }
         const int index = p->index;
         embed_result *r = k->rank == 0 ? &res : &scratch;

@@ -223,7 +223,7 @@ static rv_status recv_reply(embed_dispatch *d, dispatch_reply *r, double deadlin
         int got = 0;
         if ((st = rv_comm_test(&q, &got)) != RV_OK || got)
             break;
-        if (deadline > 0 && rv_comm_now() > deadline) {
+        if (deadline > 0 && rv_clock_s() > deadline) {
             st = rv_fail(RV_ERR_TIMEOUT, "rank %d: world rank 0 did not hand out an input within "
                          "%g s", d->k->world_rank, d->k->set->timeout_s);
             break;
@@ -252,7 +252,7 @@ rv_status embed_dispatch_claim(embed_dispatch *d, int *index)
     dispatch_reply r;
     rv_status st = send_msg(d, &m);
     if (st == RV_OK)
-        st = recv_reply(d, &r, rv_comm_now() + d->k->set->timeout_s);
+        st = recv_reply(d, &r, rv_clock_s() + d->k->set->timeout_s);
     if (st == RV_OK)
         *index = r.index >= 0 && r.index < b->n ? r.index : -1;
     return st;

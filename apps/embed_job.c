@@ -14,22 +14,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <time.h>
 
 #include <jansson.h>
 
 #include "embed.h"
 #include "embed_rank.h"
 #include "ingest_cli.h"
+#include "rv_clock.h"
 #include "rv_tokenize.h"
 #include "spill_file.h"
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + t.tv_nsec * 1e-9;
-}
 
 /* Peak resident set of this process, bytes. */
 static double peak_rss(void)
@@ -195,7 +188,7 @@ int embed_job_run(embed_rank *k, embed_prep *p, embed_result *res)
     memset(res, 0, sizeof *res);
     res->group = k->group;
     int out;
-    double t0 = now_s(), t;
+    double t0 = rv_clock_s(), t;
     rv_status st;
 
     if (p->skip) { /* group rank 0's --resume decision, shared by the claim's vote */
@@ -262,7 +255,7 @@ int embed_job_run(embed_rank *k, embed_prep *p, embed_result *res)
     res->probe_s = p->probe_s;
 
     /* 2. this rank's slice, decoded and tokenized */
-    t = now_s();
+    t = rv_clock_s();
     st = stage_status(p->tok_st, p->tok_msg);
     double v3[3] = {p->tok_wall, p->ts.cpu_s, wait_s};
     if ((out = embed_agree(k, st, v3, 3)) != AGREE_OK)
@@ -274,10 +267,10 @@ int embed_job_run(embed_rank *k, embed_prep *p, embed_result *res)
     res->tokenize_s = slow > 0 ? slow * fmin(1.0, slow_cpu / slow) : 0;
     res->decode_s = slow - res->tokenize_s;
     /* The encoder's wait: the slowest rank's wait for its slice plus the vote's. */
-    res->wait_s = vote_max(k, 2) + (now_s() - t);
+    res->wait_s = vote_max(k, 2) + (rv_clock_s() - t);
 
     /* 3. encode and pool */
-    t = now_s();
+    t = rv_clock_s();
     const double fwd_flops = set->span.kind == RV_SPAN_FULL
                                  ? rv_vit_forward_flops(cfg, L->seq, L->nvideo, L->naudio, set->causal)
                                  : 0;
@@ -297,19 +290,19 @@ int embed_job_run(embed_rank *k, embed_prep *p, embed_result *res)
     if (st == RV_OK) /* every rank: the same sums give the same pooled output */
         st = rv_vit_pool_head(set->model, &pooled);
     size_t held = embed_slice_bytes(s, D) + vs.peak_bytes;
-    double v4[4] = {now_s() - t, vs.flops, (double)held, peak_rss()};
+    double v4[4] = {rv_clock_s() - t, vs.flops, (double)held, peak_rss()};
     /* A rank that failed inside the collectives leaves the others timing out
      * there: the communicator is then broken and the vote says so. */
     if ((out = embed_agree(k, st, v4, 4)) != AGREE_OK)
         goto end;
-    res->encode_s = now_s() - t;
+    res->encode_s = rv_clock_s() - t;
     for (int r = 0; r < k->size; r++)
         res->flops += k->votes[r].val[1];
     res->rank_mb = vote_max(k, 2) / 1048576.0;
     res->rss_mb = vote_max(k, 3) / 1048576.0;
 
     /* 4. gather (--tokens) and write (rank 0) */
-    t = now_s();
+    t = rv_clock_s();
     embed_report_stage(rep, index, in->path, "write", p->rec.end_s, L->seq);
     rv_status wst = RV_OK;
     if (set->tokens) {
@@ -372,14 +365,14 @@ int embed_job_run(embed_rank *k, embed_prep *p, embed_result *res)
             snprintf(res->error, sizeof res->error, "writing %s: %s", in->output, rv_last_error());
         }
     }
-    res->write_s = now_s() - t;
+    res->write_s = rv_clock_s() - t;
     out = AGREE_OK;
 end:
     /* A failed vote: its message (rv_last_error) is the input's error. */
     if ((out == AGREE_FAILED || out == AGREE_FATAL) && res->status != EMBED_FAILED)
         failed(out, res);
     /* From the start of its preparation (ahead or in turn) to its output. */
-    res->seconds = p->t_start > 0 ? rv_comm_now() - p->t_start : now_s() - t0;
+    res->seconds = p->t_start > 0 ? rv_clock_s() - p->t_start : rv_clock_s() - t0;
     rv_spill_close(&tok_spill);
     free(tok_time), free(tok_pos), free(tok_mod), free(probe_text);
     rv_vit_pooled_free(&pooled);

@@ -30,6 +30,7 @@
 #include "cli.h"
 #include "embed.h"
 #include "out_path.h"
+#include "rv_clock.h"
 
 struct embed_report {
     const embed_settings *set;
@@ -66,13 +67,6 @@ struct embed_report {
     } *outcomes;
 };
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + t.tv_nsec * 1e-9;
-}
-
 static void clock_text(double s, char *buf, size_t n)
 {
     if (!isfinite(s) || s < 0) {
@@ -91,7 +85,7 @@ static void draw(embed_report *r)
 {
     if (!r->progress || !r->stage[0])
         return;
-    double el = now_s() - r->t_stage;
+    double el = rv_clock_s() - r->t_stage;
     long long done = atomic_load(&r->done);
     char line[512], eta[32], elapsed[32];
     clock_text(el, elapsed, sizeof elapsed);
@@ -127,7 +121,7 @@ static void draw(embed_report *r)
  * progress has taken beat_s, then at most every beat_s. */
 static void beat(embed_report *r)
 {
-    const double now = now_s();
+    const double now = rv_clock_s();
     if (r->beat_s <= 0 || !r->stage[0] || r->index < 0 || r->index >= r->nfiles)
         return;
     const double started = r->outcomes[r->index].started;
@@ -162,13 +156,7 @@ static void *progress_main(void *arg)
     embed_report *r = arg;
     pthread_mutex_lock(&r->mu);
     while (!r->quit) {
-        struct timespec t;
-        clock_gettime(CLOCK_REALTIME, &t);
-        t.tv_nsec += 500000000L;
-        if (t.tv_nsec >= 1000000000L) {
-            t.tv_sec++;
-            t.tv_nsec -= 1000000000L;
-        }
+        struct timespec t = rv_clock_realtime_after(0.5);
         pthread_cond_timedwait(&r->cv, &r->mu, &t);
         if (!r->quit && r->progress)
             draw(r);
@@ -224,14 +212,14 @@ void embed_report_stage(embed_report *r, int index, const char *path, const char
     if (index != r->index || strcmp(stage, "probe") == 0)
         atomic_store(&r->done, 0);
     if (index >= 0 && index < r->nfiles && r->outcomes[index].started == 0)
-        r->outcomes[index].started = now_s();
+        r->outcomes[index].started = rv_clock_s();
     r->index = index;
     const char *base = strrchr(path, '/');
     snprintf(r->name, sizeof r->name, "%s", base ? base + 1 : path);
     snprintf(r->stage, sizeof r->stage, "%s", stage);
     r->total_s = total_s;
     r->seq = tokens;
-    r->t_stage = now_s();
+    r->t_stage = rv_clock_s();
     draw(r);
     pthread_mutex_unlock(&r->mu);
 }

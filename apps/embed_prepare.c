@@ -19,13 +19,7 @@
 
 #include "embed_rank.h"
 #include "cli.h"
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + t.tv_nsec * 1e-9;
-}
+#include "rv_clock.h"
 
 /* ---- the slice ---------------------------------------------------------------------- */
 
@@ -68,14 +62,14 @@ void embed_prepare_probe(embed_rank *k, embed_prep *p)
 {
     const embed_settings *set = k->set;
     const embed_input *in = &k->b->in[p->index];
-    double t0 = now_s();
-    p->t_start = rv_comm_now();
+    double t0 = rv_clock_s();
+    p->t_start = rv_clock_s();
     rv_clear_error();
     rv_status st = rv_tok_recording_plan(in->path, &set->to, &set->io, set->start_at, &p->rec,
                                          &p->probe);
     record(st, &p->probe_st, p->probe_msg);
     p->reached = st == RV_OK && p->rec.need_count ? PREP_PROBED : PREP_DONE;
-    p->probe_s = now_s() - t0;
+    p->probe_s = rv_clock_s() - t0;
 }
 
 void embed_prepare_tokens(embed_rank *k, embed_prep *p, rv_backend *hb, rv_comm_watch *watch)
@@ -85,7 +79,7 @@ void embed_prepare_tokens(embed_rank *k, embed_prep *p, rv_backend *hb, rv_comm_
     const rv_tok_layout *L = &p->rec.layout;
     const int D = set->model->cfg.dim;
     embed_slice *s = &p->s;
-    double t0 = now_s();
+    double t0 = rv_clock_s();
     rv_status st = RV_OK;
     p->reached = PREP_DONE;
     rv_clear_error();
@@ -137,17 +131,12 @@ void embed_prepare_tokens(embed_rank *k, embed_prep *p, rv_backend *hb, rv_comm_
     st = rv_tok_slice_fill(in->path, L, &s->t, on_batch, s, &p->ts);
 end:
     record(st, &p->tok_st, p->tok_msg);
-    p->tok_wall = now_s() - t0;
+    p->tok_wall = rv_clock_s() - t0;
 }
 
 void embed_wait_beating(pthread_cond_t *cv, pthread_mutex_t *mu, long ms, rv_comm_watch *watch)
 {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += ms / 1000;
-    until.tv_nsec += (ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L)
-        until.tv_sec++, until.tv_nsec -= 1000000000L;
+    struct timespec until = rv_clock_realtime_after(ms * 1e-3);
     pthread_cond_timedwait(cv, mu, &until);
     pthread_mutex_unlock(mu);
     rv_comm_watch_beat(watch);
@@ -247,14 +236,14 @@ double embed_ahead_wait(embed_ahead *a, embed_prep *p)
 {
     if (!p->queued)
         return 0;
-    double t0 = now_s();
+    double t0 = rv_clock_s();
     pthread_mutex_lock(&a->mu);
     /* The group waits in the next vote: say this rank is working. */
     while (!atomic_load(&p->finished))
         embed_wait_beating(&a->cv, &a->mu, 100, a->k->watch);
     pthread_mutex_unlock(&a->mu);
     p->queued = 0;
-    return now_s() - t0;
+    return rv_clock_s() - t0;
 }
 
 void embed_ahead_free(embed_ahead **ap)

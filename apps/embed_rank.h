@@ -109,7 +109,7 @@ typedef struct embed_prep {
     rv_tok_stats ts;
     double probe_s, tok_wall;    /* wall seconds of the two stages */
     double wait_s;               /* in turn: both stages' seconds, which the encoder waited */
-    double t_start;              /* rv_comm_now() when its probe began (0: not begun) */
+    double t_start;              /* rv_clock_s() when its probe began (0: not begun) */
     /* ahead (--prefetch) */
     int queued;                  /* given to the rank's worker, not yet waited for */
     atomic_int finished;         /* the worker has finished it */

@@ -44,6 +44,7 @@
 
 #include "cli.h"
 #include "embed.h"
+#include "rv_clock.h"
 
 #define CLAIM_SUFFIX ".claim"
 #define CLAIM_TRIES 4          /* takeovers raced before an input is left */
@@ -343,11 +344,7 @@ static void *refresh_main(void *arg)
     const double period = s->set->claim_stale_s / 4;
     pthread_mutex_lock(&s->mu);
     while (!s->quit) {
-        struct timespec t;
-        clock_gettime(CLOCK_REALTIME, &t);
-        const double at = (double)t.tv_nsec * 1e-9 + period;
-        t.tv_sec += (time_t)at;
-        t.tv_nsec = (long)((at - (double)(time_t)at) * 1e9);
+        struct timespec t = rv_clock_realtime_after(period);
         pthread_cond_timedwait(&s->cv, &s->mu, &t);
         for (int i = 0; i < s->n && !s->quit; i++)
             if (s->fd[i] >= 0)

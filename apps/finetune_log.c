@@ -17,12 +17,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "finetune.h"
 #include "out_path.h"
+#include "rv_clock.h"
 
 struct ft_report {
     const ft_settings *set;
@@ -36,13 +36,6 @@ struct ft_report {
     int64_t last_line_step;
     char log_error[320]; /* the first failed log write ("" none): the run fails */
 };
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + t.tv_nsec * 1e-9;
-}
 
 static void clock_text(double s, char *buf, size_t n)
 {
@@ -92,7 +85,7 @@ rv_status ft_report_open(const ft_settings *set, const char *log_path, int appen
     r->fd = -1;
     r->quiet = set->quiet;
     r->tty = !set->quiet && isatty(STDERR_FILENO);
-    r->t_start = r->t_last_line = now_s();
+    r->t_start = r->t_last_line = rv_clock_s();
     r->last_line_step = set->step0;
     if (log_path) {
         rv_status st = rv_out_open_log(
@@ -138,7 +131,7 @@ void ft_report_step(ft_report *r, const ft_step_rec *s)
     char line[256];
     snprintf(line, sizeof line, "finetune: step %" PRId64 "/%" PRId64 " (epoch %.2f)  loss %.4f  "
              "lr %.2e  %.0f tokens/s  ETA %s", s->step, total, s->epoch, s->loss, s->lr, tps, eta);
-    const double t = now_s();
+    const double t = rv_clock_s();
     if (r->tty) {
         fprintf(stderr, "\r\033[K" RV_CLI_PROG ": %s", line);
         r->line_shown = 1;

@@ -24,12 +24,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli.h"
 #include "finetune.h"
 #include "out_path.h"
 #include "rv_backend.h"
+#include "rv_clock.h"
 #include "rv_comm_watch.h"
 
 typedef struct ft_rank {
@@ -52,13 +52,6 @@ typedef struct ft_rank {
     ft_slice **cache;          /* (train.n) */
     ft_slice **vcache;         /* (val.n) */
 } ft_rank;
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + t.tv_nsec * 1e-9;
-}
 
 void ft_job_error(ft_job *job, int rank, const char *msg)
 {
@@ -425,7 +418,7 @@ static rv_status write_output(ft_rank *k, int64_t step)
 
 static rv_status run_eval(ft_rank *k, int64_t step, double epoch)
 {
-    double loss = 0, acc = 0, t0 = now_s();
+    double loss = 0, acc = 0, t0 = rv_clock_s();
     int64_t count = 0;
     rv_status st = evaluate(k, &loss, &acc, &count);
     if (st != RV_OK)
@@ -436,7 +429,7 @@ static rv_status run_eval(ft_rank *k, int64_t step, double epoch)
         r->val_loss = loss;
         r->val_acc = k->set->task == RV_TASK_CLASSIFY ? acc : -1;
         r->val_count = count;
-        ft_report_eval(k->job->report, step, epoch, loss, r->val_acc, count, now_s() - t0);
+        ft_report_eval(k->job->report, step, epoch, loss, r->val_acc, count, rv_clock_s() - t0);
     }
     return RV_OK;
 }
@@ -450,10 +443,10 @@ static rv_status train(ft_rank *k)
     const int do_eval = set->val.n > 0;
     int evaluated_last = 0, stopped = 0;
     rv_status st = RV_OK;
-    double t_start = now_s();
+    double t_start = rv_clock_s();
     int64_t step = set->step0;
     for (; step < end; step++) {
-        double t0 = now_s();
+        double t0 = rv_clock_s();
         rv_vit_grad_zero(k->g);
         memset(k->dh->arena, 0, sizeof(float) * k->dh->arena_floats);
         double v[5] = {0, 0, 0, 0, 0}; /* loss sum, correct, tokens, failed, stop */
@@ -499,7 +492,7 @@ static rv_status train(ft_rank *k)
         const double epoch = (double)(done * batch) / (double)n;
         if (k->rank == 0) {
             ft_step_rec rec = {done, epoch, v[0] / set->cp / (double)batch, lr, norm,
-                               (int64_t)llround(v[2] / set->cp), now_s() - t0,
+                               (int64_t)llround(v[2] / set->cp), rv_clock_s() - t0,
                                set->task == RV_TASK_CLASSIFY ? v[1] / set->cp / (double)batch
                                                              : -1};
             ft_report_step(k->job->report, &rec);
@@ -530,7 +523,7 @@ static rv_status train(ft_rank *k)
     }
     if (k->rank == 0) {
         k->job->res.steps_done = step;
-        k->job->res.seconds = now_s() - t_start;
+        k->job->res.seconds = rv_clock_s() - t_start;
         k->job->res.stopped = stopped;
     }
     if (stopped)

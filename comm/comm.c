@@ -7,16 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "comm_impl.h"
-
-double rv_comm_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + t.tv_nsec * 1e-9;
-}
 
 rv_status rv_comm_default_timeout(double *seconds)
 {
@@ -176,7 +168,7 @@ static rv_status check_coll(rv_comm *c, const char *op, const void *a, const voi
 
 static double deadline_of(const rv_comm *c)
 {
-    return rv_comm_now() + c->timeout_s;
+    return rv_clock_s() + c->timeout_s;
 }
 
 /* ---- point-to-point ------------------------------------------------------------------ */

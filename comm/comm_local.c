@@ -600,7 +600,7 @@ static rv_status local_wait(rv_comm *c, rv_comm_request *req, double deadline)
             pthread_cond_wait(cond, &w->mu);
             continue;
         }
-        if (rv_comm_now() >= deadline) {
+        if (rv_clock_s() >= deadline) {
             withdraw(w, open, WHY_TIMEOUT);
             if (open != r)
                 late = open;

@@ -284,7 +284,7 @@ static rv_status mpi_wait(rv_comm *c, rv_comm_request *req, double deadline)
         rv_status st = mpi_test(c, req, &done);
         if (st != RV_OK || done)
             return st;
-        if (rv_comm_now() >= deadline)
+        if (rv_clock_s() >= deadline)
             break;
         poll_pause(&polls);
     }
@@ -332,7 +332,7 @@ static rv_status coll_wait(rv_comm *c, MPI_Request *reqs, int n, double deadline
             return rv_fail(RV_ERR_BACKEND, "%s: %s: %s", who, what, mpi_errstr(rc, err));
         if (flag)
             return RV_OK;
-        if (rv_comm_now() >= deadline)
+        if (rv_clock_s() >= deadline)
             break;
         poll_pause(&polls);
     }

@@ -92,7 +92,7 @@ static ncclResult_t settle(ncclComm_t comm, ncclResult_t rc, double deadline, in
     long polls = 0;
     *timed_out = 0;
     while (rc == ncclInProgress) {
-        if (rv_comm_now() >= deadline) {
+        if (rv_clock_s() >= deadline) {
             *timed_out = 1;
             break;
         }
@@ -166,7 +166,7 @@ end:
 /* rv_comm_start: the queued isend/irecv go out now, as one group, not waited for. */
 static rv_status nccl_start(rv_comm *c)
 {
-    return launch_queue(c, rv_comm_now() + c->timeout_s);
+    return launch_queue(c, rv_clock_s() + c->timeout_s);
 }
 
 static rv_status nccl_post(rv_comm *c, int is_send, void *buf, size_t bytes, int peer,
@@ -244,7 +244,7 @@ static rv_status event_wait(rv_comm *c, cudaEvent_t ev, double deadline, const c
         rv_status st = event_state(c, ev, what, &done);
         if (st != RV_OK || done)
             return st;
-        if (rv_comm_now() >= deadline)
+        if (rv_clock_s() >= deadline)
             break;
         poll_pause(&polls);
     }
@@ -260,7 +260,7 @@ static rv_status nccl_test(rv_comm *c, rv_comm_request *req, int *done)
     char what[160];
     rv_comm_describe_p2p(what, sizeof what, r->is_send, r->peer, r->tag, r->bytes);
     *done = 0;
-    rv_status st = launch_queue(c, rv_comm_now() + c->timeout_s);
+    rv_status st = launch_queue(c, rv_clock_s() + c->timeout_s);
     if (st != RV_OK)
         return st;
     if (!r->launched)
@@ -451,7 +451,7 @@ static void nccl_destroy(rv_comm *c)
     if (x->comm && !x->aborted) {
         int timed_out = 0;
         ncclResult_t rc = settle(x->comm, rv_nccl.CommFinalize(x->comm),
-                                 rv_comm_now() + c->timeout_s, &timed_out);
+                                 rv_clock_s() + c->timeout_s, &timed_out);
         if (timed_out || rc != ncclSuccess)
             rv_nccl.CommAbort(x->comm);
         else
@@ -580,7 +580,7 @@ rv_status rv_comm_nccl_create(rv_comm *bootstrap, int device, rv_comm **out)
     config.blocking = 0;
     rc = rv_nccl.CommInitRankConfig(&comm, bootstrap->size, ids[0], bootstrap->rank, &config);
     if (comm)
-        rc = settle(comm, rc, rv_comm_now() + bootstrap->timeout_s, &timed_out);
+        rc = settle(comm, rc, rv_clock_s() + bootstrap->timeout_s, &timed_out);
     if (timed_out) {
         st = rv_fail(RV_ERR_TIMEOUT, "rank %d: nccl create: ncclCommInitRank not complete within "
                      "%.1f s", bootstrap->rank, bootstrap->timeout_s);

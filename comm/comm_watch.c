@@ -26,7 +26,7 @@ struct rv_comm_watch {
     rv_comm *c;                 /* the watch's own communicator (split) */
     double silence_s;           /* a waited-for peer silent this long has failed */
     double period_s;            /* between this rank's beats: silence / 4 */
-    double last_beat;           /* rv_comm_now() of this rank's last beat */
+    double last_beat;           /* rv_clock_s() of this rank's last beat */
     double *heard;              /* (size) when each peer was last heard from */
     rv_comm_request **beat_in;  /* (size) the posted receive of each peer's next beat */
     rv_comm_request **beat_out; /* (size) this rank's beat to each peer, while pending */
@@ -59,7 +59,7 @@ rv_status rv_comm_watch_create(rv_comm *c, double silence_s, rv_comm_watch **out
     }
     if ((st = rv_comm_split(c, 0, c->rank, &w->c)) != RV_OK)
         goto fail;
-    const double now = rv_comm_now();
+    const double now = rv_clock_s();
     for (int p = 0; p < c->size; p++) {
         w->heard[p] = now;
         if (p != c->rank &&
@@ -126,7 +126,7 @@ void rv_comm_watch_beat(rv_comm_watch *w)
 {
     if (!w || w->broken != RV_OK)
         return;
-    const double now = rv_comm_now();
+    const double now = rv_clock_s();
     if (now - w->last_beat < w->period_s)
         return;
     w->last_beat = now;
@@ -159,7 +159,7 @@ static rv_status watch_break(rv_comm_watch *w, rv_status st)
 static rv_status watch_wait(rv_comm_watch *w, rv_comm_request **reqs, const int *peers, int n)
 {
     rv_status st = RV_OK;
-    const double start = rv_comm_now();
+    const double start = rv_clock_s();
     /* Every peer gets the silence from now: its last beat may have waited, untaken,
      * through this rank's own long stage. */
     for (int p = 0; p < w->c->size; p++)
@@ -168,7 +168,7 @@ static rv_status watch_wait(rv_comm_watch *w, rv_comm_request **reqs, const int 
     long sleep_ns = 50000;
     for (;;) {
         int pending = 0;
-        const double now = rv_comm_now();
+        const double now = rv_clock_s();
         for (int i = 0; i < n; i++) {
             if (!reqs[i])
                 continue;

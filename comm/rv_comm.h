@@ -24,6 +24,7 @@
 
 #include <stddef.h>
 
+#include "rv_clock.h"
 #include "rv_status.h"
 
 #ifdef __cplusplus
@@ -49,7 +50,7 @@ typedef struct rv_comm_request rv_comm_request;
 
 /* The table. The rv_comm_* wrappers below validate arguments, turn the timeout
  * into a deadline and dispatch here; call them rather than the entries. Every
- * deadline is absolute, in seconds of rv_comm_now(). */
+ * deadline is absolute, in seconds of rv_clock_s() (rv_clock.h). */
 struct rv_comm {
     const char *name; /* "local", "mpi", "nccl" */
     void *ctx;        /* backend-private state */
@@ -179,7 +180,6 @@ void rv_comm_free(rv_comm **c);
  * anything but a positive number. Every new communicator starts from it. */
 rv_status rv_comm_default_timeout(double *seconds);
 rv_status rv_comm_set_timeout(rv_comm *c, double seconds); /* this communicator only */
-double rv_comm_now(void); /* monotonic clock, seconds */
 
 /* ---- operations (the table, with checks and the deadline) -------------------------- */
 

@@ -20,9 +20,9 @@ static rv_status gather_global(rv_cp_attn *cp, const float *x, int64_t len, floa
         (st = cp->be->fill(cp->be, mine + len * rowf, 0.0f, block - len * rowf)) != RV_OK ||
         (st = cp->be->synchronize(cp->be)) != RV_OK)
         return st;
-    double t0 = cp_now();
+    double t0 = rv_clock_s();
     st = rv_comm_allgather(cp->comm, mine, padded, sizeof(float) * block);
-    cp->stats.wait_s += cp_now() - t0;
+    cp->stats.wait_s += rv_clock_s() - t0;
     cp->stats.bytes_sent += (double)(cp->comm->size - 1) * block * sizeof(float);
     if (st == RV_OK)
         st = cp_unpad_to_global(cp, padded, maxlen, rowf, global);
@@ -72,7 +72,7 @@ rv_status cp_allgather_forward(rv_cp_attn *cp, const float *q, const float *k,
     if (st != RV_OK || (st = gather_kv(cp, k, v, &g)) != RV_OK)
         goto end;
     cp_note_peak(cp, g.bytes);
-    double t0 = cp_now();
+    double t0 = rv_clock_s();
     for (int i = 0; i < me.n; i++) {
         if (me.seg[i].len == 0)
             continue;
@@ -104,9 +104,9 @@ static rv_status reduce_scatter(rv_cp_attn *cp, const float *global, float *send
     if ((st = cp_global_to_padded(cp, global, maxlen, rowf, send)) != RV_OK ||
         (st = cp->be->synchronize(cp->be)) != RV_OK)
         return st;
-    double t0 = cp_now();
+    double t0 = rv_clock_s();
     st = rv_comm_alltoall(cp->comm, send, recv, sizeof(float) * block);
-    cp->stats.wait_s += cp_now() - t0;
+    cp->stats.wait_s += rv_clock_s() - t0;
     cp->stats.bytes_sent += (double)(n - 1) * block * sizeof(float);
     if (st != RV_OK)
         return st;
@@ -141,7 +141,7 @@ rv_status cp_allgather_backward(rv_cp_attn *cp, const float *q, const float *k,
         (st = cp->be->fill(cp->be, dkg, 0.0f, nglob)) != RV_OK ||
         (st = cp->be->fill(cp->be, dvg, 0.0f, nglob)) != RV_OK)
         goto end;
-    double t0 = cp_now();
+    double t0 = rv_clock_s();
     for (int i = 0; i < me.n; i++) {
         if (me.seg[i].len == 0)
             continue;

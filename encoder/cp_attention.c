@@ -5,7 +5,6 @@
  * unchanged on host (cpu) and device (cuda) memory. */
 #include <math.h>
 #include <string.h>
-#include <time.h>
 
 #include "cp_internal.h"
 
@@ -134,23 +133,16 @@ rv_status cp_global_to_padded(rv_cp_attn *cp, const float *global, int64_t max_l
 rv_status cp_busy_end(rv_cp_attn *cp, double t0)
 {
     rv_status st = cp->be->synchronize(cp->be);
-    cp->stats.busy_s += cp_now() - t0;
+    cp->stats.busy_s += rv_clock_s() - t0;
     return st;
 }
 
 rv_status cp_wait(rv_cp_attn *cp, rv_comm_request **reqs, int n)
 {
-    double t0 = cp_now();
+    double t0 = rv_clock_s();
     rv_status st = rv_comm_waitall(reqs, n);
-    cp->stats.wait_s += cp_now() - t0;
+    cp->stats.wait_s += rv_clock_s() - t0;
     return st;
-}
-
-double cp_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
 void cp_note_peak(rv_cp_attn *cp, size_t bytes)
@@ -190,7 +182,7 @@ rv_status rv_cp_attn_forward(rv_cp_attn *cp, const float *q, const float *k, con
         rv_shard_seg all = {0, cp->plan.seq};
         rv_attn_fwd_args a = {q, k, v, o, lse, (int)cp->plan.seq, (int)cp->plan.seq,
                               cp->heads, cp->dim, cp->scale, cp_mask(cp, all, all), 0};
-        double t0 = cp_now();
+        double t0 = rv_clock_s();
         rv_status st = cp->be->attn_fwd(cp->be, &a);
         rv_status st2 = cp_busy_end(cp, t0);
         st = st != RV_OK ? st : st2;
@@ -216,7 +208,7 @@ rv_status rv_cp_attn_backward(rv_cp_attn *cp, const float *q, const float *k, co
         rv_attn_bwd_args a = {q, k, v, o, lse, dout, dq, dk, dv, (int)cp->plan.seq,
                               (int)cp->plan.seq, cp->heads, cp->dim, cp->scale,
                               cp_mask(cp, all, all), 0};
-        double t0 = cp_now();
+        double t0 = rv_clock_s();
         rv_status st = cp->be->attn_bwd(cp->be, &a);
         rv_status st2 = cp_busy_end(cp, t0);
         st = st != RV_OK ? st : st2;

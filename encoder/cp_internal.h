@@ -4,6 +4,7 @@
 #ifndef RV_CP_INTERNAL_H
 #define RV_CP_INTERNAL_H
 
+#include "rv_clock.h"
 #include "rv_cp_attention.h"
 
 /* A rank's segments with their offsets in its local slice. */
@@ -81,7 +82,6 @@ rv_status cp_wait(rv_cp_attn *cp, rv_comm_request **reqs, int n);
 /* Ring message tags of a K and a V block (both ring directions use them). */
 enum { CP_TAG_K = 11, CP_TAG_V = 12 };
 
-double cp_now(void);
 void cp_note_peak(rv_cp_attn *cp, size_t bytes);
 
 rv_status cp_ring_forward(rv_cp_attn *cp, const float *q, const float *k, const float *v,

@@ -102,7 +102,7 @@ rv_status cp_ring_backward(rv_cp_attn *cp, const float *q, const float *k, const
             goto end;
 
         cp_segs ks = cp_segs_of(&cp->plan, src);
-        double t0 = cp_now();
+        double t0 = rv_clock_s();
         for (int i = 0; i < me.n; i++)
             for (int j = 0; j < ks.n; j++) {
                 if (cp_fully_masked(cp, me.seg[i], ks.seg[j]))
@@ -117,7 +117,7 @@ rv_status cp_ring_backward(rv_cp_attn *cp, const float *q, const float *k, const
                 cp->stats.flops += 10.0 * d * H *
                                    rv_cp_visible_pairs(me.seg[i], ks.seg[j], cp->causal);
             }
-        double busy = cp_now() - t0;
+        double busy = rv_clock_s() - t0;
 
         /* The partial sum arrives while the kernels run; then the block's kernels and
          * the additions must be done before gk, gv are sent and part is received into. */
@@ -128,7 +128,7 @@ rv_status cp_ring_backward(rv_cp_attn *cp, const float *q, const float *k, const
                 (st = cp->be->add(cp->be, gv, part + cap * rowf, (size_t)len * rowf)) != RV_OK)
                 goto end;
         }
-        t0 = cp_now();
+        t0 = rv_clock_s();
         if ((st = cp_busy_end(cp, t0)) != RV_OK)
             goto end;
         cp->stats.busy_s += busy;

@@ -304,15 +304,15 @@ rv_status cp_ring_forward(rv_cp_attn *cp, const float *q, const float *k, const 
             goto end;
         if ((st = ring_post(&f, t)) != RV_OK)
             goto end;
-        double t0 = cp_now();
+        double t0 = rv_clock_s();
         if ((st = ring_compute(&f, t, q, o, lse_acc)) != RV_OK)
             goto end;
-        double busy = cp_now() - t0;
+        double busy = rv_clock_s() - t0;
         /* The next chunk arrives while the kernels run (on a device this launches
          * the exchange); its slot is not one they read. */
         if (t + 1 < f.steps && !is_own(&f, t + 1) && (st = wait_chunk(&f, t + 1)) != RV_OK)
             goto end;
-        if ((st = cp_busy_end(cp, cp_now())) != RV_OK)
+        if ((st = cp_busy_end(cp, rv_clock_s())) != RV_OK)
             goto end;
         cp->stats.busy_s += busy;
     }

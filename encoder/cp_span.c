@@ -561,7 +561,7 @@ rv_status cp_span_ring_forward(rv_cp_attn *cp, const float *q, const float *k, c
     /* k, v may come from kernels still queued: finish them before they are sent. */
     if ((st = cp->be->synchronize(cp->be)) != RV_OK || (st = post_runs(cp, k, v, reqs, &nr)) != RV_OK)
         goto end;
-    double t0 = cp_now();
+    double t0 = rv_clock_s();
     rv_attn_fwd_args a = {q, k, v, o, lse, len, len, H, d, cp->scale,
                           mask_with(cp, s->start, s->key, s->time), 0};
     if ((st = cp->be->attn_fwd(cp->be, &a)) != RV_OK || (st = cp_busy_end(cp, t0)) != RV_OK)
@@ -570,7 +570,7 @@ rv_status cp_span_ring_forward(rv_cp_attn *cp, const float *q, const float *k, c
     if ((st = cp_wait(cp, reqs, nr)) != RV_OK)
         goto end;
     nr = 0;
-    t0 = cp_now();
+    t0 = rv_clock_s();
     for (int i = 0; i < s->npeer; i++) {
         span_peer *p = &s->peer[i];
         const int rows = (int)(p->recv_b - p->recv_a);
@@ -612,7 +612,7 @@ rv_status cp_span_ring_backward(rv_cp_attn *cp, const float *q, const float *k,
         goto end;
     if ((st = cp->be->synchronize(cp->be)) != RV_OK || (st = post_runs(cp, k, v, reqs, &nr)) != RV_OK)
         goto end;
-    double t0 = cp_now();
+    double t0 = rv_clock_s();
     rv_attn_bwd_args a = {q, k, v, o, lse, dout, dq, dk, dv, len, len, H, d, cp->scale,
                           mask_with(cp, s->start, s->key, s->time), 0};
     if ((st = cp->be->attn_bwd(cp->be, &a)) != RV_OK || (st = cp_busy_end(cp, t0)) != RV_OK)
@@ -623,7 +623,7 @@ rv_status cp_span_ring_backward(rv_cp_attn *cp, const float *q, const float *k,
     nr = 0;
     /* The runs' dK/dV, computed here, go back to their owners; ours come back. */
     size_t held = 0;
-    t0 = cp_now();
+    t0 = rv_clock_s();
     for (int i = 0; i < s->npeer; i++) {
         span_peer *p = &s->peer[i];
         const size_t rows = (size_t)(p->recv_b - p->recv_a);
@@ -753,7 +753,7 @@ rv_status cp_span_rows(rv_cp_attn *cp, const float *q, int64_t r0, int64_t n, co
     const size_t rowf = (size_t)H * d;
     if (n <= 0)
         return RV_OK;
-    double t0 = cp_now();
+    double t0 = rv_clock_s();
     /* The chunk's keys, widened by the reach: only the key rows within them are
      * handed to the kernel (a kernel packs the keys it is given). */
     double lo = INFINITY, hi = -INFINITY;

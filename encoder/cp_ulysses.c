@@ -47,9 +47,9 @@ static rv_status uly_exchange(uly *u)
     rv_status st = cp->be->synchronize(cp->be);
     if (st != RV_OK)
         return st;
-    double t0 = cp_now();
+    double t0 = rv_clock_s();
     st = rv_comm_alltoall(cp->comm, u->send, u->recv, sizeof(float) * u->block);
-    cp->stats.wait_s += cp_now() - t0;
+    cp->stats.wait_s += rv_clock_s() - t0;
     cp->stats.bytes_sent += (double)(cp->comm->size - 1) * u->block * sizeof(float);
     return st;
 }
@@ -172,7 +172,7 @@ rv_status cp_ulysses_forward(rv_cp_attn *cp, const float *q, const float *k, con
         goto end;
     rv_attn_fwd_args a = {g[0], g[1], g[2], g[3], lseg, (int)cp->plan.seq, (int)cp->plan.seq,
                           u.hg, cp->dim, cp->scale, cp_mask(cp, all, all), 0};
-    double t0 = cp_now();
+    double t0 = rv_clock_s();
     if ((st = cp->be->attn_fwd(cp->be, &a)) != RV_OK || (st = cp_busy_end(cp, t0)) != RV_OK)
         goto end;
     cp->stats.flops += 4.0 * cp->dim * u.hg * cp_pairs_all(cp, -1, all);
@@ -209,7 +209,7 @@ rv_status cp_ulysses_backward(rv_cp_attn *cp, const float *q, const float *k,
     rv_attn_bwd_args a = {g[0], g[1], g[2], g[3], lseg, g[4], g[5], g[6], g[7],
                           (int)cp->plan.seq, (int)cp->plan.seq, u.hg, cp->dim, cp->scale,
                           cp_mask(cp, all, all), 0};
-    double t0 = cp_now();
+    double t0 = rv_clock_s();
     if ((st = cp->be->attn_bwd(cp->be, &a)) != RV_OK || (st = cp_busy_end(cp, t0)) != RV_OK)
         goto end;
     cp->stats.flops += 10.0 * cp->dim * u.hg * cp_pairs_all(cp, -1, all);

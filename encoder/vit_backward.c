@@ -120,7 +120,7 @@ rv_status rv_vit_backward(const rv_vit_model *m, const rv_vit_run *run,
     rv_vit_stats s = {0};
     rv_cp_attn cp = {0};
     float *dx = NULL, *t1 = NULL, *t2 = NULL, *t3 = NULL, *dqkv = NULL, *big = NULL, *ms = NULL;
-    double t0 = vit_now(), t1s;
+    double t0 = rv_clock_s(), t1s;
     size_t bytes = a->bytes + sizeof(float) * (6 * nd + (size_t)cap * M + 2 * (size_t)cap);
 
     if ((st = be->alloc(be, sizeof(float) * nd, (void **)&dx)) != RV_OK ||
@@ -155,7 +155,7 @@ rv_status rv_vit_backward(const rv_vit_model *m, const rv_vit_run *run,
                   : be->copy(be, dx, dyd, sizeof(float) * (size_t)len * D,
                              RV_COPY_DEVICE_TO_DEVICE)) != RV_OK)
         goto end;
-    t1s = vit_now();
+    t1s = rv_clock_s();
     s.other_s += t1s - t0, t0 = t1s;
     const rv_act act = (rv_act)c->act;
 
@@ -195,7 +195,7 @@ rv_status rv_vit_backward(const rv_vit_model *m, const rv_vit_run *run,
             (st = be->add(be, dx, t1, (size_t)len * D)) != RV_OK) /* dx: the gradient of xm */
             goto end;
         s.flops += 8.0 * len * (double)D * M;
-        t1s = vit_now();
+        t1s = rv_clock_s();
         s.mlp_s += t1s - t0, t0 = t1s;
 
         /* Attention block: xm = x + ls_1 * proj(attention(qkv(ln_1(x)))). */
@@ -232,7 +232,7 @@ rv_status rv_vit_backward(const rv_vit_model *m, const rv_vit_run *run,
             (st = be->add(be, dx, t1, (size_t)len * D)) != RV_OK) /* dx: the gradient of x */
             goto end;
         s.flops += 16.0 * len * (double)D * D;
-        t1s = vit_now();
+        t1s = rv_clock_s();
         s.attn_s += t1s - t0, t0 = t1s;
     }
     /* A pre-norm: dx is the gradient of x[0] = pre_ln(emb); the embedding's is
@@ -269,7 +269,7 @@ rv_status rv_vit_backward(const rv_vit_model *m, const rv_vit_run *run,
                                      &s.flops)) != RV_OK)
             goto end;
     }
-    s.embed_s += vit_now() - t0;
+    s.embed_s += rv_clock_s() - t0;
     s.cp = cp.stats;
     s.flops += cp.stats.flops;
     s.peak_bytes = bytes + cp.stats.peak_bytes;

@@ -19,7 +19,7 @@ rv_status vit_block_forward(rv_backend *be, rv_cp_attn *cp, const rv_vit_config 
                             const rv_vit_layer *w, int len, const vit_block_io *io,
                             rv_vit_stats *s)
 {
-    double t0 = vit_now(), t1;
+    double t0 = rv_clock_s(), t1;
     const int D = c->dim, M = c->mlp;
     const size_t nd = (size_t)len * D;
     rv_status st = RV_OK;
@@ -57,7 +57,7 @@ rv_status vit_block_forward(rv_backend *be, rv_cp_attn *cp, const rv_vit_config 
         return st;
     }
     s->flops += 2.0 * len * (double)D * 4 * D;
-    t1 = vit_now();
+    t1 = rv_clock_s();
     s->attn_s += t1 - t0, t0 = t1;
 
     /* MLP branch, over row chunks (one chunk of every row in training). */
@@ -94,6 +94,6 @@ rv_status vit_block_forward(rv_backend *be, rv_cp_attn *cp, const rv_vit_config 
         }
     }
     s->flops += 4.0 * len * (double)D * M;
-    s->mlp_s += vit_now() - t0;
+    s->mlp_s += rv_clock_s() - t0;
     return st;
 }

@@ -20,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "vit_internal.h"
 
@@ -28,13 +27,6 @@
  * of their own (of MLP_OWN_ROWS rows) instead of borrowing qkv. */
 #define MLP_MIN_ROWS 64
 #define MLP_OWN_ROWS 1024
-
-double vit_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
 
 double rv_vit_forward_flops(const rv_vit_config *c, int64_t seq, int64_t nvideo,
                             int64_t naudio, int causal)
@@ -141,7 +133,7 @@ static rv_status forward(const rv_vit_model *m, const rv_vit_run *run, const rv_
     rv_vit_stats s = {0};
     rv_cp_attn cp = {0};
     float *h = NULL, *qkv = NULL, *lse = NULL, *mean = NULL, *rstd = NULL, *hid = NULL;
-    double t0 = vit_now(), t1;
+    double t0 = rv_clock_s(), t1;
     size_t bytes = sizeof(float) * nd; /* y */
 
     if ((st = rv_cp_attn_init(&cp, be, run->comm, &run->plan, run->strategy, H, D / H,
@@ -168,7 +160,7 @@ static rv_status forward(const rv_vit_model *m, const rv_vit_run *run, const rv_
     if (c->pre_norm && (st = be->layernorm_fwd(be, yd, wm->pre_ln_w, wm->pre_ln_b, len, D, c->eps,
                                                yd, mean, rstd)) != RV_OK)
         goto end;
-    t1 = vit_now();
+    t1 = rv_clock_s();
     s.embed_s = t1 - t0, t0 = t1;
 
     if (rows) {
@@ -206,7 +198,7 @@ static rv_status forward(const rv_vit_model *m, const rv_vit_run *run, const rv_
             if ((st = vit_block_forward(be, &cp, c, &wm->layer[l], len, &io, &s)) != RV_OK)
                 goto end;
     }
-    t0 = vit_now();
+    t0 = rv_clock_s();
     if (c->final_norm &&
         (st = be->layernorm_fwd(be, yd, wm->ln_w, wm->ln_b, len, D, c->eps, yd, mean, rstd)) != RV_OK)
         goto end;
@@ -215,7 +207,7 @@ static rv_status forward(const rv_vit_model *m, const rv_vit_run *run, const rv_
     if (!on_host &&
         (st = be->copy(be, y, yd, sizeof(float) * (size_t)len * D, RV_COPY_DEVICE_TO_HOST)) != RV_OK)
         goto end;
-    s.other_s += vit_now() - t0;
+    s.other_s += rv_clock_s() - t0;
     s.cp = cp.stats;
     s.flops += cp.stats.flops;
     s.peak_bytes = bytes + cp.stats.peak_bytes;

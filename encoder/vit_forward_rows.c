@@ -44,7 +44,7 @@ rv_status vit_blocks_rows(rv_backend *be, rv_cp_attn *cp, const rv_vit_config *c
         goto end;
     for (int l = 0; l < c->layers; l++) {
         const rv_vit_layer *w = &wm->layer[l];
-        double t0 = vit_now(), mlp = 0;
+        double t0 = rv_clock_s(), mlp = 0;
         /* 1. K and V of every row. */
         for (int r0 = 0; r0 < len; r0 += ch) {
             const int n = len - r0 < ch ? len - r0 : ch;
@@ -87,7 +87,7 @@ rv_status vit_blocks_rows(rv_backend *be, rv_cp_attn *cp, const rv_vit_config *c
                                       D)) != RV_OK) {
                 goto end;
             }
-            const double tm = vit_now();
+            const double tm = rv_clock_s();
             if ((st = be->layernorm_fwd(be, yc, w->ln2_w, w->ln2_b, n, D, c->eps, h, mean,
                                         rstd)) != RV_OK ||
                 (st = be->gemm(be, 0, 1, n, M, D, 1.0f, h, D, w->fc1_w, D, 0.0f, hid, M)) != RV_OK ||
@@ -104,10 +104,10 @@ rv_status vit_blocks_rows(rv_backend *be, rv_cp_attn *cp, const rv_vit_config *c
                                       D)) != RV_OK) {
                 goto end;
             }
-            mlp += vit_now() - tm;
+            mlp += rv_clock_s() - tm;
         }
         s->flops += 2.0 * len * (double)D * 4 * D + 4.0 * len * (double)D * M;
-        s->attn_s += vit_now() - t0 - mlp; /* on a device the clocks see launches only */
+        s->attn_s += rv_clock_s() - t0 - mlp; /* on a device the clocks see launches only */
         s->mlp_s += mlp;
     }
 end:

@@ -60,6 +60,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rv_clock.h"
 #include "rv_vit.h"
 
 /* Resampling taps of output index o of out from an axis of in entries, as
@@ -112,9 +113,6 @@ rv_status vit_apply_load_opts(const rv_vit_load_opts *opts, const char *label, i
 /* The attention span of run over this rank's slice, handed to cp (vit_span.c):
  * nothing for full attention. Every rank of the CP group calls it together. */
 rv_status vit_span_setup(rv_cp_attn *cp, const rv_vit_run *run, const rv_vit_tokens *in);
-
-/* Monotonic wall clock, s. */
-double vit_now(void);
 
 /* The checks of rv_vit_forward (model, run, backend, plan, slice; y non-NULL when
  * len > 0), with messages naming the numbers. y_on_device_ok: the caller runs on

@@ -111,7 +111,7 @@ rv_status rv_vit_forward_train(const rv_vit_model *m, const rv_vit_run *run,
     rv_vit_acts *a = NULL;
     rv_cp_attn cp = {0};
     float *h = NULL, *act = NULL, *pos = NULL;
-    double t0 = vit_now(), t1;
+    double t0 = rv_clock_s(), t1;
 
     int any_hidden = 0;
     for (int i = 0; hidden && i < len; i++)
@@ -176,7 +176,7 @@ rv_status rv_vit_forward_train(const rv_vit_model *m, const rv_vit_run *run,
                                                c->eps, a->x, a->pre_stats,
                                                a->pre_stats + cap)) != RV_OK)
         goto end;
-    t1 = vit_now();
+    t1 = rv_clock_s();
     s.embed_s = t1 - t0, t0 = t1;
 
     for (int l = 0; l < c->layers; l++) {
@@ -194,7 +194,7 @@ rv_status rv_vit_forward_train(const rv_vit_model *m, const rv_vit_run *run,
         if ((st = vit_block_forward(be, &cp, c, &wm->layer[l], len, &io, &s)) != RV_OK)
             goto end;
     }
-    t0 = vit_now();
+    t0 = rv_clock_s();
     float *yout = on_host ? y : ydev;
     const float *xl = a->x + (size_t)c->layers * nd;
     if (c->final_norm ? (st = be->layernorm_fwd(be, xl, wm->ln_w, wm->ln_b, len, D, c->eps, yout,
@@ -207,7 +207,7 @@ rv_status rv_vit_forward_train(const rv_vit_model *m, const rv_vit_run *run,
     if (!on_host &&
         (st = be->copy(be, y, ydev, sizeof(float) * (size_t)len * D, RV_COPY_DEVICE_TO_HOST)) != RV_OK)
         goto end;
-    s.other_s += vit_now() - t0;
+    s.other_s += rv_clock_s() - t0;
     s.cp = cp.stats;
     s.flops += cp.stats.flops;
     s.peak_bytes = bytes + cp.stats.peak_bytes;

@@ -1,6 +1,6 @@
 /* rv_status.h: status codes, the thread-local last-error message and the log
  * callback shared by every ringvit module. It sits in kernels/ because kernels is
- * the bottom of the stack; it is the one header comm/ takes from here.
+ * the bottom of the stack; it and rv_clock.h are the headers comm/ takes from here.
  * Library code never calls exit() and never prints except through rv_log(). */
 #ifndef RV_STATUS_H
 #define RV_STATUS_H

@@ -20,8 +20,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "rv_clock.h"
 #include "rv_fbank.h"
 #include "rv_patch.h"
 #include "rv_tokenize.h"
@@ -72,13 +72,6 @@ struct rv_tokenizer {
     double cb_s;               /* CPU time spent in the callback */
     int finished;
 };
-
-static double cpu_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* Grows *p (elements of size elem) to hold at least need. */
 static rv_status grow(void **p, int64_t *cap, int64_t need, size_t elem)
@@ -339,9 +332,9 @@ static rv_status take_samples(rv_tokenizer *t, int64_t j0, const float *x, int64
 
 static rv_status call(rv_tokenizer *t, const rv_tok_batch *b)
 {
-    double c0 = cpu_now();
+    double c0 = rv_clock_thread_cpu_s();
     rv_status st = t->fn(b, t->user);
-    t->cb_s += cpu_now() - c0;
+    t->cb_s += rv_clock_thread_cpu_s() - c0;
     if (st != RV_OK && !rv_last_error()[0])
         rv_fail(st, "tokenize: the batch callback failed");
     return st;
@@ -599,9 +592,9 @@ rv_status rv_tokenizer_push(rv_tokenizer *t, const rv_ingest_chunk *c)
 {
     if (t->finished)
         return rv_fail(RV_ERR_INVALID, "tokenize: chunk after the end");
-    double c0 = cpu_now(), cb0 = t->cb_s;
+    double c0 = rv_clock_thread_cpu_s(), cb0 = t->cb_s;
     rv_status st = push(t, c);
-    t->st.cpu_s += cpu_now() - c0 - (t->cb_s - cb0);
+    t->st.cpu_s += rv_clock_thread_cpu_s() - c0 - (t->cb_s - cb0);
     return st;
 }
 
@@ -673,10 +666,10 @@ rv_status rv_tokenizer_finish(rv_tokenizer *t)
 {
     if (t->finished)
         return rv_fail(RV_ERR_INVALID, "tokenize: finished twice");
-    double c0 = cpu_now(), cb0 = t->cb_s;
+    double c0 = rv_clock_thread_cpu_s(), cb0 = t->cb_s;
     rv_status st = finish(t);
     t->finished = 1;
-    t->st.cpu_s += cpu_now() - c0 - (t->cb_s - cb0);
+    t->st.cpu_s += rv_clock_thread_cpu_s() - c0 - (t->cb_s - cb0);
     t->st.layout = t->L;
     return st;
 }

@@ -160,6 +160,13 @@ sys.exit(0 if good else 3)
     esac
     return 1
 }
+# The table: the heading, one row per op and size (4K and 8K), the footer.
+t_comm_table() {
+    run_exe bench comm --backend local --ranks 2 --max-size 8K
+    want_rc 0 && want_out '^# op +size\(B\) +count +time\(us\) +algbw\(GB/s\) +busbw\(GB/s\) +#wrong$' &&
+        want_out '^  allreduce +8192 +2048 +[0-9.]+ +[0-9.]+ +[0-9.]+ +0$' && want_out '^# OK$' || return 1
+    [ "$(grep -cE '^  (shift|allreduce) ' "$tmp/out")" = 4 ] || { why="not 4 rows"; return 1; }
+}
 
 # ---- bench ring ----------------------------------------------------------------
 t_ring_json() {
@@ -311,6 +318,7 @@ check comm-bad-backend t_comm_bad_backend
 check comm-bad-size t_comm_bad_size
 check comm-sizes-swapped t_comm_sizes_swapped
 check comm-json t_comm_json
+check comm-table t_comm_table
 check ring-json t_ring_json
 check ring-ulysses-heads t_ring_ulysses_heads
 check probe-missing t_probe_missing

@@ -18,10 +18,10 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "ref_ops.h"
+#include "rv_clock.h"
 #include "rv_safetensors.h"
 #include "rv_vit.h"
 
@@ -1102,22 +1102,15 @@ static long max_rss_mb(void)
     return ru.ru_maxrss / 1024;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Loads path, which must fail naming a and b (and the file), in well under a
  * second and without the model's allocation showing in the peak RSS. */
 static void assert_fails_fast(const char *path, const char *a, const char *b)
 {
     rv_vit_model *m = NULL;
     long rss0 = max_rss_mb();
-    double t0 = now_s();
+    double t0 = rv_clock_s();
     rv_status rc = rv_vit_load(path, NULL, &m);
-    double dt = now_s() - t0;
+    double dt = rv_clock_s() - t0;
     long grown = max_rss_mb() - rss0;
     assert_fails(rc, RV_ERR_FORMAT, path, a);
     if (b)
