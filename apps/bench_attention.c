@@ -374,19 +374,22 @@ static rv_status run_seq(rv_backend *be, const bench_opts *o, int seq, double ge
                               .q_time = dtime, .k_time = dtime, .reach = sp.reach,
                               .causal = o->causal};
     }
-    rv_attn_fwd_args fa = {d[0], d[1], d[2], d[3], d[4], seq, seq, o->heads, o->dim, 0.0f,
-                           mask, 0};
+    rv_attn_fwd_args fa = {.q = d[0], .k = d[1], .v = d[2], .o = d[3], .lse = d[4], .sq = seq,
+                           .sk = seq, .heads = o->heads, .dim = o->dim, .scale = 0.0f, .mask = mask,
+                           .accumulate = 0};
 
     double rss0 = peak_rss_mb(), best;
     if ((st = time_calls(be, &fa, NULL, o->repeat, &best)) != RV_OK ||
         (st = be->copy(be, h[3], d[3], sizeof(float) * n, RV_COPY_DEVICE_TO_HOST)) != RV_OK)
         goto end;
-    rv_attn_fwd_args host = {h[0], h[1], h[2], h[3], NULL, seq, seq, o->heads, o->dim, 0.0f,
-                             mask, 0};
+    rv_attn_fwd_args host = {.q = h[0], .k = h[1], .v = h[2], .o = h[3], .lse = NULL, .sq = seq,
+                             .sk = seq, .heads = o->heads, .dim = o->dim, .scale = 0.0f,
+                             .mask = mask, .accumulate = 0};
     bench_row *fr = &rows[(*nrows)++];
-    *fr = (bench_row){"fwd", seq, pairs, best * 1e3,
-                      4.0 * o->dim * o->heads * pairs / best * 1e-9, gemm,
-                      peak_rss_mb() - rss0, sample_error(&host, o, span_on(o) ? &sp : NULL)};
+    *fr = (bench_row){.pass = "fwd", .seq = seq, .pairs = pairs, .ms = best * 1e3,
+                      .gflops = 4.0 * o->dim * o->heads * pairs / best * 1e-9, .sgemm = gemm,
+                      .extra_mb = peak_rss_mb() - rss0,
+                      .err = sample_error(&host, o, span_on(o) ? &sp : NULL)};
 
     if (o->backward) {
         if ((st = dev_alloc(be, d + 5, 4, n)) != RV_OK)
@@ -395,15 +398,17 @@ static rv_status run_seq(rv_backend *be, const bench_opts *o, int seq, double ge
             h[3][i] = h[0][(i * 31) % n];
         if ((st = be->copy(be, d[5], h[3], sizeof(float) * n, RV_COPY_HOST_TO_DEVICE)) != RV_OK)
             goto end;
-        rv_attn_bwd_args ba = {d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], seq, seq,
-                               o->heads, o->dim, 0.0f, mask, 0};
+        rv_attn_bwd_args ba = {.q = d[0], .k = d[1], .v = d[2], .o = d[3], .lse = d[4],
+                               .dout = d[5], .dq = d[6], .dk = d[7], .dv = d[8], .sq = seq,
+                               .sk = seq, .heads = o->heads, .dim = o->dim, .scale = 0.0f,
+                               .mask = mask, .accumulate = 0};
         rss0 = peak_rss_mb();
         if ((st = time_calls(be, NULL, &ba, o->repeat, &best)) != RV_OK)
             goto end;
         bench_row *br = &rows[(*nrows)++];
-        *br = (bench_row){"bwd", seq, pairs, best * 1e3,
-                          10.0 * o->dim * o->heads * pairs / best * 1e-9, gemm,
-                          peak_rss_mb() - rss0, NAN};
+        *br = (bench_row){.pass = "bwd", .seq = seq, .pairs = pairs, .ms = best * 1e3,
+                          .gflops = 10.0 * o->dim * o->heads * pairs / best * 1e-9, .sgemm = gemm,
+                          .extra_mb = peak_rss_mb() - rss0, .err = NAN};
     }
 end:
     for (int i = 0; i < 4; i++)
@@ -445,7 +450,7 @@ static int bench_main(int argc, char **argv)
     rv_status st = rv_bench_backend_create(o.device, o.threads, &be);
     if (st != RV_OK)
         return rv_cli_fail(st, CMD);
-    const int on_cpu = strcmp(be->name, "cpu") == 0, gemm_n = rv_bench_gemm_size(be);
+    const int on_cpu = rv_backend_is_host(be), gemm_n = rv_bench_gemm_size(be);
     /* bf16 inputs on the GPU: about 3 significant digits. */
     const double tol = on_cpu ? 1e-4 : 2e-2;
     double sgemm = 0;

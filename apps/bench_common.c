@@ -260,7 +260,7 @@ rv_status rv_bench_sgemm_rate(rv_backend *be, int repeat, double *gflops)
 
 int rv_bench_gemm_size(const rv_backend *be)
 {
-    return strcmp(be->name, "cpu") == 0 ? 2048 : 8192;
+    return rv_backend_is_host(be) ? 2048 : 8192;
 }
 
 const char *rv_bench_cpu_kernels(void)

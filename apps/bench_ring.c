@@ -193,7 +193,7 @@ static rv_status rank_main(rv_comm *comm, void *arg)
     rows_copy(&plan, r, row, (float *)sh->dout, t[4], 1);
     if ((st = rv_bench_backend_create(o->device, o->tpr, &be)) != RV_OK)
         goto end;
-    on_cpu = strcmp(be->name, "cpu") == 0;
+    on_cpu = rv_backend_is_host(be);
     for (int i = 0; i < 9; i++) {
         size_t bytes = sizeof(float) * (i == 8 ? (size_t)(len > 0 ? len : 1) * o->heads : n);
         if (on_cpu) {
@@ -308,21 +308,24 @@ static rv_status single_rank(rv_backend *be, const opts *o, float *const dev[9],
                              double *t_fwd, double *t_bwd)
 {
     const size_t nt = (size_t)o->seq * o->heads * o->dim;
-    const int on_cpu = strcmp(be->name, "cpu") == 0;
+    const int on_cpu = rv_backend_is_host(be);
     rv_attn_mask m = {.kind = o->causal ? RV_MASK_CAUSAL : RV_MASK_NONE, .q_start = 0, .k_start = 0};
     if (key) /* a span: the keys and times in the backend's memory */
         m = (rv_attn_mask){.kind = RV_MASK_SPAN, .q_key = key, .k_key = key, .q_time = time,
                            .k_time = time, .reach = reach, .causal = o->causal};
-    rv_attn_fwd_args fa = {dev[0], dev[1], dev[2], dev[4], dev[6], (int)o->seq, (int)o->seq,
-                           o->heads, o->dim, 0.0f, m, 0};
+    rv_attn_fwd_args fa = {.q = dev[0], .k = dev[1], .v = dev[2], .o = dev[4], .lse = dev[6],
+                           .sq = (int)o->seq, .sk = (int)o->seq, .heads = o->heads, .dim = o->dim,
+                           .scale = 0.0f, .mask = m, .accumulate = 0};
     double t0 = rv_clock_s();
     rv_status st = be->attn_fwd(be, &fa);
     if (st != RV_OK || (st = be->synchronize(be)) != RV_OK)
         return st;
     *t_fwd = rv_clock_s() - t0;
     if (o->backward) {
-        rv_attn_bwd_args ba = {dev[0], dev[1], dev[2], dev[4], dev[6], dev[3], dev[5], dev[7],
-                               dev[8], (int)o->seq, (int)o->seq, o->heads, o->dim, 0.0f, m, 0};
+        rv_attn_bwd_args ba = {.q = dev[0], .k = dev[1], .v = dev[2], .o = dev[4], .lse = dev[6],
+                               .dout = dev[3], .dq = dev[5], .dk = dev[7], .dv = dev[8],
+                               .sq = (int)o->seq, .sk = (int)o->seq, .heads = o->heads,
+                               .dim = o->dim, .scale = 0.0f, .mask = m, .accumulate = 0};
         t0 = rv_clock_s();
         if ((st = be->attn_bwd(be, &ba)) != RV_OK || (st = be->synchronize(be)) != RV_OK)
             return st;
@@ -413,7 +416,7 @@ static int bench_main(int argc, char **argv)
         rc = rv_cli_fail(st, CMD);
         goto end;
     }
-    on_cpu = strcmp(be->name, "cpu") == 0;
+    on_cpu = rv_backend_is_host(be);
     float *host[9] = {g[0], g[1], g[2], g[3], g[6], g[7], s_lse, s_dk, s_dv};
     for (int i = 0; i < 9; i++) {
         size_t bytes = sizeof(float) * (i == 6 ? nl : nt);

@@ -185,7 +185,6 @@ rv_status embed_batch_rank(rv_comm *world, void *arg)
     /* The batch is this rank's to fill: world rank 0's, or every process's own
      * copy under MPI (local ranks share world rank 0's). */
     const int own = world->rank == 0 || set->mpi;
-    rv_backend *hb = NULL;
     char fatal_msg[sizeof b->fatal_msg] = "";
     int out = AGREE_OK;
     rv_comm *comm = NULL;
@@ -220,8 +219,8 @@ rv_status embed_batch_rank(rv_comm *world, void *arg)
         st = rv_vit_to_backend(set->model, k.be, &k.dev_weights);
     /* The patch embedding of what is tokenized in turn runs on the host: the
      * rank's backend, or beside a GPU one of its own. */
-    if (st == RV_OK && strcmp(k.be->name, "cpu") != 0)
-        st = rv_backend_cpu_create(set->threads, &hb);
+    if (st == RV_OK && !rv_backend_is_host(k.be))
+        st = rv_backend_cpu_create(set->threads, &k.host);
     if ((out = embed_agree(&k, st, NULL, 0)) != AGREE_OK) {
         if (out == AGREE_FAILED) /* a rank has no backend: nothing can run */
             out = AGREE_FATAL;
@@ -253,7 +252,7 @@ rv_status embed_batch_rank(rv_comm *world, void *arg)
         snprintf(fatal_msg, sizeof fatal_msg, "%s", rv_last_error());
         goto end;
     }
-    out = run_inputs(&k, hb ? hb : k.be, fatal_msg, sizeof fatal_msg);
+    out = run_inputs(&k, k.host ? k.host : k.be, fatal_msg, sizeof fatal_msg);
 end:
     /* Started late if set-up failed here: the other groups are still told. */
     embed_dispatch_start(k.disp);
@@ -289,7 +288,7 @@ end:
         if (out == AGREE_FATAL && !b->fatal_msg[0])
             snprintf(b->fatal_msg, sizeof b->fatal_msg, "%s", fatal_msg);
     }
-    rv_backend_free(&hb);
+    rv_backend_free(&k.host);
     rv_vit_backend_free(k.be, &k.dev_weights);
     rv_backend_free(&k.be);
     free(k.votes);

@@ -64,7 +64,8 @@ static int pieces_of(const rv_shard_plan *sp, piece *out)
         int64_t local = 0;
         for (int i = 0; i < k; i++) {
             if (seg[i].len > 0)
-                out[n++] = (piece){r, seg[i].start, seg[i].len, local};
+                out[n++] = (piece){.rank = r, .start = seg[i].start, .len = seg[i].len,
+                                   .local = local};
             local += seg[i].len;
         }
     }
@@ -178,7 +179,6 @@ int embed_job_run(embed_rank *k, embed_prep *p, embed_result *res)
     rv_vit_pooled pooled;
     rv_vit_stats vs;
     rv_spill tok_spill = {.fd = -1};
-    rv_backend *hb = NULL;
     double *tok_time = NULL;
     int64_t *tok_pos = NULL;
     uint8_t *tok_mod = NULL;
@@ -215,7 +215,7 @@ int embed_job_run(embed_rank *k, embed_prep *p, embed_result *res)
             out = failed(AGREE_FAILED, res);
             goto end;
         }
-    /* The embedding runs on the host: this rank's backend, or one of its own
+    /* The embedding runs on the host: this rank's backend, or its host backend
      * beside a GPU (only for what is tokenized in turn here). */
     if (p->reached == PREP_PROBED) {
         /* No stated duration: rank 0 counts the frames and samples, then every
@@ -239,15 +239,8 @@ int embed_job_run(embed_rank *k, embed_prep *p, embed_result *res)
         }
         embed_report_stage(rep, index, in->path, "tokenize", p->rec.end_s, L->seq);
         p->s.report = rep;
-        if (strcmp(k->be->name, "cpu") != 0 &&
-            (st = rv_backend_cpu_create(set->threads, &hb)) != RV_OK) {
-            p->tok_st = st;
-            snprintf(p->tok_msg, sizeof p->tok_msg, "%s", rv_last_error());
-        } else {
-            embed_prepare_tokens(k, p, hb ? hb : k->be, k->watch);
-        }
+        embed_prepare_tokens(k, p, k->host ? k->host : k->be, k->watch);
     }
-    rv_backend_free(&hb);
     res->tokens = L->seq;
     res->video_tokens = L->nvideo;
     res->audio_tokens = L->naudio;
@@ -279,7 +272,8 @@ int embed_job_run(embed_rank *k, embed_prep *p, embed_result *res)
     rv_vit_tokens tok = rv_vit_slice_tokens(L, &s->t);
     rv_vit_run run = {.be = k->be, .comm = k->dev ? k->dev : k->comm, .plan = s->t.plan,
                       .strategy = set->strategy,
-                      .causal = set->causal, .weights = k->dev_weights, .span = set->span};
+                      .causal = set->causal, .weights = k->dev_weights, .span = set->span,
+                      .host = k->host};
     rv_vit_pool_opts po = {.segment_s = set->segment_s, .end_s = p->rec.end_s, .hop_s = set->hop_s,
                            .start_s = p->rec.io.start_s};
     rv_clear_error();
@@ -376,7 +370,6 @@ end:
     rv_spill_close(&tok_spill);
     free(tok_time), free(tok_pos), free(tok_mod), free(probe_text);
     rv_vit_pooled_free(&pooled);
-    rv_backend_free(&hb);
     embed_prepare_free(p);
     return out;
 }

@@ -46,6 +46,8 @@ typedef struct embed_rank {
     rv_comm_watch *watch; /* the votes and the gather wait on live peers: a rank silent
                          * for --timeout fails them (rv_comm_watch.h) */
     rv_backend *be;     /* this rank's compute threads, or its GPU stream */
+    rv_backend *host;   /* beside a device be: a host backend for the patch embedding
+                         * (--threads), made once; NULL when be is host memory */
     rv_vit_model *dev_weights; /* the model in be's memory (--device cuda), else NULL */
     int rank, size;
     embed_vote *votes;  /* (size) the last vote */

@@ -44,6 +44,8 @@ typedef struct ft_rank {
     rv_comm_watch *w_cp;       /* peers beat, over the world and within the cp group */
     int rank, cpr, dpr;        /* world rank, index in the cp group, dp index */
     rv_backend *be;
+    rv_backend *host;          /* beside a device be: the host backend of the embedding
+                                * and its backward (every core), made once; else NULL */
     rv_vit_model *m, *g;       /* parameters, gradients */
     rv_vit_model *wdev;        /* m in be's memory (--device cuda), refreshed after each step */
     rv_train_head *h, *dh;
@@ -124,6 +126,8 @@ static rv_status rank_setup(ft_rank *k)
     memcpy(k->h->arena, set->head0->arena, sizeof(float) * k->h->arena_floats);
     if (set->cuda && (st = rv_vit_to_backend(k->m, k->be, &k->wdev)) != RV_OK)
         return st;
+    if (!rv_backend_is_host(k->be) && (st = rv_backend_cpu_create(0, &k->host)) != RV_OK)
+        return st;
     /* Under MPI the encoder's cp messages are device memory: NCCL moves them, or
      * MPI through host copies. Losses, pooling and gradients (host) stay on cp. */
     if (set->mpi && set->cuda) {
@@ -159,6 +163,7 @@ static void rank_free(ft_rank *k)
     rv_train_head_free(&k->h), rv_train_head_free(&k->dh);
     rv_vit_free(&k->m), rv_vit_free(&k->g);
     rv_vit_backend_free(k->be, &k->wdev);
+    rv_backend_free(&k->host);
     rv_backend_free(&k->be);
     rv_comm_free(&k->cp_dev);
     rv_comm_free(&k->cp), rv_comm_free(&k->dp);
@@ -216,7 +221,8 @@ static rv_status run_one(ft_rank *k, const ft_slice *s, int label, int64_t pos, 
     rv_vit_tokens tok = rv_vit_slice_tokens(&s->L, &s->t);
     rv_vit_run run = {.be = k->be, .comm = k->cp_dev ? k->cp_dev : k->cp, .plan = s->t.plan,
                       .strategy = set->strategy,
-                      .causal = set->causal, .weights = k->wdev, .span = set->span};
+                      .causal = set->causal, .weights = k->wdev, .span = set->span,
+                      .host = k->host};
     const size_t nd = (size_t)(tok.len > 0 ? tok.len : 1) * D;
     float *y = NULL, *dy = NULL;
     uint8_t *hidden = NULL;

@@ -63,7 +63,7 @@ rv_status cp_allgather_forward(rv_cp_attn *cp, const float *q, const float *k,
     const int H = cp->heads, d = cp->dim;
     const size_t rowf = (size_t)H * d;
     const cp_segs me = cp_segs_of(&cp->plan, cp->comm->rank);
-    rv_shard_seg all = {0, cp->plan.seq};
+    rv_shard_seg all = {.start = 0, .len = cp->plan.seq};
     gathered g = {0};
     float *lse_seg[RV_SHARD_MAX_SEGS] = {0};
     rv_status st = RV_OK;
@@ -76,9 +76,11 @@ rv_status cp_allgather_forward(rv_cp_attn *cp, const float *q, const float *k,
     for (int i = 0; i < me.n; i++) {
         if (me.seg[i].len == 0)
             continue;
-        rv_attn_fwd_args a = {q + me.off[i] * rowf, g.k, g.v, o + me.off[i] * rowf, lse_seg[i],
-                              (int)me.seg[i].len, (int)cp->plan.seq, H, d, cp->scale,
-                              cp_mask(cp, me.seg[i], all), 0};
+        rv_attn_fwd_args a = {.q = q + me.off[i] * rowf, .k = g.k, .v = g.v,
+                              .o = o + me.off[i] * rowf, .lse = lse_seg[i],
+                              .sq = (int)me.seg[i].len, .sk = (int)cp->plan.seq, .heads = H,
+                              .dim = d, .scale = cp->scale, .mask = cp_mask(cp, me.seg[i], all),
+                              .accumulate = 0};
         if ((st = cp->be->attn_fwd(cp->be, &a)) != RV_OK ||
             (st = cp_lse_to_slice(cp, lse_seg[i], me.seg[i].len, lse, me.len, me.off[i])) != RV_OK)
             goto end;
@@ -126,7 +128,7 @@ rv_status cp_allgather_backward(rv_cp_attn *cp, const float *q, const float *k,
     const size_t rowf = (size_t)H * d, nglob = (size_t)cp->plan.seq * rowf;
     const size_t npad = (size_t)n * (size_t)rv_shard_max_len(&cp->plan) * rowf;
     const cp_segs me = cp_segs_of(&cp->plan, cp->comm->rank);
-    rv_shard_seg all = {0, cp->plan.seq};
+    rv_shard_seg all = {.start = 0, .len = cp->plan.seq};
     gathered g = {0};
     float *lse_seg = NULL, *dkg = NULL, *dvg = NULL, *recv = NULL;
     rv_status st;
@@ -148,9 +150,11 @@ rv_status cp_allgather_backward(rv_cp_attn *cp, const float *q, const float *k,
         size_t qo = me.off[i] * rowf;
         if ((st = cp_lse_from_slice(cp, lse, me.len, me.off[i], lse_seg, me.seg[i].len)) != RV_OK)
             goto end;
-        rv_attn_bwd_args a = {q + qo, g.k, g.v, o + qo, lse_seg, dout + qo, dq + qo, dkg, dvg,
-                              (int)me.seg[i].len, (int)cp->plan.seq, H, d, cp->scale,
-                              cp_mask(cp, me.seg[i], all), 1};
+        rv_attn_bwd_args a = {.q = q + qo, .k = g.k, .v = g.v, .o = o + qo, .lse = lse_seg,
+                              .dout = dout + qo, .dq = dq + qo, .dk = dkg, .dv = dvg,
+                              .sq = (int)me.seg[i].len, .sk = (int)cp->plan.seq, .heads = H,
+                              .dim = d, .scale = cp->scale, .mask = cp_mask(cp, me.seg[i], all),
+                              .accumulate = 1};
         if ((st = cp->be->attn_bwd(cp->be, &a)) != RV_OK)
             goto end;
         cp->stats.flops += 10.0 * d * H * cp_pairs_all(cp, i, me.seg[i]);

@@ -4,6 +4,7 @@
  * every move goes through its table (fill, copy2d, add), so the strategies run
  * unchanged on host (cpu) and device (cuda) memory. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cp_internal.h"
@@ -29,7 +30,7 @@ rv_attn_mask cp_mask(const rv_cp_attn *cp, rv_shard_seg q, rv_shard_seg k)
 
 double cp_pairs_all(const rv_cp_attn *cp, int i, rv_shard_seg q)
 {
-    rv_shard_seg all = {0, cp->plan.seq};
+    rv_shard_seg all = {.start = 0, .len = cp->plan.seq};
     return cp->span ? cp_span_pairs_of(cp, i) : rv_cp_visible_pairs(q, all, cp->causal);
 }
 
@@ -170,8 +171,12 @@ rv_status rv_cp_attn_init(rv_cp_attn *cp, rv_backend *be, rv_comm *comm,
         return rv_fail(RV_ERR_INVALID,
                        "cp attention: ulysses needs the head count to be a multiple of the "
                        "context-parallel size, but heads=%d and cp=%d", heads, comm->size);
+    /* RINGVIT_RING_AHEAD=0: the device schedule on the host too (for comparison). */
+    const char *env = getenv("RINGVIT_RING_AHEAD");
+    const int ahead = rv_backend_is_host(be) && !(env && strcmp(env, "0") == 0);
     *cp = (rv_cp_attn){.be = be, .comm = comm, .plan = *plan, .strategy = strategy,
-                       .heads = heads, .dim = dim, .causal = causal, .scale = scale};
+                       .heads = heads, .dim = dim, .causal = causal, .scale = scale,
+                       .ring_ahead = ahead};
     return RV_OK;
 }
 
@@ -179,9 +184,10 @@ rv_status rv_cp_attn_forward(rv_cp_attn *cp, const float *q, const float *k, con
                              float *o, float *lse)
 {
     if (cp->plan.ranks == 1) { /* plain tiled attention, no communication */
-        rv_shard_seg all = {0, cp->plan.seq};
-        rv_attn_fwd_args a = {q, k, v, o, lse, (int)cp->plan.seq, (int)cp->plan.seq,
-                              cp->heads, cp->dim, cp->scale, cp_mask(cp, all, all), 0};
+        rv_shard_seg all = {.start = 0, .len = cp->plan.seq};
+        rv_attn_fwd_args a = {.q = q, .k = k, .v = v, .o = o, .lse = lse, .sq = (int)cp->plan.seq,
+                              .sk = (int)cp->plan.seq, .heads = cp->heads, .dim = cp->dim,
+                              .scale = cp->scale, .mask = cp_mask(cp, all, all), .accumulate = 0};
         double t0 = rv_clock_s();
         rv_status st = cp->be->attn_fwd(cp->be, &a);
         rv_status st2 = cp_busy_end(cp, t0);
@@ -204,10 +210,11 @@ rv_status rv_cp_attn_backward(rv_cp_attn *cp, const float *q, const float *k, co
                               float *dk, float *dv)
 {
     if (cp->plan.ranks == 1) {
-        rv_shard_seg all = {0, cp->plan.seq};
-        rv_attn_bwd_args a = {q, k, v, o, lse, dout, dq, dk, dv, (int)cp->plan.seq,
-                              (int)cp->plan.seq, cp->heads, cp->dim, cp->scale,
-                              cp_mask(cp, all, all), 0};
+        rv_shard_seg all = {.start = 0, .len = cp->plan.seq};
+        rv_attn_bwd_args a = {.q = q, .k = k, .v = v, .o = o, .lse = lse, .dout = dout, .dq = dq,
+                              .dk = dk, .dv = dv, .sq = (int)cp->plan.seq, .sk = (int)cp->plan.seq,
+                              .heads = cp->heads, .dim = cp->dim, .scale = cp->scale,
+                              .mask = cp_mask(cp, all, all), .accumulate = 0};
         double t0 = rv_clock_s();
         rv_status st = cp->be->attn_bwd(cp->be, &a);
         rv_status st2 = cp_busy_end(cp, t0);

@@ -108,10 +108,12 @@ rv_status cp_ring_backward(rv_cp_attn *cp, const float *q, const float *k, const
                 if (cp_fully_masked(cp, me.seg[i], ks.seg[j]))
                     continue;
                 size_t qo = me.off[i] * rowf, ko = ks.off[j] * rowf;
-                rv_attn_bwd_args a = {q + qo, ck + ko, cv + ko, o + qo, lse_seg[i], dout + qo,
-                                      dq + qo, gk + ko, gv + ko, (int)me.seg[i].len,
-                                      (int)ks.seg[j].len, H, d, cp->scale,
-                                      cp_mask(cp, me.seg[i], ks.seg[j]), 1};
+                rv_attn_bwd_args a = {.q = q + qo, .k = ck + ko, .v = cv + ko, .o = o + qo,
+                                      .lse = lse_seg[i], .dout = dout + qo, .dq = dq + qo,
+                                      .dk = gk + ko, .dv = gv + ko, .sq = (int)me.seg[i].len,
+                                      .sk = (int)ks.seg[j].len, .heads = H, .dim = d,
+                                      .scale = cp->scale, .mask = cp_mask(cp, me.seg[i], ks.seg[j]),
+                                      .accumulate = 1};
                 if ((st = cp->be->attn_bwd(cp->be, &a)) != RV_OK)
                     goto end;
                 cp->stats.flops += 10.0 * d * H *

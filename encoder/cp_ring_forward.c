@@ -26,11 +26,11 @@
  * posted far ahead could hold back the sends queued behind it. There the kernels
  * are queued on the compute stream, the exchange is launched and waited for while
  * they run, then the kernels are waited for (cp_busy_end) before a slot they read
- * is received into. RINGVIT_RING_AHEAD=0 gives the CPU the device's schedule.
+ * is received into. RINGVIT_RING_AHEAD=0 gives the CPU the device's schedule
+ * (rv_cp_attn_init reads it into cp->ring_ahead).
  * Buffers are the backend's memory. */
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "cp_internal.h"
 
@@ -80,7 +80,7 @@ static int64_t chunk_pieces(const cp_segs *s, int c, int m, rv_shard_seg piece[R
     int64_t total = 0;
     for (int j = 0; j < s->n; j++) {
         int64_t a = s->seg[j].len * c / m, b = s->seg[j].len * (c + 1) / m;
-        piece[j] = (rv_shard_seg){a, b - a};
+        piece[j] = (rv_shard_seg){.start = a, .len = b - a};
         total += b - a;
     }
     return total;
@@ -92,7 +92,7 @@ static int ring_chunks(const rv_cp_attn *cp, int64_t *max_rows)
 {
     const int64_t maxlen = rv_shard_max_len(&cp->plan);
     int64_t chunk = RV_CP_RING_CHUNK_DEVICE;
-    if (strcmp(cp->be->name, "cpu") == 0) {
+    if (rv_backend_is_host(cp->be)) {
         chunk = (maxlen + RV_CP_RING_PASSES - 1) / RV_CP_RING_PASSES;
         chunk = chunk > RV_CP_RING_CHUNK ? chunk : RV_CP_RING_CHUNK;
     }
@@ -241,14 +241,17 @@ static rv_status ring_compute(ring_fwd *f, int t, const float *q, float *o, floa
     for (int j = 0; j < w.segs.n; j++) {
         if (w.piece[j].len == 0)
             continue;
-        rv_shard_seg kseg = {w.segs.seg[j].start + w.piece[j].start, w.piece[j].len};
+        rv_shard_seg kseg = {.start = w.segs.seg[j].start + w.piece[j].start,
+                             .len = w.piece[j].len};
         for (int i = 0; i < f->me.n; i++) {
             if (cp_fully_masked(cp, f->me.seg[i], kseg))
                 continue;
-            rv_attn_fwd_args a = {q + f->me.off[i] * f->rowf, piece_rows(f, t, &w, j, 0),
-                                  piece_rows(f, t, &w, j, 1), o + f->me.off[i] * f->rowf,
-                                  lse_acc[i], (int)f->me.seg[i].len, (int)kseg.len, cp->heads,
-                                  cp->dim, cp->scale, cp_mask(cp, f->me.seg[i], kseg), 1};
+            rv_attn_fwd_args a = {.q = q + f->me.off[i] * f->rowf, .k = piece_rows(f, t, &w, j, 0),
+                                  .v = piece_rows(f, t, &w, j, 1), .o = o + f->me.off[i] * f->rowf,
+                                  .lse = lse_acc[i], .sq = (int)f->me.seg[i].len,
+                                  .sk = (int)kseg.len, .heads = cp->heads, .dim = cp->dim,
+                                  .scale = cp->scale, .mask = cp_mask(cp, f->me.seg[i], kseg),
+                                  .accumulate = 1};
             rv_status st = cp->be->attn_fwd(cp->be, &a);
             if (st != RV_OK)
                 return st;
@@ -263,9 +266,7 @@ rv_status cp_ring_forward(rv_cp_attn *cp, const float *q, const float *k, const 
                           float *o, float *lse)
 {
     const int H = cp->heads;
-    /* RINGVIT_RING_AHEAD=0: the device schedule on the CPU too (for comparison). */
-    const char *env = getenv("RINGVIT_RING_AHEAD");
-    const int ahead = strcmp(cp->be->name, "cpu") == 0 && !(env && strcmp(env, "0") == 0);
+    const int ahead = cp->ring_ahead; /* rv_cp_attn_init */
     ring_fwd f = {.cp = cp, .n = cp->comm->size, .r = cp->comm->rank,
                   .nslot = ahead ? RING_SLOTS_CPU : RING_SLOTS_DEVICE, .ahead = ahead,
                   .rowf = (size_t)H * cp->dim, .k = k, .v = v};

@@ -139,7 +139,7 @@ static int kent_cmp(const void *a, const void *b)
 static int64_t lower(const kent *e, int64_t n, double key, double time, int64_t pos)
 {
     int64_t lo = 0, hi = n;
-    kent t = {key, time, pos};
+    kent t = {.key = key, .time = time, .pos = pos};
     while (lo < hi) {
         int64_t mid = lo + (hi - lo) / 2;
         if (kent_cmp(&e[mid], &t) < 0)
@@ -169,7 +169,7 @@ static double span_pairs_rows(const double *qk, const double *qt, int64_t q_star
     if (!e)
         return (double)n * (double)m; /* statistics only: an upper bound */
     for (int64_t j = 0; j < m; j++)
-        e[j] = (kent){kk[j], kt[j], k_start + j};
+        e[j] = (kent){.key = kk[j], .time = kt[j], .pos = k_start + j};
     qsort(e, (size_t)m, sizeof *e, kent_cmp);
     double pairs = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -562,8 +562,9 @@ rv_status cp_span_ring_forward(rv_cp_attn *cp, const float *q, const float *k, c
     if ((st = cp->be->synchronize(cp->be)) != RV_OK || (st = post_runs(cp, k, v, reqs, &nr)) != RV_OK)
         goto end;
     double t0 = rv_clock_s();
-    rv_attn_fwd_args a = {q, k, v, o, lse, len, len, H, d, cp->scale,
-                          mask_with(cp, s->start, s->key, s->time), 0};
+    rv_attn_fwd_args a = {.q = q, .k = k, .v = v, .o = o, .lse = lse, .sq = len, .sk = len,
+                          .heads = H, .dim = d, .scale = cp->scale,
+                          .mask = mask_with(cp, s->start, s->key, s->time), .accumulate = 0};
     if ((st = cp->be->attn_fwd(cp->be, &a)) != RV_OK || (st = cp_busy_end(cp, t0)) != RV_OK)
         goto end;
     cp->stats.flops += 4.0 * d * H * s->local_pairs;
@@ -576,8 +577,10 @@ rv_status cp_span_ring_forward(rv_cp_attn *cp, const float *q, const float *k, c
         const int rows = (int)(p->recv_b - p->recv_a);
         if (!rows || len == 0)
             continue;
-        rv_attn_fwd_args b = {q, p->k, p->v, o, lse, len, rows, H, d, cp->scale,
-                              mask_with(cp, p->recv_start, p->key, p->time), 1};
+        rv_attn_fwd_args b = {.q = q, .k = p->k, .v = p->v, .o = o, .lse = lse, .sq = len,
+                              .sk = rows, .heads = H, .dim = d, .scale = cp->scale,
+                              .mask = mask_with(cp, p->recv_start, p->key, p->time),
+                              .accumulate = 1};
         if ((st = cp->be->attn_fwd(cp->be, &b)) != RV_OK)
             goto end;
         cp->stats.flops += 4.0 * d * H * p->pairs;
@@ -613,8 +616,10 @@ rv_status cp_span_ring_backward(rv_cp_attn *cp, const float *q, const float *k,
     if ((st = cp->be->synchronize(cp->be)) != RV_OK || (st = post_runs(cp, k, v, reqs, &nr)) != RV_OK)
         goto end;
     double t0 = rv_clock_s();
-    rv_attn_bwd_args a = {q, k, v, o, lse, dout, dq, dk, dv, len, len, H, d, cp->scale,
-                          mask_with(cp, s->start, s->key, s->time), 0};
+    rv_attn_bwd_args a = {.q = q, .k = k, .v = v, .o = o, .lse = lse, .dout = dout, .dq = dq,
+                          .dk = dk, .dv = dv, .sq = len, .sk = len, .heads = H, .dim = d,
+                          .scale = cp->scale, .mask = mask_with(cp, s->start, s->key, s->time),
+                          .accumulate = 0};
     if ((st = cp->be->attn_bwd(cp->be, &a)) != RV_OK || (st = cp_busy_end(cp, t0)) != RV_OK)
         goto end;
     cp->stats.flops += 10.0 * d * H * s->local_pairs;
@@ -658,9 +663,10 @@ rv_status cp_span_ring_backward(rv_cp_attn *cp, const float *q, const float *k,
             goto end;
         rv_attn_mask pm = mask_with(cp, p->recv_start, p->key, p->time);
         pm.q_start = s->start + qa, pm.q_key = s->key + qa, pm.q_time = s->time + qa;
-        rv_attn_bwd_args b = {q + qa * rowf, p->k, p->v, o + qa * rowf, sub_lse,
-                              dout + qa * rowf, dq + qa * rowf, gk[i], gv[i], nq, (int)rows, H, d,
-                              cp->scale, pm, 1};
+        rv_attn_bwd_args b = {.q = q + qa * rowf, .k = p->k, .v = p->v, .o = o + qa * rowf,
+                              .lse = sub_lse, .dout = dout + qa * rowf, .dq = dq + qa * rowf,
+                              .dk = gk[i], .dv = gv[i], .sq = nq, .sk = (int)rows, .heads = H,
+                              .dim = d, .scale = cp->scale, .mask = pm, .accumulate = 1};
         if ((st = cp->be->attn_bwd(cp->be, &b)) != RV_OK)
             goto end;
         cp->stats.flops += 10.0 * d * H * p->pairs;
@@ -767,8 +773,9 @@ rv_status cp_span_rows(rv_cp_attn *cp, const float *q, int64_t r0, int64_t n, co
     if (b > a) {
         rv_attn_mask m = mask_with(cp, s->start + a, s->key + a, s->time + a);
         m.q_start = s->start + r0, m.q_key = s->key + r0, m.q_time = s->time + r0;
-        rv_attn_fwd_args fa = {q, k + (size_t)a * rowf, v + (size_t)a * rowf, o, lse, (int)n,
-                               (int)(b - a), H, d, cp->scale, m, 0};
+        rv_attn_fwd_args fa = {.q = q, .k = k + (size_t)a * rowf, .v = v + (size_t)a * rowf, .o = o,
+                               .lse = lse, .sq = (int)n, .sk = (int)(b - a), .heads = H, .dim = d,
+                               .scale = cp->scale, .mask = m, .accumulate = 0};
         st = cp->be->attn_fwd(cp->be, &fa);
         merge = 1;
     }
@@ -780,8 +787,9 @@ rv_status cp_span_rows(rv_cp_attn *cp, const float *q, int64_t r0, int64_t n, co
             continue;
         rv_attn_mask pm = mask_with(cp, p->recv_start + a, p->key + a, p->time + a);
         pm.q_start = s->start + r0, pm.q_key = s->key + r0, pm.q_time = s->time + r0;
-        rv_attn_fwd_args fb = {q, p->k + (size_t)a * rowf, p->v + (size_t)a * rowf, o, lse,
-                               (int)n, (int)(b - a), H, d, cp->scale, pm, merge};
+        rv_attn_fwd_args fb = {.q = q, .k = p->k + (size_t)a * rowf, .v = p->v + (size_t)a * rowf,
+                               .o = o, .lse = lse, .sq = (int)n, .sk = (int)(b - a), .heads = H,
+                               .dim = d, .scale = cp->scale, .mask = pm, .accumulate = merge};
         st = cp->be->attn_fwd(cp->be, &fb);
         merge = 1;
         cp->stats.flops += 4.0 * d * H * (p->row_pairs[r0 + n] - p->row_pairs[r0]);

@@ -161,7 +161,7 @@ rv_status cp_ulysses_forward(rv_cp_attn *cp, const float *q, const float *k, con
     uly u = {0};
     size_t bytes = 0;
     float *g[4] = {0}, *lseg = NULL; /* g: qg, kg, vg, og */
-    rv_shard_seg all = {0, cp->plan.seq};
+    rv_shard_seg all = {.start = 0, .len = cp->plan.seq};
     rv_status st = uly_open(cp, &u);
     if (st != RV_OK || (st = alloc_global(&u, 4, g, &bytes)) != RV_OK ||
         (st = cp_alloc(cp, (size_t)u.hg * cp->plan.seq, &lseg)) != RV_OK)
@@ -170,8 +170,10 @@ rv_status cp_ulysses_forward(rv_cp_attn *cp, const float *q, const float *k, con
     if ((st = uly_to_heads(&u, q, g[0])) != RV_OK || (st = uly_to_heads(&u, k, g[1])) != RV_OK ||
         (st = uly_to_heads(&u, v, g[2])) != RV_OK)
         goto end;
-    rv_attn_fwd_args a = {g[0], g[1], g[2], g[3], lseg, (int)cp->plan.seq, (int)cp->plan.seq,
-                          u.hg, cp->dim, cp->scale, cp_mask(cp, all, all), 0};
+    rv_attn_fwd_args a = {.q = g[0], .k = g[1], .v = g[2], .o = g[3], .lse = lseg,
+                          .sq = (int)cp->plan.seq, .sk = (int)cp->plan.seq, .heads = u.hg,
+                          .dim = cp->dim, .scale = cp->scale, .mask = cp_mask(cp, all, all),
+                          .accumulate = 0};
     double t0 = rv_clock_s();
     if ((st = cp->be->attn_fwd(cp->be, &a)) != RV_OK || (st = cp_busy_end(cp, t0)) != RV_OK)
         goto end;
@@ -194,7 +196,7 @@ rv_status cp_ulysses_backward(rv_cp_attn *cp, const float *q, const float *k,
     uly u = {0};
     size_t bytes = 0;
     float *g[8] = {0}, *lseg = NULL; /* g: q, k, v, o, dout, dq, dk, dv (head-sharded) */
-    rv_shard_seg all = {0, cp->plan.seq};
+    rv_shard_seg all = {.start = 0, .len = cp->plan.seq};
     rv_status st = uly_open(cp, &u);
     if (st != RV_OK || (st = alloc_global(&u, 8, g, &bytes)) != RV_OK ||
         (st = cp_alloc(cp, (size_t)u.hg * cp->plan.seq, &lseg)) != RV_OK)
@@ -206,9 +208,10 @@ rv_status cp_ulysses_backward(rv_cp_attn *cp, const float *q, const float *k,
             goto end;
     if ((st = uly_lse_to_heads(&u, lse, lseg)) != RV_OK)
         goto end;
-    rv_attn_bwd_args a = {g[0], g[1], g[2], g[3], lseg, g[4], g[5], g[6], g[7],
-                          (int)cp->plan.seq, (int)cp->plan.seq, u.hg, cp->dim, cp->scale,
-                          cp_mask(cp, all, all), 0};
+    rv_attn_bwd_args a = {.q = g[0], .k = g[1], .v = g[2], .o = g[3], .lse = lseg, .dout = g[4],
+                          .dq = g[5], .dk = g[6], .dv = g[7], .sq = (int)cp->plan.seq,
+                          .sk = (int)cp->plan.seq, .heads = u.hg, .dim = cp->dim,
+                          .scale = cp->scale, .mask = cp_mask(cp, all, all), .accumulate = 0};
     double t0 = rv_clock_s();
     if ((st = cp->be->attn_bwd(cp->be, &a)) != RV_OK || (st = cp_busy_end(cp, t0)) != RV_OK)
         goto end;

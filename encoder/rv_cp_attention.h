@@ -4,10 +4,15 @@
  * sequence, exactly (up to f32 rounding) what one rank holding everything computes.
  *
  * Strategies:
- *   ring       K/V blocks travel rank to rank+1, double-buffered: the next block's
- *              transfer is posted before the current one is computed; partial
- *              results are merged by log-sum-exp. Memory per rank: its slice plus
- *              two blocks in flight.
+ *   ring       K/V blocks travel rank to rank+1, partial results are merged by
+ *              log-sum-exp. The forward passes blocks in chunks (several on a
+ *              long slice): on host memory sends and receives run ahead of the
+ *              computation into three receive slots (ring_ahead; two when a
+ *              block is short enough to travel whole); on a device one
+ *              exchange is in flight, two slots, the next chunk's transfer
+ *              running while the current one is computed. The backward passes
+ *              whole blocks, double-buffered, and the dK/dV partial sums on to
+ *              their owners. Memory per rank: its slice plus the slots.
  *   allgather  every rank gathers all K/V (O(S*dim) per rank), then one local
  *              tiled attention per query segment.
  *   ulysses    all-to-all from sequence-sharded to head-sharded, full-sequence
@@ -69,10 +74,14 @@ typedef struct rv_cp_attn {
     float scale;             /* softmax scale; 0 selects 1/sqrt(dim) */
     rv_cp_stats stats;
     rv_cp_span_state *span;  /* NULL: full attention (rv_cp_attn_set_span) */
+    int ring_ahead;          /* ring forward: 1 runs sends and receives ahead of the
+                                computation (host memory, unless RINGVIT_RING_AHEAD=0,
+                                read once by rv_cp_attn_init); 0: one exchange in
+                                flight, the schedule of a device */
 } rv_cp_attn;
 
 /* Checks the combination (communicator size = plan ranks, ulysses divisibility,
- * ...) with a message naming the numbers. */
+ * ...) with a message naming the numbers. Reads RINGVIT_RING_AHEAD (ring_ahead). */
 rv_status rv_cp_attn_init(rv_cp_attn *cp, rv_backend *be, rv_comm *comm,
                           const rv_shard_plan *plan, rv_cp_strategy strategy, int heads,
                           int dim, int causal, float scale);

@@ -445,11 +445,16 @@ typedef struct rv_vit_run {
     rv_shard_plan plan;       /* the sequence over comm's ranks */
     rv_cp_strategy strategy;
     int causal;               /* 1: causal attention (use the zigzag plan) */
-    /* For a backend other than "cpu": the model's weights in its memory
-     * (rv_vit_to_backend); the forward then runs the blocks there. NULL on cpu. */
+    /* For a backend whose memory is device memory (not rv_backend_is_host): the
+     * model's weights in that memory (rv_vit_to_backend); the forward then runs
+     * the blocks there. NULL on a host backend. */
     const rv_vit_model *weights;
     rv_span span;             /* attention span (zero: full); a span over more
                                  than one rank needs the contiguous plan */
+    /* A host backend (rv_backend_is_host) for the embedding of a device run (not
+     * owned), made once by the caller and passed to every call; NULL: each call
+     * creates its own over every core. Not read on a host backend. */
+    rv_backend *host;
 } rv_vit_run;
 
 typedef struct rv_vit_stats {
@@ -468,18 +473,19 @@ void rv_vit_backend_free(rv_backend *be, rv_vit_model **dm);
 
 /* y (len, D): this rank's per-token outputs after the final LayerNorm, in host
  * memory. Every rank of run->comm calls it together. stats may be NULL.
- * On a device backend (run->weights set) the embedding runs on the host (a CPU
- * backend over every core) and the blocks, the CP attention and the final
- * LayerNorm on the device; y is copied back. Training (forward_train, backward)
- * is CPU-only for now. */
+ * On a device backend (run->weights set) the embedding runs on the host
+ * (run->host, else a CPU backend over every core) and the blocks, the CP
+ * attention and the final LayerNorm on the device; y is copied back. Training
+ * (rv_vit_train.h) splits the work the same way: its saved activations are
+ * device memory, the embedding and its backward run on the host. */
 rv_status rv_vit_forward(const rv_vit_model *m, const rv_vit_run *run,
                          const rv_vit_tokens *in, float *y, rv_vit_stats *stats);
 
-/* x (in->len, D): the embedding of every token of in, on a host backend (be
- * "cpu"): what the forward starts from. in may be any run of tokens of a
- * sequence (a tokenizer batch), so a long recording is embedded while it is
- * tokenized and its patches never held whole. Adds the GEMM FLOPs to *flops (may
- * be NULL). */
+/* x (in->len, D): the embedding of every token of in, on a host backend
+ * (rv_backend_is_host, as cpu): what the forward starts from. in may be any run
+ * of tokens of a sequence (a tokenizer batch), so a long recording is embedded
+ * while it is tokenized and its patches never held whole. Adds the GEMM FLOPs to
+ * *flops (may be NULL). */
 rv_status rv_vit_embed(const rv_vit_model *m, rv_backend *be, const rv_vit_tokens *in,
                        float *x, double *flops);
 

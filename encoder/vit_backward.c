@@ -96,17 +96,17 @@ rv_status rv_vit_backward(const rv_vit_model *m, const rv_vit_run *run,
                           const rv_vit_tokens *in, const rv_vit_acts *acts, const float *dy,
                           rv_vit_model *grad, float *dmask_token, rv_vit_stats *stats)
 {
-    rv_status st = vit_check_args(m, run, in, dy, 1, 1);
+    rv_status st = vit_check_args(m, run, in, dy, 1);
     if (st != RV_OK || (st = check_backward(m, in, acts, grad, dmask_token)) != RV_OK)
         return st;
     const rv_vit_config *c = &m->cfg;
     rv_backend *be = run->be;
     /* On a device: weights (wm) and gradients (gd) in its memory, dy uploaded into
      * dyd; the embedding's backward on the host backend hb over host scratch. */
-    const int on_host = strcmp(be->name, "cpu") == 0;
+    const int on_host = rv_backend_is_host(be);
     const rv_vit_model *wm = on_host ? m : run->weights;
     rv_vit_model *gd = on_host ? grad : NULL;
-    rv_backend *hb = NULL;
+    rv_backend *hb = NULL, *hb_own = NULL; /* hb_own: made here when run->host is NULL */
     const float *dyd = on_host ? dy : NULL;
     float *dy_dev = NULL, *hscratch = NULL;
     const int D = c->dim, H = c->heads, M = c->mlp, len = (int)in->len;
@@ -263,7 +263,7 @@ rv_status rv_vit_backward(const rv_vit_model *m, const rv_vit_run *run,
                            RV_COPY_DEVICE_TO_HOST)) != RV_OK ||
             (st = be->copy(be, grad->arena, gd->arena, sizeof(float) * grad->arena_floats,
                            RV_COPY_DEVICE_TO_HOST)) != RV_OK ||
-            (st = rv_backend_cpu_create(0, &hb)) != RV_OK ||
+            (st = vit_host_backend(run, &hb, &hb_own)) != RV_OK ||
             (st = vit_embed_backward(m, hb, in, a->any_hidden ? a->hidden : NULL, hscratch,
                                      hscratch + nd, hscratch + 2 * nd, grad, dmask_token,
                                      &s.flops)) != RV_OK)
@@ -289,7 +289,7 @@ end:
         if (dy_dev)
             be->free(be, dy_dev);
         rv_vit_backend_free(be, &gd);
-        rv_backend_free(&hb);
+        rv_backend_free(&hb_own);
         free(hscratch);
     }
     return st;

@@ -19,7 +19,6 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "vit_internal.h"
 
@@ -42,7 +41,7 @@ double rv_vit_forward_flops(const rv_vit_config *c, int64_t seq, int64_t nvideo,
 }
 
 rv_status vit_check_args(const rv_vit_model *m, const rv_vit_run *run, const rv_vit_tokens *in,
-                         const float *y, int y_on_device_ok, int patches)
+                         const float *y, int patches)
 {
     if (!m || !run || !in || !run->be || !run->comm)
         return rv_fail(RV_ERR_INVALID, "vit forward: model, run (backend, communicator) and "
@@ -50,13 +49,14 @@ rv_status vit_check_args(const rv_vit_model *m, const rv_vit_run *run, const rv_
     rv_status st = rv_vit_config_check(&m->cfg);
     if (st != RV_OK)
         return st;
-    /* Training keeps its activations in host memory; the forward alone takes a
-     * device backend, with the weights copied there. */
-    if (strcmp(run->be->name, "cpu") != 0 && (!run->weights || !y_on_device_ok))
-        return rv_fail(RV_ERR_UNSUPPORTED, "vit %s: the %s backend %s", y_on_device_ok ?
-                       "forward" : "training", run->be->name, y_on_device_ok ?
-                       "needs the weights in its memory (rv_vit_to_backend)" :
-                       "is not supported for training yet; use the cpu backend");
+    /* A device backend runs the blocks with the weights copied into its memory,
+     * and the embedding on a host backend. */
+    if (!rv_backend_is_host(run->be) && !run->weights)
+        return rv_fail(RV_ERR_UNSUPPORTED, "vit forward: the %s backend needs the weights in "
+                       "its memory (rv_vit_to_backend)", run->be->name);
+    if (run->host && !rv_backend_is_host(run->host))
+        return rv_fail(RV_ERR_INVALID, "vit forward: run->host is the %s backend, whose "
+                       "memory is not host memory", run->host->name);
     if (run->plan.ranks != run->comm->size)
         return rv_fail(RV_ERR_INVALID, "vit forward: the shard plan is for %d ranks but the "
                        "communicator has %d", run->plan.ranks, run->comm->size);
@@ -73,12 +73,23 @@ rv_status vit_check_args(const rv_vit_model *m, const rv_vit_run *run, const rv_
     return vit_tokens_check(m, in, patches);
 }
 
+rv_status vit_host_backend(const rv_vit_run *run, rv_backend **hb, rv_backend **owned)
+{
+    *owned = NULL;
+    *hb = run->host;
+    if (*hb)
+        return RV_OK;
+    rv_status st = rv_backend_cpu_create(0, owned);
+    *hb = *owned;
+    return st;
+}
+
 rv_status rv_vit_embed(const rv_vit_model *m, rv_backend *be, const rv_vit_tokens *in,
                        float *x, double *flops)
 {
     if (!m || !be || !in || (in->len > 0 && !x))
         return rv_fail(RV_ERR_INVALID, "vit embed: model, backend, tokens and x are required");
-    if (strcmp(be->name, "cpu") != 0)
+    if (!rv_backend_is_host(be))
         return rv_fail(RV_ERR_UNSUPPORTED, "vit embed: the embedding runs on a host backend, "
                        "not %s", be->name);
     rv_status st = vit_tokens_check(m, in, 1);
@@ -98,7 +109,8 @@ rv_status rv_vit_embed(const rv_vit_model *m, rv_backend *be, const rv_vit_token
     float *pos = resample ? scratch + codes + vf + af : NULL;
     if (resample)
         vit_pos_resample(m, in->grid, pos);
-    vit_embed_scratch es = {scratch, scratch + codes, scratch + codes + vf, pos};
+    vit_embed_scratch es = {.codes = scratch, .video = scratch + codes,
+                            .audio = scratch + codes + vf, .pos = pos};
     double fl = 0;
     st = vit_embed(m, be, in, NULL, NULL, &es, x, &fl);
     if (flops)
@@ -112,20 +124,20 @@ rv_status rv_vit_embed(const rv_vit_model *m, rv_backend *be, const rv_vit_token
 static rv_status forward(const rv_vit_model *m, const rv_vit_run *run, const rv_vit_tokens *in,
                          float *y, rv_vit_stats *stats, int embedded)
 {
-    rv_status st = vit_check_args(m, run, in, y, 1, !embedded);
+    rv_status st = vit_check_args(m, run, in, y, !embedded);
     if (st != RV_OK)
         return st;
     const rv_vit_config *c = &m->cfg;
     rv_backend *be = run->be;
     /* On a device: the weights and the residual stream (yd) in its memory, and a
      * host backend for the embedding. */
-    const int on_host = strcmp(be->name, "cpu") == 0;
+    const int on_host = rv_backend_is_host(be);
     const rv_vit_model *wm = on_host ? m : run->weights;
     /* Under a span on the ring (or one rank) the blocks run in query rows
      * (vit_forward_rows.c): a rank holds its residual, K and V, no more. */
     const int rows = run->span.kind != RV_SPAN_FULL &&
                      (run->plan.ranks == 1 || run->strategy == RV_CP_RING);
-    rv_backend *hb = NULL;
+    rv_backend *hb = NULL, *hb_own = NULL; /* hb_own: made here when run->host is NULL */
     float *yd = on_host ? y : NULL;
     const int D = c->dim, H = c->heads, M = c->mlp, len = (int)in->len;
     const int cap = len > 0 ? len : 1; /* buffers stay valid pointers on an empty rank */
@@ -141,7 +153,7 @@ static rv_status forward(const rv_vit_model *m, const rv_vit_run *run, const rv_
         (st = vit_span_setup(&cp, run, in)) != RV_OK)
         goto end;
     if (!embedded) {
-        if (!on_host && (st = rv_backend_cpu_create(0, &hb)) != RV_OK)
+        if (!on_host && (st = vit_host_backend(run, &hb, &hb_own)) != RV_OK)
             goto end;
         if ((st = rv_vit_embed(m, on_host ? be : hb, in, y, &s.flops)) != RV_OK)
             goto end;
@@ -219,7 +231,7 @@ end:
         be->synchronize(be); /* after an error kernels may still use the buffers */
         if (yd)
             be->free(be, yd);
-        rv_backend_free(&hb);
+        rv_backend_free(&hb_own);
     }
     be->free(be, h);
     be->free(be, qkv);

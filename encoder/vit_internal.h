@@ -115,10 +115,15 @@ rv_status vit_apply_load_opts(const rv_vit_load_opts *opts, const char *label, i
 rv_status vit_span_setup(rv_cp_attn *cp, const rv_vit_run *run, const rv_vit_tokens *in);
 
 /* The checks of rv_vit_forward (model, run, backend, plan, slice; y non-NULL when
- * len > 0), with messages naming the numbers. y_on_device_ok: the caller runs on
- * a device backend when run->weights is set (the forward); 0: host backends only. */
+ * len > 0; run->weights set on a device backend, run->host a host backend), with
+ * messages naming the numbers. patches: 1 when the tokens' patches are read. */
 rv_status vit_check_args(const rv_vit_model *m, const rv_vit_run *run, const rv_vit_tokens *in,
-                         const float *y, int y_on_device_ok, int patches);
+                         const float *y, int patches);
+
+/* The host backend for a device run's embedding: run->host, or when that is NULL a
+ * CPU backend over every core made now, also stored in *owned for the caller to
+ * free (rv_backend_free); *owned is NULL otherwise. */
+rv_status vit_host_backend(const rv_vit_run *run, rv_backend **hb, rv_backend **owned);
 
 /* What one block's forward reads and writes besides its weights (vit_block.c);
  * every buffer (len, .) of this rank's slice, in the backend's memory. */

@@ -13,7 +13,7 @@
 
 rv_status rv_span_parse(const char *text, rv_span *out)
 {
-    rv_span s = {RV_SPAN_FULL, 0};
+    rv_span s = {.kind = RV_SPAN_FULL, .seconds = 0};
     const char *arg = NULL;
     if (!text || !out)
         return rv_fail(RV_ERR_INVALID, "attention span: NULL argument");

@@ -93,16 +93,16 @@ rv_status rv_vit_forward_train(const rv_vit_model *m, const rv_vit_run *run,
     if (!acts)
         return rv_fail(RV_ERR_INVALID, "vit forward_train: acts is NULL");
     *acts = NULL;
-    rv_status st = vit_check_args(m, run, in, y, 1, 1);
+    rv_status st = vit_check_args(m, run, in, y, 1);
     if (st != RV_OK)
         return st;
     const rv_vit_config *c = &m->cfg;
     rv_backend *be = run->be;
     /* On a device: weights wm there, the embedding on the host backend hb into
      * host scratch, y computed into ydev and copied back. */
-    const int on_host = strcmp(be->name, "cpu") == 0;
+    const int on_host = rv_backend_is_host(be);
     const rv_vit_model *wm = on_host ? m : run->weights;
-    rv_backend *hb = NULL;
+    rv_backend *hb = NULL, *hb_own = NULL; /* hb_own: made here when run->host is NULL */
     float *hscratch = NULL, *ydev = NULL;
     const int D = c->dim, H = c->heads, M = c->mlp, len = (int)in->len;
     const int cap = len > 0 ? len : 1;
@@ -148,7 +148,8 @@ rv_status rv_vit_forward_train(const rv_vit_model *m, const rv_vit_run *run,
             vit_pos_resample(m, in->grid, pos);
         }
         /* Layer 0's q, k, v are the embedding's scratch. */
-        vit_embed_scratch es = {a->qkv, a->qkv + nd, a->qkv + 2 * nd, pos};
+        vit_embed_scratch es = {.codes = a->qkv, .video = a->qkv + nd, .audio = a->qkv + 2 * nd,
+                                .pos = pos};
         if ((st = vit_embed(m, be, in, hidden, mask_token, &es, e, &s.flops)) != RV_OK)
             goto end;
     } else {
@@ -162,8 +163,9 @@ rv_status rv_vit_forward_train(const rv_vit_model *m, const rv_vit_run *run,
         float *hpos = resample ? hscratch + 4 * nd : NULL;
         if (resample)
             vit_pos_resample(m, in->grid, hpos);
-        vit_embed_scratch es = {hscratch + nd, hscratch + 2 * nd, hscratch + 3 * nd, hpos};
-        if ((st = rv_backend_cpu_create(0, &hb)) != RV_OK ||
+        vit_embed_scratch es = {.codes = hscratch + nd, .video = hscratch + 2 * nd,
+                                .audio = hscratch + 3 * nd, .pos = hpos};
+        if ((st = vit_host_backend(run, &hb, &hb_own)) != RV_OK ||
             (st = vit_embed(m, hb, in, hidden, mask_token, &es, hscratch, &s.flops)) != RV_OK ||
             (st = be->copy(be, e, hscratch, sizeof(float) * (size_t)len * D,
                            RV_COPY_HOST_TO_DEVICE)) != RV_OK ||
@@ -223,7 +225,7 @@ end:
         if (ydev)
             be->free(be, ydev);
         free(hscratch);
-        rv_backend_free(&hb);
+        rv_backend_free(&hb_own);
     }
     be->free(be, h);
     be->free(be, act);

@@ -1,7 +1,8 @@
 /* rv_backend.h: the compute backend table (ggml-backend style). Every op the
  * encoder needs is one entry; the CPU backend (C + OpenBLAS + OpenMP) is always
  * built, a CUDA backend fills the same table when CUDA is found. All pointers are
- * memory of the backend that is called (host memory for "cpu").
+ * memory of the backend that is called: host memory where the backend's
+ * host_memory is 1 (cpu), device memory otherwise (cuda).
  *
  * Layouts are row-major. Attention tensors are (tokens, heads, dim): token t,
  * head h, channel c sits at [(t * heads + h) * dim + c]. Log-sum-exp tensors are
@@ -99,6 +100,9 @@ struct rv_backend {
     const char *name;
     void *ctx; /* backend-private state: thread count, streams, pools */
     int threads;
+    /* 1: its buffers are host memory, which the caller may read and write directly
+     * (cpu); 0: device memory, reached only through copy (cuda). */
+    int host_memory;
 
     rv_status (*alloc)(rv_backend *be, size_t bytes, void **ptr);
     void (*free)(rv_backend *be, void *ptr);
@@ -167,6 +171,8 @@ struct rv_backend {
 rv_status rv_backend_create(const char *name, int threads, rv_backend **out);
 rv_status rv_backend_cpu_create(int threads, rv_backend **out);
 void rv_backend_free(rv_backend **be);
+/* 1 when be's buffers are host memory (its host_memory field), 0 otherwise. */
+int rv_backend_is_host(const rv_backend *be);
 
 /* Number of threads the CPU backend uses when asked for 0. */
 int rv_cpu_default_threads(void);

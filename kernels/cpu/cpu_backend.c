@@ -1,5 +1,5 @@
-/* cpu_backend.c: the CPU backend table (C + OpenBLAS + OpenMP) and backend
- * creation by name. */
+/* cpu_backend.c: the CPU backend table (C + OpenBLAS + OpenMP), backend
+ * creation by name, and the backend-generic helpers (free, is_host). */
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +55,7 @@ static const rv_backend cpu_table = {
     /* .name           = */ "cpu",
     /* .ctx            = */ NULL,
     /* .threads        = */ 1,
+    /* .host_memory    = */ 1,
     /* .alloc          = */ cpu_alloc,
     /* .free           = */ cpu_free,
     /* .copy           = */ cpu_copy,
@@ -130,3 +131,7 @@ void rv_backend_free(rv_backend **be)
     *be = NULL;
 }
 
+int rv_backend_is_host(const rv_backend *be)
+{
+    return be && be->host_memory;
+}

@@ -199,6 +199,7 @@ static const rv_backend cuda_table = {
     /* .name           = */ "cuda",
     /* .ctx            = */ NULL,
     /* .threads        = */ 1,
+    /* .host_memory    = */ 0,
     /* .alloc          = */ cuda_alloc,
     /* .free           = */ cuda_free,
     /* .copy           = */ cuda_copy,

@@ -143,10 +143,13 @@ static void check_case(int n, rv_cp_strategy strategy, int causal, int64_t seq, 
     rv_backend *cpu = NULL;
     cr_assert_eq(rv_backend_cpu_create(0, &cpu), RV_OK);
     rv_attn_mask m = {.kind = causal ? RV_MASK_CAUSAL : RV_MASK_NONE, .q_start = 0, .k_start = 0};
-    rv_attn_fwd_args fa = {q, k, v, ref[0], ref[1], (int)seq, (int)seq, heads, dim, 0.0f, m, 0};
+    rv_attn_fwd_args fa = {.q = q, .k = k, .v = v, .o = ref[0], .lse = ref[1], .sq = (int)seq,
+                           .sk = (int)seq, .heads = heads, .dim = dim, .scale = 0.0f, .mask = m,
+                           .accumulate = 0};
     cr_assert_eq(cpu->attn_fwd(cpu, &fa), RV_OK, "%s", rv_last_error());
-    rv_attn_bwd_args ba = {q, k, v, ref[0], ref[1], dout, ref[2], ref[3], ref[4], (int)seq,
-                           (int)seq, heads, dim, 0.0f, m, 0};
+    rv_attn_bwd_args ba = {.q = q, .k = k, .v = v, .o = ref[0], .lse = ref[1], .dout = dout,
+                           .dq = ref[2], .dk = ref[3], .dv = ref[4], .sq = (int)seq, .sk = (int)seq,
+                           .heads = heads, .dim = dim, .scale = 0.0f, .mask = m, .accumulate = 0};
     cr_assert_eq(cpu->attn_bwd(cpu, &ba), RV_OK, "%s", rv_last_error());
     rv_backend_free(&cpu);
 

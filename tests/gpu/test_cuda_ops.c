@@ -917,11 +917,13 @@ static void attn_fwd_run(rv_backend *cpu, rv_backend *gpu, const attn_case *c,
     float *og = ref_alloc_f(d.nq), *lg = ref_alloc_f(d.nl);
     float *dq = up(gpu, d.q, d.nq), *dk = up(gpu, d.k, d.nk), *dv = up(gpu, d.v, d.nk);
     float *d_o = up(gpu, oc, d.nq), *d_l = up(gpu, lc, d.nl);
-    rv_attn_fwd_args a = {d.q, d.k, d.v, oc, lc, c->sq, c->sk, c->heads, c->dim, c->scale,
-                          c->mask, 0};
+    rv_attn_fwd_args a = {.q = d.q, .k = d.k, .v = d.v, .o = oc, .lse = lc, .sq = c->sq,
+                          .sk = c->sk, .heads = c->heads, .dim = c->dim, .scale = c->scale,
+                          .mask = c->mask, .accumulate = 0};
     OK_OR_FAIL(cpu->attn_fwd(cpu, &a), "cpu attn_fwd");
-    rv_attn_fwd_args ag = {dq, dk, dv, d_o, d_l, c->sq, c->sk, c->heads, c->dim, c->scale,
-                           dev_mask(c, gm), 0};
+    rv_attn_fwd_args ag = {.q = dq, .k = dk, .v = dv, .o = d_o, .lse = d_l, .sq = c->sq,
+                           .sk = c->sk, .heads = c->heads, .dim = c->dim, .scale = c->scale,
+                           .mask = dev_mask(c, gm), .accumulate = 0};
     OK_OR_FAIL(gpu->attn_fwd(gpu, &ag), "cuda attn_fwd");
     down(gpu, og, d_o, d.nq);
     down(gpu, lg, d_l, d.nl);
@@ -1001,11 +1003,13 @@ static void attn_fwd_acc_run(rv_backend *cpu, rv_backend *gpu, const attn_case *
     for (int call = 0; call < 2; call++) {
         int k0 = call ? 0 : cut, nk = call ? cut : c->sk - cut; /* key rows of this block */
         rv_attn_mask m = mask_from_key(c->mask, k0), mg = mask_from_key(dev_mask(c, gm), k0);
-        rv_attn_fwd_args a = {d.q, d.k + k0 * hd, d.v + k0 * hd, oc, lc, c->sq, nk, c->heads,
-                              c->dim, c->scale, m, call};
+        rv_attn_fwd_args a = {.q = d.q, .k = d.k + k0 * hd, .v = d.v + k0 * hd, .o = oc, .lse = lc,
+                              .sq = c->sq, .sk = nk, .heads = c->heads, .dim = c->dim,
+                              .scale = c->scale, .mask = m, .accumulate = call};
         OK_OR_FAIL(cpu->attn_fwd(cpu, &a), "cpu attn_fwd");
-        rv_attn_fwd_args ag = {dq, dk + k0 * hd, dv + k0 * hd, d_o, d_l, c->sq, nk, c->heads,
-                               c->dim, c->scale, mg, call};
+        rv_attn_fwd_args ag = {.q = dq, .k = dk + k0 * hd, .v = dv + k0 * hd, .o = d_o, .lse = d_l,
+                               .sq = c->sq, .sk = nk, .heads = c->heads, .dim = c->dim,
+                               .scale = c->scale, .mask = mg, .accumulate = call};
         OK_OR_FAIL(gpu->attn_fwd(gpu, &ag), call ? "cuda attn_fwd (accumulate 1)"
                                                 : "cuda attn_fwd (accumulate 0)");
     }
@@ -1070,8 +1074,9 @@ static void attn_bwd_run(rv_backend *cpu, rv_backend *gpu, const attn_case *c,
     attn_data d = attn_data_make(c, seed);
     const size_t nq = d.nq, nk = d.nk, nl = d.nl;
     float *o = ref_alloc_f(nq), *lse = ref_alloc_f(nl);
-    rv_attn_fwd_args fa = {d.q, d.k, d.v, o, lse, c->sq, c->sk, c->heads, c->dim, c->scale,
-                           c->mask, 0};
+    rv_attn_fwd_args fa = {.q = d.q, .k = d.k, .v = d.v, .o = o, .lse = lse, .sq = c->sq,
+                           .sk = c->sk, .heads = c->heads, .dim = c->dim, .scale = c->scale,
+                           .mask = c->mask, .accumulate = 0};
     OK_OR_FAIL(cpu->attn_fwd(cpu, &fa), "cpu attn_fwd");
     float *dq = up(gpu, d.q, nq), *dk = up(gpu, d.k, nk), *dv = up(gpu, d.v, nk);
     float *d_o = up(gpu, o, nq), *d_l = up(gpu, lse, nl), *d_dout = up(gpu, d.dout, nq);
@@ -1092,11 +1097,15 @@ static void attn_bwd_run(rv_backend *cpu, rv_backend *gpu, const attn_case *c,
         }
         float *cq = ref_dup_f(gq, nq), *ck = ref_dup_f(gk, nk), *cv = ref_dup_f(gv, nk);
         float *d_dq = up(gpu, gq, nq), *d_dk = up(gpu, gk, nk), *d_dv = up(gpu, gv, nk);
-        rv_attn_bwd_args b = {d.q, d.k, d.v, o, lse, d.dout, cq, ck, cv, c->sq, c->sk,
-                              c->heads, c->dim, c->scale, c->mask, acc};
+        rv_attn_bwd_args b = {.q = d.q, .k = d.k, .v = d.v, .o = o, .lse = lse, .dout = d.dout,
+                              .dq = cq, .dk = ck, .dv = cv, .sq = c->sq, .sk = c->sk,
+                              .heads = c->heads, .dim = c->dim, .scale = c->scale, .mask = c->mask,
+                              .accumulate = acc};
         OK_OR_FAIL(cpu->attn_bwd(cpu, &b), "cpu attn_bwd");
-        rv_attn_bwd_args bg = {dq, dk, dv, d_o, d_l, d_dout, d_dq, d_dk, d_dv, c->sq, c->sk,
-                               c->heads, c->dim, c->scale, dev_mask(c, gm), acc};
+        rv_attn_bwd_args bg = {.q = dq, .k = dk, .v = dv, .o = d_o, .lse = d_l, .dout = d_dout,
+                               .dq = d_dq, .dk = d_dk, .dv = d_dv, .sq = c->sq, .sk = c->sk,
+                               .heads = c->heads, .dim = c->dim, .scale = c->scale,
+                               .mask = dev_mask(c, gm), .accumulate = acc};
         OK_OR_FAIL(gpu->attn_bwd(gpu, &bg), acc ? "cuda attn_bwd (accumulate 1)"
                                                : "cuda attn_bwd (accumulate 0)");
         if (acc == 0) {
@@ -1279,9 +1288,12 @@ Test(cuda_ops, attn_span_bad_masks, .timeout = 60)
     bad[3].reach = NAN;
     bad[4].kind = (rv_mask_kind)9;
     for (int i = 0; i < 5; i++) {
-        rv_attn_fwd_args a = {x, x, x, x, l, 2, 2, 1, 4, 0.0f, bad[i], 0};
+        rv_attn_fwd_args a = {.q = x, .k = x, .v = x, .o = x, .lse = l, .sq = 2, .sk = 2,
+                              .heads = 1, .dim = 4, .scale = 0.0f, .mask = bad[i], .accumulate = 0};
         cr_expect_eq(gpu->attn_fwd(gpu, &a), RV_ERR_INVALID, "fwd mask %d accepted", i);
-        rv_attn_bwd_args b = {x, x, x, x, l, x, x, x, x, 2, 2, 1, 4, 0.0f, bad[i], 0};
+        rv_attn_bwd_args b = {.q = x, .k = x, .v = x, .o = x, .lse = l, .dout = x, .dq = x, .dk = x,
+                              .dv = x, .sq = 2, .sk = 2, .heads = 1, .dim = 4, .scale = 0.0f,
+                              .mask = bad[i], .accumulate = 0};
         cr_expect_eq(gpu->attn_bwd(gpu, &b), RV_ERR_INVALID, "bwd mask %d accepted", i);
     }
     dfree(gpu, x), dfree(gpu, l), dfree(gpu, key);

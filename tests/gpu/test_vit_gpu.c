@@ -153,7 +153,7 @@ static rv_status rank_fn(rv_comm *comm, void *arg)
 {
     job *j = arg;
     const int r = comm->rank, D = j->m->cfg.dim;
-    rv_backend *be = NULL;
+    rv_backend *be = NULL, *hb = NULL; /* hb: odd ranks pass their own (rv_vit_run.host) */
     rv_vit_model *w = NULL, *g = NULL;
     rv_vit_acts *acts = NULL;
     slice sl;
@@ -161,9 +161,11 @@ static rv_status rank_fn(rv_comm *comm, void *arg)
     const int64_t len = sl.t.len, cap = len > 0 ? len : 1;
     float *y = malloc(sizeof(float) * (size_t)cap * D), *dy = malloc(sizeof(float) * (size_t)cap * D);
     rv_status st = j->cuda ? rv_backend_cuda_create(-1, &be) : rv_backend_cpu_create(1, &be);
-    if (st != RV_OK || (j->cuda && (st = rv_vit_to_backend(j->m, be, &w)) != RV_OK))
+    if (st != RV_OK || (j->cuda && (st = rv_vit_to_backend(j->m, be, &w)) != RV_OK) ||
+        (j->cuda && r % 2 == 1 && (st = rv_backend_cpu_create(1, &hb)) != RV_OK))
         goto end;
-    rv_vit_run run = {.be = be, .comm = comm, .plan = j->plan, .strategy = j->strategy, .causal = j->causal, .weights = w};
+    rv_vit_run run = {.be = be, .comm = comm, .plan = j->plan, .strategy = j->strategy, .causal = j->causal, .weights = w,
+                      .host = hb};
     if (!j->train) {
         st = rv_vit_forward(j->m, &run, &sl.t, y, NULL);
     } else if ((st = rv_vit_new(&j->m->cfg, &g)) == RV_OK) {
@@ -184,6 +186,7 @@ end:
     rv_vit_free(&g);
     rv_vit_backend_free(be, &w);
     rv_backend_free(&be);
+    rv_backend_free(&hb);
     free(y), free(dy);
     slice_free(&sl);
     return st;

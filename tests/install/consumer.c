@@ -16,7 +16,10 @@ int main(void)
     }
     /* One query, two keys with scores 0 and ln 3 (scale 1): weights 1/4 and 3/4. */
     float q[1] = {1.0f}, k[2] = {0.0f, logf(3.0f)}, v[2] = {4.0f, 8.0f}, o[1], lse[1];
-    rv_attn_fwd_args a = {q, k, v, o, lse, 1, 2, 1, 1, 1.0f, {RV_MASK_NONE, 0, 0}, 0};
+    rv_attn_fwd_args a = {.q = q, .k = k, .v = v, .o = o, .lse = lse, .sq = 1, .sk = 2, .heads = 1,
+                          .dim = 1, .scale = 1.0f,
+                          .mask = {.kind = RV_MASK_NONE, .q_start = 0, .k_start = 0},
+                          .accumulate = 0};
     rv_status st = be->attn_fwd(be, &a);
     rv_backend_free(&be);
     if (st != RV_OK || fabsf(o[0] - 7.0f) > 1e-5f || fabsf(lse[0] - logf(4.0f)) > 1e-5f) {

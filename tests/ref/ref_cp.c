@@ -104,13 +104,16 @@ void ref_cp_single(const ref_cp_case *c, const ref_cp_global *in, int backward,
         abort();
     }
     rv_attn_mask m = {.kind = c->causal ? RV_MASK_CAUSAL : RV_MASK_NONE, .q_start = 0, .k_start = 0};
-    rv_attn_fwd_args a = {in->q, in->k, in->v, out->o, out->lse, (int)c->seq, (int)c->seq,
-                          c->heads, c->dim, 0.0f, m, 0};
+    rv_attn_fwd_args a = {.q = in->q, .k = in->k, .v = in->v, .o = out->o, .lse = out->lse,
+                          .sq = (int)c->seq, .sk = (int)c->seq, .heads = c->heads, .dim = c->dim,
+                          .scale = 0.0f, .mask = m, .accumulate = 0};
     if (be->attn_fwd(be, &a) != RV_OK)
         abort();
     if (backward) {
-        rv_attn_bwd_args b = {in->q, in->k, in->v, out->o, out->lse, in->dout, out->dq, out->dk,
-                              out->dv, (int)c->seq, (int)c->seq, c->heads, c->dim, 0.0f, m, 0};
+        rv_attn_bwd_args b = {.q = in->q, .k = in->k, .v = in->v, .o = out->o, .lse = out->lse,
+                              .dout = in->dout, .dq = out->dq, .dk = out->dk, .dv = out->dv,
+                              .sq = (int)c->seq, .sk = (int)c->seq, .heads = c->heads,
+                              .dim = c->dim, .scale = 0.0f, .mask = m, .accumulate = 0};
         if (be->attn_bwd(be, &b) != RV_OK)
             abort();
     }

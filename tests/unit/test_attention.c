@@ -55,8 +55,9 @@ static rv_backend *cpu(int threads)
 
 static void run_fwd(rv_backend *be, const case_data *c, float *o, float *lse)
 {
-    rv_attn_fwd_args a = {c->q, c->k, c->v, o, lse, c->sq, c->sk, c->heads, c->dim, 0.0f,
-                          c->mask, 0};
+    rv_attn_fwd_args a = {.q = c->q, .k = c->k, .v = c->v, .o = o, .lse = lse, .sq = c->sq,
+                          .sk = c->sk, .heads = c->heads, .dim = c->dim, .scale = 0.0f,
+                          .mask = c->mask, .accumulate = 0};
     cr_assert_eq(be->attn_fwd(be, &a), RV_OK, "attn_fwd: %s", rv_last_error());
 }
 
@@ -122,8 +123,9 @@ static void check_case(int threads, uint64_t seed, int sq, int sk, int heads, in
             dq[i] = 1e3f;
         for (size_t i = 0; i < nk; i++)
             dk[i] = dv[i] = -1e3f;
-        rv_attn_bwd_args b = {c.q, c.k, c.v, o, lse, c.dout, dq, dk, dv, sq, sk, heads, dim,
-                              0.0f, mask, 0};
+        rv_attn_bwd_args b = {.q = c.q, .k = c.k, .v = c.v, .o = o, .lse = lse, .dout = c.dout,
+                              .dq = dq, .dk = dk, .dv = dv, .sq = sq, .sk = sk, .heads = heads,
+                              .dim = dim, .scale = 0.0f, .mask = mask, .accumulate = 0};
         cr_assert_eq(be->attn_bwd(be, &b), RV_OK, "attn_bwd: %s", rv_last_error());
         double g = max_abs3(dq_ref, nq, dk_ref, nk, dv_ref, nk);
         double e1 = grad_err(dq, dq_ref, nq, g), e2 = grad_err(dk, dk_ref, nk, g),
@@ -248,7 +250,9 @@ Test(attention, backward_finite_differences)
         float *o = ref_alloc_f(nq), *lse = ref_alloc_f(18);
         run_fwd(be, &c, o, lse);
         float *dq = ref_alloc_f(nq), *dk = ref_alloc_f(nk), *dv = ref_alloc_f(nk);
-        rv_attn_bwd_args b = {c.q, c.k, c.v, o, lse, c.dout, dq, dk, dv, 9, 13, 2, 8, 0.0f, m, 0};
+        rv_attn_bwd_args b = {.q = c.q, .k = c.k, .v = c.v, .o = o, .lse = lse, .dout = c.dout,
+                              .dq = dq, .dk = dk, .dv = dv, .sq = 9, .sk = 13, .heads = 2, .dim = 8,
+                              .scale = 0.0f, .mask = m, .accumulate = 0};
         cr_assert_eq(be->attn_bwd(be, &b), RV_OK);
         double *dqr = ref_alloc_d(nq), *dkr = ref_alloc_d(nk), *dvr = ref_alloc_d(nk);
         ref_attn_bwd(c.qd, c.kd, c.vd, c.doutd, 9, 13, 2, 8, 0, m, dqr, dkr, dvr);
@@ -334,8 +338,9 @@ Test(attention, merge_of_random_chunks)
             int k0 = cuts[ch], n = cuts[ch + 1] - cuts[ch];
             size_t off = (size_t)k0 * heads * dim;
             rv_attn_mask mc = {.kind = m.kind, .q_start = m.q_start, .k_start = m.k_start + k0};
-            rv_attn_fwd_args a = {c.q, c.k + off, c.v + off, ch ? o2 : o, ch ? lse2 : lse, sq, n,
-                                  heads, dim, 0.0f, mc, 0};
+            rv_attn_fwd_args a = {.q = c.q, .k = c.k + off, .v = c.v + off, .o = ch ? o2 : o,
+                                  .lse = ch ? lse2 : lse, .sq = sq, .sk = n, .heads = heads,
+                                  .dim = dim, .scale = 0.0f, .mask = mc, .accumulate = 0};
             cr_assert_eq(be->attn_fwd(be, &a), RV_OK);
             if (ch)
                 cr_assert_eq(be->attn_merge(be, o, lse, o2, lse2, sq, heads, dim), RV_OK);
@@ -352,8 +357,9 @@ Test(attention, merge_of_random_chunks)
             int k0 = cuts[ch], n = cuts[ch + 1] - cuts[ch];
             size_t off = (size_t)k0 * heads * dim;
             rv_attn_mask mc = {.kind = m.kind, .q_start = m.q_start, .k_start = m.k_start + k0};
-            rv_attn_fwd_args a = {c.q, c.k + off, c.v + off, o3, lse3, sq, n, heads, dim, 0.0f,
-                                  mc, ch > 0};
+            rv_attn_fwd_args a = {.q = c.q, .k = c.k + off, .v = c.v + off, .o = o3, .lse = lse3,
+                                  .sq = sq, .sk = n, .heads = heads, .dim = dim, .scale = 0.0f,
+                                  .mask = mc, .accumulate = ch > 0};
             cr_assert_eq(be->attn_fwd(be, &a), RV_OK);
         }
         eo = rv_rel_err(o3, o_ref, nq), el = rv_rel_err(lse3, lse_ref, nl);
@@ -367,8 +373,10 @@ Test(attention, merge_of_random_chunks)
             int k0 = cuts[ch], n = cuts[ch + 1] - cuts[ch];
             size_t off = (size_t)k0 * heads * dim;
             rv_attn_mask mc = {.kind = m.kind, .q_start = m.q_start, .k_start = m.k_start + k0};
-            rv_attn_bwd_args b = {c.q, c.k + off, c.v + off, o, lse, c.dout, dq, dk + off,
-                                  dv + off, sq, n, heads, dim, 0.0f, mc, 1};
+            rv_attn_bwd_args b = {.q = c.q, .k = c.k + off, .v = c.v + off, .o = o, .lse = lse,
+                                  .dout = c.dout, .dq = dq, .dk = dk + off, .dv = dv + off,
+                                  .sq = sq, .sk = n, .heads = heads, .dim = dim, .scale = 0.0f,
+                                  .mask = mc, .accumulate = 1};
             cr_assert_eq(be->attn_bwd(be, &b), RV_OK);
         }
         double *dqr = ref_alloc_d(nq), *dkr = ref_alloc_d(nk), *dvr = ref_alloc_d(nk);
@@ -404,7 +412,8 @@ Test(attention, rejects_bad_shapes)
 {
     rv_backend *be = cpu(1);
     float x[4] = {0}, l[1];
-    rv_attn_fwd_args a = {x, x, x, x, l, 1, 1, 0, 4, 0.0f, no_mask, 0};
+    rv_attn_fwd_args a = {.q = x, .k = x, .v = x, .o = x, .lse = l, .sq = 1, .sk = 1, .heads = 0,
+                          .dim = 4, .scale = 0.0f, .mask = no_mask, .accumulate = 0};
     cr_assert_eq(be->attn_fwd(be, &a), RV_ERR_INVALID);
     cr_assert(strstr(rv_last_error(), "heads=0"), "message: %s", rv_last_error());
     a.heads = 1;

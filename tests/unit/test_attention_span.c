@@ -142,7 +142,8 @@ static void check_slices(rv_backend *be, const seq_data *s, int q0, int sq, int 
     float *o = ref_alloc_f(nq), *lse = ref_alloc_f(nl);
     for (size_t i = 0; i < nq; i++)
         o[i] = NAN; /* overwritten, rows that see nothing included */
-    rv_attn_fwd_args a = {q, k, v, o, lse, sq, sk, H, d, 0.0f, m, 0};
+    rv_attn_fwd_args a = {.q = q, .k = k, .v = v, .o = o, .lse = lse, .sq = sq, .sk = sk,
+                          .heads = H, .dim = d, .scale = 0.0f, .mask = m, .accumulate = 0};
     cr_assert_eq(be->attn_fwd(be, &a), RV_OK, "%s: attn_fwd: %s", what, rv_last_error());
     double eo = rv_rel_err(o, o_ref, nq), el = rv_rel_err(lse, lse_ref, nl);
     cr_expect_leq(eo, 1e-5, "%s: O rel err %.3g", what, eo);
@@ -169,7 +170,9 @@ static void check_slices(rv_backend *be, const seq_data *s, int q0, int sq, int 
         dq[i] = 1e3f; /* garbage that accumulate = 0 must overwrite */
     for (size_t i = 0; i < nk; i++)
         dk[i] = dv[i] = -1e3f;
-    rv_attn_bwd_args b = {q, k, v, o, lse, dout, dq, dk, dv, sq, sk, H, d, 0.0f, m, 0};
+    rv_attn_bwd_args b = {.q = q, .k = k, .v = v, .o = o, .lse = lse, .dout = dout, .dq = dq,
+                          .dk = dk, .dv = dv, .sq = sq, .sk = sk, .heads = H, .dim = d,
+                          .scale = 0.0f, .mask = m, .accumulate = 0};
     cr_assert_eq(be->attn_bwd(be, &b), RV_OK, "%s: attn_bwd: %s", what, rv_last_error());
     double g = max_abs(dv_ref, nk, max_abs(dk_ref, nk, max_abs(dq_ref, nq, 0)));
     double e1 = grad_err(dq, dq_ref, nq, g), e2 = grad_err(dk, dk_ref, nk, g),
@@ -295,8 +298,9 @@ static void accumulate_case(int threads, span_spec sp, uint64_t seed)
         rv_attn_mask m = slice_mask(key, t, reach, sp.causal, q0, k0);
         memcpy(o_prev, o, sizeof(float) * nq);
         memcpy(lse_prev, lse, sizeof(float) * nl);
-        rv_attn_fwd_args a = {q, s.k + row_off(&s, k0), s.v + row_off(&s, k0), o, lse, sq, sk,
-                              H, d, 0.0f, m, c > 0};
+        rv_attn_fwd_args a = {.q = q, .k = s.k + row_off(&s, k0), .v = s.v + row_off(&s, k0),
+                              .o = o, .lse = lse, .sq = sq, .sk = sk, .heads = H, .dim = d,
+                              .scale = 0.0f, .mask = m, .accumulate = c > 0};
         cr_assert_eq(be->attn_fwd(be, &a), RV_OK, "%s chunk %d: %s", name, c, rv_last_error());
         if (c == 0)
             continue;
@@ -324,7 +328,8 @@ static void accumulate_case(int threads, span_spec sp, uint64_t seed)
 
     /* One call over all keys gives the same. */
     float *o1 = ref_alloc_f(nq), *lse1 = ref_alloc_f(nl);
-    rv_attn_fwd_args a1 = {q, s.k, s.v, o1, lse1, sq, n, H, d, 0.0f, mall, 0};
+    rv_attn_fwd_args a1 = {.q = q, .k = s.k, .v = s.v, .o = o1, .lse = lse1, .sq = sq, .sk = n,
+                           .heads = H, .dim = d, .scale = 0.0f, .mask = mall, .accumulate = 0};
     cr_assert_eq(be->attn_fwd(be, &a1), RV_OK);
     eo = rv_rel_err(o1, o_ref, nq);
     cr_expect_leq(eo, 1e-5, "%s: one call O rel err %.3g", name, eo);
@@ -334,8 +339,10 @@ static void accumulate_case(int threads, span_spec sp, uint64_t seed)
         int k0 = cuts[c], sk = cuts[c + 1] - cuts[c];
         rv_attn_mask m = slice_mask(key, t, reach, sp.causal, q0, k0);
         size_t off = row_off(&s, k0);
-        rv_attn_bwd_args b = {q, s.k + off, s.v + off, o, lse, dout, dq, dk + off, dv + off,
-                              sq, sk, H, d, 0.0f, m, 1};
+        rv_attn_bwd_args b = {.q = q, .k = s.k + off, .v = s.v + off, .o = o, .lse = lse,
+                              .dout = dout, .dq = dq, .dk = dk + off, .dv = dv + off, .sq = sq,
+                              .sk = sk, .heads = H, .dim = d, .scale = 0.0f, .mask = m,
+                              .accumulate = 1};
         cr_assert_eq(be->attn_bwd(be, &b), RV_OK, "%s chunk %d: %s", name, c, rv_last_error());
     }
     double *dqr = ref_alloc_d(nq), *dkr = ref_alloc_d(nkall), *dvr = ref_alloc_d(nkall);
@@ -388,13 +395,16 @@ Test(attention_span, long_sequence_key_chunks)
         for (int c = 0; c < 3; c++) {
             int k0 = cuts[c], sk = cuts[c + 1] - cuts[c];
             rv_attn_mask m = slice_mask(key, t, reach, cases[ci].causal, q0, k0);
-            rv_attn_fwd_args a = {s.q + row_off(&s, q0), s.k + row_off(&s, k0),
-                                  s.v + row_off(&s, k0), o, lse, sq, sk, H, d, 0.0f, m, c > 0};
+            rv_attn_fwd_args a = {.q = s.q + row_off(&s, q0), .k = s.k + row_off(&s, k0),
+                                  .v = s.v + row_off(&s, k0), .o = o, .lse = lse, .sq = sq,
+                                  .sk = sk, .heads = H, .dim = d, .scale = 0.0f, .mask = m,
+                                  .accumulate = c > 0};
             cr_assert_eq(be->attn_fwd(be, &a), RV_OK, "%s: %s", name, rv_last_error());
         }
         rv_attn_mask mall = slice_mask(key, t, reach, cases[ci].causal, q0, 0);
-        rv_attn_fwd_args a1 = {s.q + row_off(&s, q0), s.k, s.v, o1, lse1, sq, n, H, d, 0.0f,
-                               mall, 0};
+        rv_attn_fwd_args a1 = {.q = s.q + row_off(&s, q0), .k = s.k, .v = s.v, .o = o1, .lse = lse1,
+                               .sq = sq, .sk = n, .heads = H, .dim = d, .scale = 0.0f, .mask = mall,
+                               .accumulate = 0};
         cr_assert_eq(be->attn_fwd(be, &a1), RV_OK, "%s: %s", name, rv_last_error());
         double *o1d = ref_alloc_d(nq), *l1d = ref_alloc_d(nl);
         ref_to_double(o1, o1d, nq);
@@ -456,8 +466,11 @@ Test(attention_span, rejects_bad_masks)
     double key[2] = {0, 1}, tm[2] = {0, 1};
     rv_attn_mask m = {.kind = RV_MASK_SPAN, .q_key = key, .k_key = key, .q_time = tm,
                       .k_time = tm, .reach = 1.0, .causal = 1};
-    rv_attn_fwd_args a = {x, x, x, x, l, 2, 2, 1, 2, 0.0f, m, 0};
-    rv_attn_bwd_args b = {x, x, x, x, l, x, x, x, x, 2, 2, 1, 2, 0.0f, m, 0};
+    rv_attn_fwd_args a = {.q = x, .k = x, .v = x, .o = x, .lse = l, .sq = 2, .sk = 2, .heads = 1,
+                          .dim = 2, .scale = 0.0f, .mask = m, .accumulate = 0};
+    rv_attn_bwd_args b = {.q = x, .k = x, .v = x, .o = x, .lse = l, .dout = x, .dq = x, .dk = x,
+                          .dv = x, .sq = 2, .sk = 2, .heads = 1, .dim = 2, .scale = 0.0f, .mask = m,
+                          .accumulate = 0};
     cr_assert_eq(be->attn_fwd(be, &a), RV_OK, "%s", rv_last_error());
     cr_assert_eq(be->attn_bwd(be, &b), RV_OK, "%s", rv_last_error());
 
@@ -547,10 +560,13 @@ static void tile_skipping(const char *path)
         float *dv = ref_alloc_f((size_t)n * H * d);
         uint64_t f0, b0, x0, f1, b1, x1, f2, b2, x2;
         rv_cpu_attn_tile_counts(&f0, &b0, &x0);
-        rv_attn_fwd_args a = {s.q, s.k, s.v, o, lse, n, n, H, d, 0.0f, m, 0};
+        rv_attn_fwd_args a = {.q = s.q, .k = s.k, .v = s.v, .o = o, .lse = lse, .sq = n, .sk = n,
+                              .heads = H, .dim = d, .scale = 0.0f, .mask = m, .accumulate = 0};
         cr_assert_eq(be->attn_fwd(be, &a), RV_OK, "%s", rv_last_error());
         rv_cpu_attn_tile_counts(&f1, &b1, &x1);
-        rv_attn_bwd_args b = {s.q, s.k, s.v, o, lse, s.dout, dq, dk, dv, n, n, H, d, 0.0f, m, 0};
+        rv_attn_bwd_args b = {.q = s.q, .k = s.k, .v = s.v, .o = o, .lse = lse, .dout = s.dout,
+                              .dq = dq, .dk = dk, .dv = dv, .sq = n, .sk = n, .heads = H, .dim = d,
+                              .scale = 0.0f, .mask = m, .accumulate = 0};
         cr_assert_eq(be->attn_bwd(be, &b), RV_OK, "%s", rv_last_error());
         rv_cpu_attn_tile_counts(&f2, &b2, &x2);
         uint64_t fvis = f1 - f0, bvis = b2 - b1, fbox = x1 - x0, bbox = x2 - x1;

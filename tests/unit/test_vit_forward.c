@@ -730,6 +730,59 @@ Test(vit_forward, bad_tokens_are_invalid)
     rv_vit_free(&m);
 }
 
+/* Host or device memory is the backend's host_memory, not its name: a table named
+ * "cpu" that says device memory needs the weights in its memory, cannot embed,
+ * and is refused as run->host; the CPU backend itself is host memory. */
+typedef struct memory_arg {
+    const rv_vit_model *m;
+    rv_vit_tokens t;
+    rv_status device_run, host_run, embed;
+    char msg[3][256];
+} memory_arg;
+
+static rv_status memory_fn(rv_comm *comm, void *arg)
+{
+    memory_arg *a = arg;
+    rv_backend *be = NULL;
+    cr_assert_eq(rv_backend_cpu_create(1, &be), RV_OK);
+    rv_backend device = *be; /* the same table, its memory said to be a device's */
+    device.host_memory = 0;
+    cr_expect_eq(rv_backend_is_host(be), 1);
+    cr_expect_eq(rv_backend_is_host(&device), 0);
+    cr_expect_eq(rv_backend_is_host(NULL), 0);
+    rv_shard_plan p;
+    rv_shard_plan_make(RV_SHARD_CONTIGUOUS, 1, a->t.len, &p);
+    float *y = ref_alloc_f((size_t)a->t.len * a->m->cfg.dim);
+    rv_vit_run run = {.be = &device, .comm = comm, .plan = p, .strategy = RV_CP_RING};
+    a->device_run = rv_vit_forward(a->m, &run, &a->t, y, NULL);
+    snprintf(a->msg[0], sizeof a->msg[0], "%s", rv_last_error());
+    run = (rv_vit_run){.be = be, .comm = comm, .plan = p, .strategy = RV_CP_RING, .host = &device};
+    a->host_run = rv_vit_forward(a->m, &run, &a->t, y, NULL);
+    snprintf(a->msg[1], sizeof a->msg[1], "%s", rv_last_error());
+    a->embed = rv_vit_embed(a->m, &device, &a->t, y, NULL);
+    snprintf(a->msg[2], sizeof a->msg[2], "%s", rv_last_error());
+    free(y);
+    rv_backend_free(&be);
+    return RV_OK;
+}
+
+Test(vit_forward, host_memory_is_a_backend_property)
+{
+    rv_vit_config c = tiny_config(0);
+    rv_vit_model *m = random_model(&c, 95);
+    seq s;
+    seq_make(&s, 0, 12, 4, 2.0, 97);
+    memory_arg a = {.m = m, .t = s.all};
+    cr_assert_eq(rv_local_run(1, memory_fn, &a), RV_OK);
+    cr_expect_eq(a.device_run, RV_ERR_UNSUPPORTED, "%s", a.msg[0]);
+    cr_expect(strstr(a.msg[0], "rv_vit_to_backend") != NULL, "%s", a.msg[0]);
+    cr_expect_eq(a.host_run, RV_ERR_INVALID, "%s", a.msg[1]);
+    cr_expect(strstr(a.msg[1], "run->host") != NULL, "%s", a.msg[1]);
+    cr_expect_eq(a.embed, RV_ERR_UNSUPPORTED, "%s", a.msg[2]);
+    seq_free(&s);
+    rv_vit_free(&m);
+}
+
 /* Fewer tokens than ranks (zigzag: fewer than 2N chunks): empty ranks and empty
  * segments still take part in every collective, and the results stay exact. */
 Test(vit_forward, short_sequences_leave_ranks_empty)
