@@ -230,8 +230,10 @@ static rv_status run_row(rv_comm *c, const bench_opts *o, int allreduce, size_t 
     for (int q = 0; q < n; q++)
         slowest = times[q] > slowest ? times[q] : slowest;
     double algbw = (double)bytes / slowest * 1e-9;
-    *row = (bench_row){allreduce ? "allreduce" : "shift", bytes, slowest, algbw,
-                       allreduce ? algbw * 2.0 * (n - 1) / n : algbw, wrong_all};
+    *row = (bench_row){.op = allreduce ? "allreduce" : "shift", .bytes = bytes,
+                       .time_s = slowest, .algbw = algbw,
+                       .busbw = allreduce ? algbw * 2.0 * (n - 1) / n : algbw,
+                       .wrong = wrong_all};
 end:
     free(send), free(recv), free(times);
     return st;

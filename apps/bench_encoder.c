@@ -148,8 +148,8 @@ static int bench_main(int argc, char **argv)
     model_cli mc;
     memset(&mc, 0, sizeof mc);
     rv_backend *be = NULL;
-    shared sh = {&o, NULL, {0}, 0, calloc((size_t)o.cp, sizeof(rv_vit_stats)),
-                 calloc((size_t)o.cp, sizeof(int))};
+    shared sh = {.o = &o, .stats = calloc((size_t)o.cp, sizeof(rv_vit_stats)),
+                 .bad = calloc((size_t)o.cp, sizeof(int))};
     rv_status st;
     rc = RV_EXIT_FAIL;
     if (!sh.stats || !sh.bad) {

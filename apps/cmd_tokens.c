@@ -730,7 +730,8 @@ static int tokens_main(int argc, char **argv)
             goto end;
         }
         double end = isfinite(plan_end) ? plan_end : stats.ingest.end_s;
-        report rep = {&a, &plan, source, plan_end, end, 1, &stats, wall, &sp};
+        report rep = {.a = &a, .L = &plan, .plan_source = source, .plan_end_s = plan_end,
+                      .end_s = end, .decoded = 1, .st = &stats, .wall_s = wall, .sp = &sp};
         if (a.out && (st = write_output(&a, &col, &plan, probe, &rep)) != RV_OK) {
             rv_cli_fail(st, CMD);
             goto end;
@@ -748,7 +749,8 @@ static int tokens_main(int argc, char **argv)
             rv_cli_fail(st, CMD);
             goto end;
         }
-        report rep = {&a, &plan, source, plan_end, plan_end, 0, NULL, 0, &sp};
+        report rep = {.a = &a, .L = &plan, .plan_source = source, .plan_end_s = plan_end,
+                      .end_s = plan_end, .sp = &sp};
         if (a.json) {
             json_t *j = report_json(&rep);
             rc = j ? rv_cli_json_print(j) : (rv_cli_error("%s: out of memory", CMD), RV_EXIT_FAIL);

@@ -497,10 +497,13 @@ static rv_status train(ft_rank *k)
         const int64_t done = step + 1;
         const double epoch = (double)(done * batch) / (double)n;
         if (k->rank == 0) {
-            ft_step_rec rec = {done, epoch, v[0] / set->cp / (double)batch, lr, norm,
-                               (int64_t)llround(v[2] / set->cp), rv_clock_s() - t0,
-                               set->task == RV_TASK_CLASSIFY ? v[1] / set->cp / (double)batch
-                                                             : -1};
+            ft_step_rec rec = {.step = done, .epoch = epoch,
+                               .loss = v[0] / set->cp / (double)batch, .lr = lr, .grad_norm = norm,
+                               .tokens = (int64_t)llround(v[2] / set->cp),
+                               .seconds = rv_clock_s() - t0,
+                               .accuracy = set->task == RV_TASK_CLASSIFY
+                                               ? v[1] / set->cp / (double)batch
+                                               : -1};
             ft_report_step(k->job->report, &rec);
             k->job->res.last_loss = rec.loss;
             k->job->res.tokens += (double)rec.tokens;

@@ -66,15 +66,22 @@ static int head_tensors(const rv_train_head *h, head_tensor t[5])
 {
     const int64_t D = h->dim;
     if (h->task == RV_TASK_CLASSIFY) {
-        t[0] = (head_tensor){"heads.head.weight", h->cls_w, 2, {h->classes, D}};
-        t[1] = (head_tensor){"heads.head.bias", h->cls_b, 1, {h->classes, 0}};
+        t[0] = (head_tensor){.name = "heads.head.weight", .data = h->cls_w,
+                             .ndim = 2, .shape = {h->classes, D}};
+        t[1] = (head_tensor){.name = "heads.head.bias", .data = h->cls_b,
+                             .ndim = 1, .shape = {h->classes, 0}};
         return 2;
     }
-    t[0] = (head_tensor){"ringvit.mask_token", h->mask_token, 1, {D, 0}};
-    t[1] = (head_tensor){"ringvit.mae_video.weight", h->mae_video_w, 2, {h->video_dim, D}};
-    t[2] = (head_tensor){"ringvit.mae_video.bias", h->mae_video_b, 1, {h->video_dim, 0}};
-    t[3] = (head_tensor){"ringvit.mae_audio.weight", h->mae_audio_w, 2, {h->audio_dim, D}};
-    t[4] = (head_tensor){"ringvit.mae_audio.bias", h->mae_audio_b, 1, {h->audio_dim, 0}};
+    t[0] = (head_tensor){.name = "ringvit.mask_token", .data = h->mask_token,
+                         .ndim = 1, .shape = {D, 0}};
+    t[1] = (head_tensor){.name = "ringvit.mae_video.weight", .data = h->mae_video_w,
+                         .ndim = 2, .shape = {h->video_dim, D}};
+    t[2] = (head_tensor){.name = "ringvit.mae_video.bias", .data = h->mae_video_b,
+                         .ndim = 1, .shape = {h->video_dim, 0}};
+    t[3] = (head_tensor){.name = "ringvit.mae_audio.weight", .data = h->mae_audio_w,
+                         .ndim = 2, .shape = {h->audio_dim, D}};
+    t[4] = (head_tensor){.name = "ringvit.mae_audio.bias", .data = h->mae_audio_b,
+                         .ndim = 1, .shape = {h->audio_dim, 0}};
     return 5;
 }
 

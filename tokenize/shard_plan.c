@@ -27,14 +27,14 @@ int rv_shard_segments(const rv_shard_plan *p, int r, rv_shard_seg segs[RV_SHARD_
 {
     if (p->kind == RV_SHARD_CONTIGUOUS) {
         int64_t a = boundary(p->seq, r, p->ranks), b = boundary(p->seq, r + 1, p->ranks);
-        segs[0] = (rv_shard_seg){a, b - a};
+        segs[0] = (rv_shard_seg){.start = a, .len = b - a};
         return 1;
     }
     int64_t chunks = 2 * (int64_t)p->ranks, c1 = r, c2 = chunks - 1 - r;
     int64_t a = boundary(p->seq, c1, chunks), b = boundary(p->seq, c1 + 1, chunks);
     int64_t e = boundary(p->seq, c2, chunks), f = boundary(p->seq, c2 + 1, chunks);
-    segs[0] = (rv_shard_seg){a, b - a};
-    segs[1] = (rv_shard_seg){e, f - e};
+    segs[0] = (rv_shard_seg){.start = a, .len = b - a};
+    segs[1] = (rv_shard_seg){.start = e, .len = f - e};
     return 2;
 }
 
