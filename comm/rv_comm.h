@@ -24,6 +24,7 @@
 
 #include <stddef.h>
 
+#include "rv_api.h"
 #include "rv_clock.h"
 #include "rv_status.h"
 
@@ -117,7 +118,7 @@ typedef rv_status (*rv_local_fn)(rv_comm *comm, void *arg);
  * collective, a group completes as a whole, sends above RINGVIT_COMM_STRICT_EAGER
  * bytes (default 65536) complete only once received, and messages between a pair
  * match in post order whatever their tags (another tag or size is an error). */
-rv_status rv_local_run(int nranks, rv_local_fn fn, void *arg);
+RV_API rv_status rv_local_run(int nranks, rv_local_fn fn, void *arg);
 
 /* Copies bytes from src to dst and returns when done: 0, or -1 with the message in
  * rv_last_error(). rv_cuda_copy_sync (kernels/rv_cuda.h) is one. */
@@ -129,7 +130,8 @@ typedef int (*rv_comm_copy_fn)(void *dst, const void *src, size_t bytes);
  * communicators report device_memory = 1. Point-to-point, allgather, alltoall,
  * barrier and split take either kind of buffer; allreduce adds on the host, so
  * its buffers must be host memory. */
-rv_status rv_local_run_copy(int nranks, rv_local_fn fn, void *arg, rv_comm_copy_fn copy);
+RV_API rv_status rv_local_run_copy(int nranks, rv_local_fn fn, void *arg,
+                                   rv_comm_copy_fn copy);
 
 /* An "mpi" communicator over every process (a duplicate of MPI_COMM_WORLD with
  * MPI_ERRORS_RETURN). Calls MPI_Init_thread (MPI_THREAD_MULTIPLE) first when the
@@ -137,13 +139,13 @@ rv_status rv_local_run_copy(int nranks, rv_local_fn fn, void *arg, rv_comm_copy_
  * rv_comm_mpi_finalize() ends MPI. RV_ERR_UNSUPPORTED in a build without MPI.
  * RINGVIT_COMM_MPI_CHUNK (bytes, default 1 GiB) splits larger messages into
  * several MPI calls (MPI counts are int); small values exist for the tests. */
-rv_status rv_comm_mpi_world(rv_comm **out);
+RV_API rv_status rv_comm_mpi_world(rv_comm **out);
 /* 1 when MPI runs with MPI_THREAD_MULTIPLE (rv_comm_mpi_world asks for it), so
  * threads of a process may each use their own mpi communicator at once. */
-int rv_comm_mpi_thread_multiple(void);
+RV_API int rv_comm_mpi_thread_multiple(void);
 /* MPI_Finalize, when rv_comm_mpi_world called MPI_Init; else nothing. Free every
  * mpi communicator first. */
-rv_status rv_comm_mpi_finalize(void);
+RV_API rv_status rv_comm_mpi_finalize(void);
 /* Lets mpi communicator c take CUDA device memory with an MPI that cannot read
  * it: from now on every payload is staged through host memory with copy (which
  * must take host and device pointers alike, as rv_cuda_copy_sync does): a send
@@ -155,7 +157,7 @@ rv_status rv_comm_mpi_finalize(void);
  * c->move copy; communicators split from c are staged too. (A CUDA-aware MPI
  * would not need it; ringvit does not assume one.) RV_ERR_INVALID for a
  * communicator of another backend, RV_ERR_UNSUPPORTED in a build without MPI. */
-rv_status rv_comm_mpi_stage_device(rv_comm *c, rv_comm_copy_fn copy);
+RV_API rv_status rv_comm_mpi_stage_device(rv_comm *c, rv_comm_copy_fn copy);
 
 /* An "nccl" communicator with the same ranks as bootstrap (local or mpi; rank 0's
  * ncclUniqueId travels over it), on CUDA device `device` (-1: rank % devices).
@@ -165,21 +167,21 @@ rv_status rv_comm_mpi_stage_device(rv_comm *c, rv_comm_copy_fn copy);
  * send and receive of an exchange before waiting on any. RV_ERR_UNSUPPORTED in a
  * build without NCCL, or where libnccl.so.2 cannot be loaded: NCCL is not linked
  * but loaded by the first call, so programs that never call this need no NCCL. */
-rv_status rv_comm_nccl_create(rv_comm *bootstrap, int device, rv_comm **out);
+RV_API rv_status rv_comm_nccl_create(rv_comm *bootstrap, int device, rv_comm **out);
 /* The cudaStream_t of an nccl communicator (NULL for other backends). */
-void *rv_comm_nccl_stream(rv_comm *c);
+RV_API void *rv_comm_nccl_stream(rv_comm *c);
 
 /* Which backends this build holds: "local", "mpi", "nccl". */
-int rv_comm_backend_built(const char *name);
+RV_API int rv_comm_backend_built(const char *name);
 
-void rv_comm_free(rv_comm **c);
+RV_API void rv_comm_free(rv_comm **c);
 
 /* ---- timeouts --------------------------------------------------------------------- */
 
 /* RINGVIT_COMM_TIMEOUT in seconds, or 120 when unset; RV_ERR_INVALID when set to
  * anything but a positive number. Every new communicator starts from it. */
-rv_status rv_comm_default_timeout(double *seconds);
-rv_status rv_comm_set_timeout(rv_comm *c, double seconds); /* this communicator only */
+RV_API rv_status rv_comm_default_timeout(double *seconds);
+RV_API rv_status rv_comm_set_timeout(rv_comm *c, double seconds); /* this communicator only */
 
 /* ---- operations (the table, with checks and the deadline) -------------------------- */
 
@@ -196,50 +198,52 @@ static inline int rv_comm_size(const rv_comm *c) { return c->size; }
  * next wait or test (any request of that rank), on "mpi" in MPI's progress
  * (wait/test), on "nccl" on the GPU once launched; so post a transfer, compute,
  * then wait (or call rv_comm_test now and then during a long computation). */
-rv_status rv_comm_isend(rv_comm *c, const void *buf, size_t bytes, int peer, int tag,
-                        rv_comm_request **req);
-rv_status rv_comm_irecv(rv_comm *c, void *buf, size_t bytes, int peer, int tag,
-                        rv_comm_request **req);
+RV_API rv_status rv_comm_isend(rv_comm *c, const void *buf, size_t bytes, int peer, int tag,
+                               rv_comm_request **req);
+RV_API rv_status rv_comm_irecv(rv_comm *c, void *buf, size_t bytes, int peer, int tag,
+                               rv_comm_request **req);
 /* Waits for *req within the communicator's timeout and releases it (*req = NULL),
  * on success and on error alike. A NULL *req is complete. */
-rv_status rv_comm_wait(rv_comm_request **req);
+RV_API rv_status rv_comm_wait(rv_comm_request **req);
 /* Waits for every non-NULL reqs[i] within one timeout and releases them all; the
  * first error is returned and the rest are cancelled. */
-rv_status rv_comm_waitall(rv_comm_request **reqs, int n);
+RV_API rv_status rv_comm_waitall(rv_comm_request **reqs, int n);
 /* *done = 1 and *req released when complete; *done = 0 otherwise. An error
  * releases *req too. */
-rv_status rv_comm_test(rv_comm_request **req, int *done);
+RV_API rv_status rv_comm_test(rv_comm_request **req, int *done);
 /* Cancels (if pending) and releases *req; NULL is fine. */
-void rv_comm_request_free(rv_comm_request **req);
+RV_API void rv_comm_request_free(rv_comm_request **req);
 
 /* Launches this rank's posted isend/irecv now, as one group, without waiting (on
  * nccl, and local in strict mode, they otherwise go out at the next wait, test or
  * collective). Call it after posting an exchange that must be under way before
  * this rank posts sends that depend on a peer's progress. */
-rv_status rv_comm_start(rv_comm *c);
+RV_API rv_status rv_comm_start(rv_comm *c);
 
 /* Send to dst and receive from src at once (the ring shift). */
-rv_status rv_comm_sendrecv(rv_comm *c, const void *sendbuf, size_t send_bytes, int dst,
-                           void *recvbuf, size_t recv_bytes, int src, int tag);
-rv_status rv_comm_allreduce(rv_comm *c, const void *sendbuf, void *recvbuf, size_t count,
-                            rv_comm_dtype dtype);
-rv_status rv_comm_allgather(rv_comm *c, const void *sendbuf, void *recvbuf, size_t bytes);
-rv_status rv_comm_alltoall(rv_comm *c, const void *sendbuf, void *recvbuf, size_t bytes);
-rv_status rv_comm_barrier(rv_comm *c);
+RV_API rv_status rv_comm_sendrecv(rv_comm *c, const void *sendbuf, size_t send_bytes, int dst,
+                                  void *recvbuf, size_t recv_bytes, int src, int tag);
+RV_API rv_status rv_comm_allreduce(rv_comm *c, const void *sendbuf, void *recvbuf,
+                                   size_t count, rv_comm_dtype dtype);
+RV_API rv_status rv_comm_allgather(rv_comm *c, const void *sendbuf, void *recvbuf,
+                                   size_t bytes);
+RV_API rv_status rv_comm_alltoall(rv_comm *c, const void *sendbuf, void *recvbuf,
+                                  size_t bytes);
+RV_API rv_status rv_comm_barrier(rv_comm *c);
 /* Collective: ranks with the same color form a sub-communicator, ordered by key
  * then by rank; color RV_COMM_UNDEFINED gives *out = NULL. The new communicator
  * takes this one's timeout. For a dp x cp mesh of rank = dp_index * cp + cp_index:
  * split(rank / cp, rank) is the cp group, split(rank % cp, rank) the dp group. */
-rv_status rv_comm_split(rv_comm *c, int color, int key, rv_comm **out);
+RV_API rv_status rv_comm_split(rv_comm *c, int color, int key, rv_comm **out);
 /* The dp x cp mesh: with cp ranks per context-parallel group (size % cp == 0) and
  * rank = dp_index * cp + cp_index, *cp_comm holds the cp consecutive ranks of this
  * rank's sequence (rank cp_index there) and *dp_comm the size / cp ranks with the
  * same cp_index (rank dp_index there). Both are freed by the caller. */
-rv_status rv_comm_mesh_split(rv_comm *c, int cp, rv_comm **cp_comm, rv_comm **dp_comm);
-rv_status rv_comm_abort(rv_comm *c, int code);
+RV_API rv_status rv_comm_mesh_split(rv_comm *c, int cp, rv_comm **cp_comm, rv_comm **dp_comm);
+RV_API rv_status rv_comm_abort(rv_comm *c, int code);
 
-size_t rv_comm_dtype_size(rv_comm_dtype dtype);
-const char *rv_comm_dtype_name(rv_comm_dtype dtype);
+RV_API size_t rv_comm_dtype_size(rv_comm_dtype dtype);
+RV_API const char *rv_comm_dtype_name(rv_comm_dtype dtype);
 
 #ifdef __cplusplus
 }

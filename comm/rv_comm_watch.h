@@ -20,6 +20,7 @@
 
 #include <stddef.h>
 
+#include "rv_api.h"
 #include "rv_comm.h"
 
 #ifdef __cplusplus
@@ -29,30 +30,30 @@ extern "C" {
 typedef struct rv_comm_watch rv_comm_watch;
 
 /* Collective over c. silence_s > 0: how long a waited-for peer may be silent. */
-rv_status rv_comm_watch_create(rv_comm *c, double silence_s, rv_comm_watch **out);
-void rv_comm_watch_free(rv_comm_watch **w);
+RV_API rv_status rv_comm_watch_create(rv_comm *c, double silence_s, rv_comm_watch **out);
+RV_API void rv_comm_watch_free(rv_comm_watch **w);
 
 /* "Still working": sends a beat to every peer when silence / 4 seconds have passed
  * since the last one (a peer that has not taken the last one yet is skipped), and
  * takes the beats that have arrived. NULL w does nothing. */
-void rv_comm_watch_beat(rv_comm_watch *w);
+RV_API void rv_comm_watch_beat(rv_comm_watch *w);
 
 /* Rank r's sendbuf (bytes) lands at recvbuf + r * bytes on every rank. Waits as
  * long as every peer whose part has not arrived keeps beating; RV_ERR_TIMEOUT
  * naming the first silent one otherwise (the watch is then broken). */
-rv_status rv_comm_watch_allgather(rv_comm_watch *w, const void *sendbuf, void *recvbuf,
-                                  size_t bytes);
+RV_API rv_status rv_comm_watch_allgather(rv_comm_watch *w, const void *sendbuf, void *recvbuf,
+                                         size_t bytes);
 
 /* Waits for reqs[i] (posted on any communicator; NULL entries are complete) while
  * peers[i] (a rank of the watch's communicator, the one that must act for it to
  * complete) keeps beating; releases them all as rv_comm_waitall does. */
-rv_status rv_comm_watch_waitall(rv_comm_watch *w, rv_comm_request **reqs, const int *peers,
-                                int n);
+RV_API rv_status rv_comm_watch_waitall(rv_comm_watch *w, rv_comm_request **reqs,
+                                       const int *peers, int n);
 
 /* The watch's silence, seconds; its ranks (those of the communicator it was
  * made over). */
-double rv_comm_watch_silence(const rv_comm_watch *w);
-int rv_comm_watch_size(const rv_comm_watch *w);
+RV_API double rv_comm_watch_silence(const rv_comm_watch *w);
+RV_API int rv_comm_watch_size(const rv_comm_watch *w);
 
 #ifdef __cplusplus
 }

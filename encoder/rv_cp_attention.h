@@ -38,6 +38,7 @@
 
 #include <stddef.h>
 
+#include "rv_api.h"
 #include "rv_backend.h"
 #include "rv_comm.h"
 #include "rv_shard.h"
@@ -82,36 +83,36 @@ typedef struct rv_cp_attn {
 
 /* Checks the combination (communicator size = plan ranks, ulysses divisibility,
  * ...) with a message naming the numbers. Reads RINGVIT_RING_AHEAD (ring_ahead). */
-rv_status rv_cp_attn_init(rv_cp_attn *cp, rv_backend *be, rv_comm *comm,
-                          const rv_shard_plan *plan, rv_cp_strategy strategy, int heads,
-                          int dim, int causal, float scale);
+RV_API rv_status rv_cp_attn_init(rv_cp_attn *cp, rv_backend *be, rv_comm *comm,
+                                 const rv_shard_plan *plan, rv_cp_strategy strategy, int heads,
+                                 int dim, int causal, float scale);
 
 /* An attention span for this rank's slice: key and time (len) host arrays (not
  * kept: copied into the backend's memory), reach >= 0 (cp->causal then means the
  * time-causal rule of rv_attn_mask). Collective: the ranks exchange their key
  * ranges (and, for allgather and ulysses, every key). The ring strategy over more
  * than one rank needs the contiguous plan. Free with rv_cp_attn_free. */
-rv_status rv_cp_attn_set_span(rv_cp_attn *cp, double reach, const double *key,
-                              const double *time);
+RV_API rv_status rv_cp_attn_set_span(rv_cp_attn *cp, double reach, const double *key,
+                                     const double *time);
 /* Releases what set_span holds; cp stays usable without a span. */
-void rv_cp_attn_free(rv_cp_attn *cp);
+RV_API void rv_cp_attn_free(rv_cp_attn *cp);
 
 /* o (len, heads, dim) and lse (heads, len) of this rank's queries against every key. */
-rv_status rv_cp_attn_forward(rv_cp_attn *cp, const float *q, const float *k, const float *v,
-                             float *o, float *lse);
+RV_API rv_status rv_cp_attn_forward(rv_cp_attn *cp, const float *q, const float *k,
+                                    const float *v, float *o, float *lse);
 
 /* Gradients of this rank's slice; o and lse are the forward's outputs. dq, dk, dv
  * are overwritten. */
-rv_status rv_cp_attn_backward(rv_cp_attn *cp, const float *q, const float *k, const float *v,
-                              const float *o, const float *lse, const float *dout, float *dq,
-                              float *dk, float *dv);
+RV_API rv_status rv_cp_attn_backward(rv_cp_attn *cp, const float *q, const float *k,
+                                     const float *v, const float *o, const float *lse,
+                                     const float *dout, float *dq, float *dk, float *dv);
 
-const char *rv_cp_strategy_name(rv_cp_strategy s);
+RV_API const char *rv_cp_strategy_name(rv_cp_strategy s);
 /* "ring", "allgather" or "ulysses" -> strategy; RV_ERR_INVALID naming the text. */
-rv_status rv_cp_strategy_parse(const char *text, rv_cp_strategy *out);
+RV_API rv_status rv_cp_strategy_parse(const char *text, rv_cp_strategy *out);
 
 /* Visible (query, key) pairs between a query segment and a key segment. */
-double rv_cp_visible_pairs(rv_shard_seg q, rv_shard_seg k, int causal);
+RV_API double rv_cp_visible_pairs(rv_shard_seg q, rv_shard_seg k, int causal);
 
 #ifdef __cplusplus
 }

@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rv_api.h"
 #include "rv_status.h"
 
 #ifdef __cplusplus
@@ -51,9 +52,9 @@ typedef enum rv_dtype {
 } rv_dtype;
 
 /* Bytes per element (0 for a value outside the enum). */
-size_t rv_dtype_size(rv_dtype dtype);
+RV_API size_t rv_dtype_size(rv_dtype dtype);
 /* The safetensors spelling ("F32", "BF16", ...; "?" for a value outside the enum). */
-const char *rv_dtype_name(rv_dtype dtype);
+RV_API const char *rv_dtype_name(rv_dtype dtype);
 
 typedef struct rv_st_tensor {
     const char *name;               /* never empty; owned by the rv_safetensors */
@@ -72,55 +73,55 @@ typedef struct rv_safetensors rv_safetensors;
 /* Opens and validates path. The file is mmap'd read-only (read into memory only
  * if mmap fails), so a multi-GB file costs no copy; it must not be truncated by
  * another process while open. */
-rv_status rv_st_open(const char *path, rv_safetensors **out);
+RV_API rv_status rv_st_open(const char *path, rv_safetensors **out);
 
 /* Validates len bytes already in memory. The bytes are COPIED: the caller's
  * buffer may be freed or changed as soon as this returns. label (e.g. a path or
  * "<memory>") names the buffer in error messages and is copied too. */
-rv_status rv_st_parse(const void *bytes, size_t len, const char *label,
-                      rv_safetensors **out);
+RV_API rv_status rv_st_parse(const void *bytes, size_t len, const char *label,
+                             rv_safetensors **out);
 
 /* The path or label given at open time. */
-const char *rv_st_label(const rv_safetensors *st);
+RV_API const char *rv_st_label(const rv_safetensors *st);
 
 /* Tensors are numbered 0 .. count-1 in the order of their data in the file
  * (ascending data_offsets; ties by name), which is the order they were added to
  * the writer for files this module wrote. rv_st_at returns NULL out of range. */
-int rv_st_count(const rv_safetensors *st);
-const rv_st_tensor *rv_st_at(const rv_safetensors *st, int i);
+RV_API int rv_st_count(const rv_safetensors *st);
+RV_API const rv_st_tensor *rv_st_at(const rv_safetensors *st, int i);
 
 /* The tensor called name, or NULL if absent (O(log count)). */
-const rv_st_tensor *rv_st_find(const rv_safetensors *st, const char *name);
+RV_API const rv_st_tensor *rv_st_find(const rv_safetensors *st, const char *name);
 
 /* Looks up name and checks it: dtype must equal dtype; ndim < 0 accepts any rank
  * and shape; otherwise the rank must equal ndim and, unless shape is NULL, each
  * shape[i] >= 0 must equal the file's (shape[i] < 0 accepts any extent). On
  * failure the message names the tensor, what was expected and what was found. */
-rv_status rv_st_get(const rv_safetensors *st, const char *name, rv_dtype dtype,
-                    int ndim, const int64_t *shape, const rv_st_tensor **out);
+RV_API rv_status rv_st_get(const rv_safetensors *st, const char *name, rv_dtype dtype,
+                           int ndim, const int64_t *shape, const rv_st_tensor **out);
 
 /* The "__metadata__" value for key, or NULL if absent. */
-const char *rv_st_meta(const rv_safetensors *st, const char *key);
+RV_API const char *rv_st_meta(const rv_safetensors *st, const char *key);
 
 /* Releases everything (unmaps the file); every pointer handed out dies with it.
  * Sets *st to NULL; NULL or *st == NULL is a no-op. */
-void rv_st_free(rv_safetensors **st);
+RV_API void rv_st_free(rv_safetensors **st);
 
 /* A writer: collects tensors (borrowed) and metadata, then writes one file. */
 typedef struct rv_st_writer rv_st_writer;
 
-rv_status rv_st_writer_new(rv_st_writer **out);
+RV_API rv_status rv_st_writer_new(rv_st_writer **out);
 
 /* Adds a tensor. name must be non-empty valid UTF-8, not "__metadata__" and not
  * already added. data (numel * rv_dtype_size(dtype) bytes, little-endian; may be
  * NULL when that is 0) is borrowed until rv_st_writer_write returns. The name
  * and shape are copied. */
-rv_status rv_st_writer_add(rv_st_writer *w, const char *name, rv_dtype dtype, int ndim,
-                           const int64_t *shape, const void *data);
+RV_API rv_status rv_st_writer_add(rv_st_writer *w, const char *name, rv_dtype dtype, int ndim,
+                                  const int64_t *shape, const void *data);
 
 /* Sets a "__metadata__" entry (both strings valid UTF-8, copied); setting a key
  * again replaces its value. */
-rv_status rv_st_writer_meta(rv_st_writer *w, const char *key, const char *value);
+RV_API rv_status rv_st_writer_meta(rv_st_writer *w, const char *key, const char *value);
 
 /* Writes the file: header JSON (compact, keys sorted) padded with spaces so the
  * data start 8-byte aligned, then the tensors back to back in the order they
@@ -128,16 +129,16 @@ rv_status rv_st_writer_meta(rv_st_writer *w, const char *key, const char *value)
  * so readers see the old file or the new one, never a partial one. On any
  * failure the temporary file is removed and a file already at path is left as it
  * was. The writer may be written again (e.g. to another path). */
-rv_status rv_st_writer_write(rv_st_writer *w, const char *path);
+RV_API rv_status rv_st_writer_write(rv_st_writer *w, const char *path);
 
 /* The same bytes written to the open descriptor fd (a pipe, standard output),
  * in one pass and in place: no temporary file, no fsync, fd left open. A
  * failed write (EPIPE when the reader went away, with SIGPIPE ignored) is
  * RV_ERR_IO naming label, and the bytes already written stay written. */
-rv_status rv_st_writer_write_fd(rv_st_writer *w, int fd, const char *label);
+RV_API rv_status rv_st_writer_write_fd(rv_st_writer *w, int fd, const char *label);
 
 /* Sets *w to NULL; NULL or *w == NULL is a no-op. */
-void rv_st_writer_free(rv_st_writer **w);
+RV_API void rv_st_writer_free(rv_st_writer **w);
 
 #ifdef __cplusplus
 }

@@ -110,6 +110,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rv_api.h"
 #include "rv_backend.h"
 #include "rv_comm.h"
 #include "rv_cp_attention.h"
@@ -208,42 +209,42 @@ typedef struct rv_vit_config {
 /* Presets (family ringvit): tiny (D 192, L 12, H 3), small (384, 12, 6), base
  * (768, 12, 12); all M = 4 D, eps 1e-6, T 2, P 16, grid 14, F 16, W 16, cls 1.
  * RV_ERR_INVALID naming the text for another name. */
-rv_status rv_vit_preset(const char *name, rv_vit_config *out);
+RV_API rv_status rv_vit_preset(const char *name, rv_vit_config *out);
 
 /* Sets the family description of c (every field after cls) to ringvit's own
  * defaults: GELU (erf), all biases, no layer scale, final norm, pooled = CLS
  * (mean without one), bilinear grid, band embeddings, time code, strides F and W,
  * both modalities, ImageNet mean/std, AST's fbank mean/std. */
-void rv_vit_family_defaults(rv_vit_config *c);
+RV_API void rv_vit_family_defaults(rv_vit_config *c);
 
 /* "ringvit", "vit", "videomae", "ast", "clip", "dinov2" ("?" outside the enum);
  * parse: RV_ERR_INVALID naming the text. Likewise for the other enums (the
  * names are the JSON values of the config). */
-const char *rv_vit_family_name(int family);
-rv_status rv_vit_family_parse(const char *text, int *out);
-const char *rv_vit_act_name(int act);          /* "gelu", "gelu_tanh", "quick_gelu" */
-const char *rv_vit_pool_name(int pool);        /* "cls", "cls_dist", "mean_norm", ... */
-const char *rv_vit_pos_name(int pos);          /* "none", "grid_bilinear", ... */
-const char *rv_vit_audio_pos_name(int apos);   /* "none", "band", "grid" */
+RV_API const char *rv_vit_family_name(int family);
+RV_API rv_status rv_vit_family_parse(const char *text, int *out);
+RV_API const char *rv_vit_act_name(int act);          /* "gelu", "gelu_tanh", "quick_gelu" */
+RV_API const char *rv_vit_pool_name(int pool);        /* "cls", "cls_dist", "mean_norm", ... */
+RV_API const char *rv_vit_pos_name(int pos);          /* "none", "grid_bilinear", ... */
+RV_API const char *rv_vit_audio_pos_name(int apos);   /* "none", "band", "grid" */
 
 /* Checks sizes and their relations (D % heads, F <= 128, the family's fields and
  * their combinations), naming the numbers. */
-rv_status rv_vit_config_check(const rv_vit_config *c);
+RV_API rv_status rv_vit_config_check(const rv_vit_config *c);
 
 /* Derived sizes: audio frequency bands (128 - F) / audio_fstride + 1; rows of
  * the pos table (see the header comment; 0 when none); special slots among them
  * (where the grid starts). */
-int rv_vit_bands(const rv_vit_config *c);
-int64_t rv_vit_pos_rows(const rv_vit_config *c);
-int rv_vit_pos_special(const rv_vit_config *c);
+RV_API int rv_vit_bands(const rv_vit_config *c);
+RV_API int64_t rv_vit_pos_rows(const rv_vit_config *c);
+RV_API int rv_vit_pos_special(const rv_vit_config *c);
 
 /* The tokenizer options the model wants (rv_tokens.h): tubelet, patch, the video
  * and audio normalisation, the audio patch and its strides, the special tokens,
  * and the modalities its weights cover (to->video / to->audio). The interleaving
  * window keeps its default. */
-void rv_vit_tok_opts(const rv_vit_config *c, rv_tok_opts *to);
+RV_API void rv_vit_tok_opts(const rv_vit_config *c, rv_tok_opts *to);
 /* The frame side the model's processor uses (image_size, else grid * patch). */
-int rv_vit_frame_size(const rv_vit_config *c);
+RV_API int rv_vit_frame_size(const rv_vit_config *c);
 
 struct rv_span;
 /* The tokenizer and ingest options of a run of the model, as embed and finetune
@@ -255,15 +256,15 @@ struct rv_span;
  * restarting in each. io's other fields (fps, start, threads, ...) are kept.
  * RV_ERR_INVALID when the size is not a multiple of the patch, nothing is left
  * to read, or a frame span has no video. */
-rv_status rv_vit_input_opts(const rv_vit_config *c, int size, int no_video, int no_audio,
-                            const struct rv_span *span, rv_tok_opts *to, rv_ingest_opts *io);
+RV_API rv_status rv_vit_input_opts(const rv_vit_config *c, int size, int no_video, int no_audio,
+                                   const struct rv_span *span, rv_tok_opts *to, rv_ingest_opts *io);
 
 /* Config <-> the JSON text stored as metadata (jansson). to_json returns a
  * malloc'd string (NULL on allocation failure). The family keys are written only
  * where they differ from ringvit's defaults, so ringvit's own configs read as
  * before; a missing key is its default. */
-char *rv_vit_config_to_json(const rv_vit_config *c);
-rv_status rv_vit_config_from_json(const char *text, rv_vit_config *out);
+RV_API char *rv_vit_config_to_json(const rv_vit_config *c);
+RV_API rv_status rv_vit_config_from_json(const char *text, rv_vit_config *out);
 
 typedef struct rv_vit_layer {
     float *ln1_w, *ln1_b;   /* (D) */
@@ -304,7 +305,7 @@ typedef struct rv_vit_model {
 } rv_vit_model;
 
 /* A model with every weight zero (LayerNorm weights one). */
-rv_status rv_vit_new(const rv_vit_config *c, rv_vit_model **out);
+RV_API rv_status rv_vit_new(const rv_vit_config *c, rv_vit_model **out);
 
 /* Fresh weights from seed, as torchvision initialises its VisionTransformer:
  * conv_proj truncated normal with std sqrt(1 / fan_in), bias 0; class token 0;
@@ -313,7 +314,7 @@ rv_status rv_vit_new(const rv_vit_config *c, rv_vit_model **out);
  * LayerNorms 1, 0. The ringvit.* tensors: audio_proj as conv_proj, audio_band and
  * modality normal std 0.02, time_proj truncated normal std 0.02. The same seed
  * gives the same weights on every machine. */
-rv_status rv_vit_init_random(rv_vit_model *m, uint64_t seed);
+RV_API rv_status rv_vit_init_random(rv_vit_model *m, uint64_t seed);
 
 typedef struct rv_vit_load_opts {
     int heads;    /* > 0: overrides the stored or default head count (ringvit and
@@ -343,37 +344,38 @@ typedef struct rv_vit_load_info {
     int nnotes;
 } rv_vit_load_info;
 
-void rv_vit_load_info_free(rv_vit_load_info *info);
+RV_API void rv_vit_load_info_free(rv_vit_load_info *info);
 
 /* Reads a model (opts may be NULL): a ringvit or torchvision-named .safetensors
  * file, or a folder in the Hugging Face layout (config.json, model.safetensors,
  * preprocessor_config.json where the family has one; vit_hub.c). */
-rv_status rv_vit_load(const char *path, const rv_vit_load_opts *opts, rv_vit_model **out);
+RV_API rv_status rv_vit_load(const char *path, const rv_vit_load_opts *opts,
+                             rv_vit_model **out);
 /* The same, telling what it found in *info (zeroed first; free with
  * rv_vit_load_info_free, also after a failure). */
-rv_status rv_vit_load_ex(const char *path, const rv_vit_load_opts *opts, rv_vit_model **out,
-                         rv_vit_load_info *info);
+RV_API rv_status rv_vit_load_ex(const char *path, const rv_vit_load_opts *opts,
+                                rv_vit_model **out, rv_vit_load_info *info);
 
 /* Writes every tensor under the names above (conv_proj.weight when T == 1,
  * ringvit.tubelet_proj.weight otherwise) and the config metadata, to a temporary
  * name renamed when complete. */
-rv_status rv_vit_save(const rv_vit_model *m, const char *path);
+RV_API rv_status rv_vit_save(const rv_vit_model *m, const char *path);
 
 /* 16 hex digits: a 64-bit FNV-1a hash of the config JSON and every weight's
  * bytes, naming the model in outputs. */
-void rv_vit_hash(const rv_vit_model *m, char out[17]);
+RV_API void rv_vit_hash(const rv_vit_model *m, char out[17]);
 
 /* Parameter count (the arena length). */
-int64_t rv_vit_params(const rv_vit_model *m);
+RV_API int64_t rv_vit_params(const rv_vit_model *m);
 
 /* Sets *m to NULL; NULL or *m == NULL is a no-op. */
-void rv_vit_free(rv_vit_model **m);
+RV_API void rv_vit_free(rv_vit_model **m);
 
 /* The fixed time code of t seconds, (D): for i < D/2, code[2i] = sin(w_i t),
  * code[2i+1] = cos(w_i t), w_i = 2 pi / period_i with periods geometric from
  * RV_VIT_TIME_PERIOD_MIN (i = 0) to RV_VIT_TIME_PERIOD_MAX (i = D/2 - 1); an odd
  * D leaves the last entry 0. Computed in double. */
-void rv_vit_time_code(double t, int dim, float *code);
+RV_API void rv_vit_time_code(double t, int dim, float *code);
 
 /* ---- forward with context parallelism ------------------------------------------------ */
 
@@ -403,10 +405,10 @@ typedef struct rv_vit_tokens {
 /* The audio steps of L's tokens (rv_vit_tokens.audio_steps): the layout's, or,
  * when positions restart in each window (block and frame spans), the longest
  * window's. */
-int64_t rv_vit_audio_steps(const rv_tok_layout *L);
+RV_API int64_t rv_vit_audio_steps(const rv_tok_layout *L);
 /* The forward's view of one rank's slice of L (rv_tok_slice.h): its arrays, not
  * copied; video and audio are NULL when the slice keeps no patches. */
-rv_vit_tokens rv_vit_slice_tokens(const rv_tok_layout *L, const rv_tok_slice *s);
+RV_API rv_vit_tokens rv_vit_slice_tokens(const rv_tok_layout *L, const rv_tok_slice *s);
 
 /* Attention spans on the time axis that audio and video tokens share (issue:
  * hour-long recordings at linear cost). A token's time is its start, s.
@@ -436,8 +438,8 @@ typedef struct rv_span {
 
 /* "full", "frame", "block=SECONDS", "window=SECONDS" -> span; RV_ERR_INVALID naming
  * the text. format writes the same form ("window=16"). */
-rv_status rv_span_parse(const char *text, rv_span *out);
-void rv_span_format(const rv_span *s, char *buf, size_t cap);
+RV_API rv_status rv_span_parse(const char *text, rv_span *out);
+RV_API void rv_span_format(const rv_span *s, char *buf, size_t cap);
 
 typedef struct rv_vit_run {
     rv_backend *be;           /* compute backend (not owned) */
@@ -468,8 +470,8 @@ typedef struct rv_vit_stats {
 /* A copy of m whose tensors live in be's memory (device memory for "cuda"): the
  * same struct, every pointer into an arena of be's; the host model is unchanged.
  * Free with rv_vit_backend_free on the same backend. */
-rv_status rv_vit_to_backend(const rv_vit_model *m, rv_backend *be, rv_vit_model **out);
-void rv_vit_backend_free(rv_backend *be, rv_vit_model **dm);
+RV_API rv_status rv_vit_to_backend(const rv_vit_model *m, rv_backend *be, rv_vit_model **out);
+RV_API void rv_vit_backend_free(rv_backend *be, rv_vit_model **dm);
 
 /* y (len, D): this rank's per-token outputs after the final LayerNorm, in host
  * memory. Every rank of run->comm calls it together. stats may be NULL.
@@ -478,25 +480,26 @@ void rv_vit_backend_free(rv_backend *be, rv_vit_model **dm);
  * attention and the final LayerNorm on the device; y is copied back. Training
  * (rv_vit_train.h) splits the work the same way: its saved activations are
  * device memory, the embedding and its backward run on the host. */
-rv_status rv_vit_forward(const rv_vit_model *m, const rv_vit_run *run,
-                         const rv_vit_tokens *in, float *y, rv_vit_stats *stats);
+RV_API rv_status rv_vit_forward(const rv_vit_model *m, const rv_vit_run *run,
+                                const rv_vit_tokens *in, float *y, rv_vit_stats *stats);
 
 /* x (in->len, D): the embedding of every token of in, on a host backend
  * (rv_backend_is_host, as cpu): what the forward starts from. in may be any run
  * of tokens of a sequence (a tokenizer batch), so a long recording is embedded
  * while it is tokenized and its patches never held whole. Adds the GEMM FLOPs to
  * *flops (may be NULL). */
-rv_status rv_vit_embed(const rv_vit_model *m, rv_backend *be, const rv_vit_tokens *in,
-                       float *x, double *flops);
+RV_API rv_status rv_vit_embed(const rv_vit_model *m, rv_backend *be, const rv_vit_tokens *in,
+                              float *x, double *flops);
 
 /* As rv_vit_forward from embeddings: y (len, D) holds rv_vit_embed's output on
  * entry and the outputs on return; in->video and in->audio are not read. */
-rv_status rv_vit_forward_embedded(const rv_vit_model *m, const rv_vit_run *run,
-                                  const rv_vit_tokens *in, float *y, rv_vit_stats *stats);
+RV_API rv_status rv_vit_forward_embedded(const rv_vit_model *m, const rv_vit_run *run,
+                                         const rv_vit_tokens *in, float *y,
+                                         rv_vit_stats *stats);
 
 /* FLOPs of the whole sequence's forward (all ranks), for rates. */
-double rv_vit_forward_flops(const rv_vit_config *c, int64_t seq, int64_t nvideo,
-                            int64_t naudio, int causal);
+RV_API double rv_vit_forward_flops(const rv_vit_config *c, int64_t seq, int64_t nvideo,
+                                   int64_t naudio, int causal);
 
 /* ---- pooling without gathering the tokens -------------------------------------------- */
 
@@ -537,18 +540,18 @@ typedef struct rv_vit_pooled {
 
 /* Pools y (in->len, dim) of every rank by all-reduce (sums in double); every
  * rank gets the same result. Every rank of comm calls it together. */
-rv_status rv_vit_pool(rv_comm *comm, const rv_vit_tokens *in, const float *y, int dim,
-                      const rv_vit_pool_opts *opts, rv_vit_pooled *out);
+RV_API rv_status rv_vit_pool(rv_comm *comm, const rv_vit_tokens *in, const float *y, int dim,
+                             const rv_vit_pool_opts *opts, rv_vit_pooled *out);
 
 /* The family's pooled output from what rv_vit_pool gathered (host only, no
  * communication): p->pooled (D) by m->cfg.pool (the header comment), then
  * p->projected = proj_w @ pooled when the model has a projection. A pool kind
  * whose token is missing from the sequence (CLS pooling without a CLS) is
  * RV_ERR_INVALID naming it. */
-rv_status rv_vit_pool_head(const rv_vit_model *m, rv_vit_pooled *p);
+RV_API rv_status rv_vit_pool_head(const rv_vit_model *m, rv_vit_pooled *p);
 
 /* Frees the arrays and zeroes the struct. */
-void rv_vit_pooled_free(rv_vit_pooled *p);
+RV_API void rv_vit_pooled_free(rv_vit_pooled *p);
 
 #ifdef __cplusplus
 }

@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rv_api.h"
 #include "rv_comm.h"
 #include "rv_safetensors.h"
 #include "rv_status.h"
@@ -40,10 +41,10 @@ typedef struct rv_vit_acts rv_vit_acts;
  * its patch projection (video_w @ patch + video_b, or the audio one) is
  * replaced by mask_token (D) while its position, band, time and modality
  * embeddings stay (the masked-reconstruction task). */
-rv_status rv_vit_forward_train(const rv_vit_model *m, const rv_vit_run *run,
-                               const rv_vit_tokens *in, const uint8_t *hidden,
-                               const float *mask_token, float *y, rv_vit_acts **acts,
-                               rv_vit_stats *stats);
+RV_API rv_status rv_vit_forward_train(const rv_vit_model *m, const rv_vit_run *run,
+                                      const rv_vit_tokens *in, const uint8_t *hidden,
+                                      const float *mask_token, float *y, rv_vit_acts **acts,
+                                      rv_vit_stats *stats);
 
 /* Backward from dy (len, D), the loss gradient of this rank's outputs y.
  * Adds into grad (every weight of the model, this rank's share) and into
@@ -52,18 +53,19 @@ rv_status rv_vit_forward_train(const rv_vit_model *m, const rv_vit_run *run,
  * must come from rv_vit_forward_train with the same m, run, in. stats (may be
  * NULL) gets the backward's FLOPs, times and peak bytes (saved activations
  * included). */
-rv_status rv_vit_backward(const rv_vit_model *m, const rv_vit_run *run,
-                          const rv_vit_tokens *in, const rv_vit_acts *acts, const float *dy,
-                          rv_vit_model *grad, float *dmask_token, rv_vit_stats *stats);
+RV_API rv_status rv_vit_backward(const rv_vit_model *m, const rv_vit_run *run,
+                                 const rv_vit_tokens *in, const rv_vit_acts *acts,
+                                 const float *dy, rv_vit_model *grad, float *dmask_token,
+                                 rv_vit_stats *stats);
 
-void rv_vit_acts_free(rv_vit_acts **a);
+RV_API void rv_vit_acts_free(rv_vit_acts **a);
 
 /* Sets every weight of g to zero. */
-void rv_vit_grad_zero(rv_vit_model *g);
+RV_API void rv_vit_grad_zero(rv_vit_model *g);
 
 /* FLOPs of the whole sequence's backward (all ranks), for rates. */
-double rv_vit_backward_flops(const rv_vit_config *c, int64_t seq, int64_t nvideo,
-                             int64_t naudio, int causal);
+RV_API double rv_vit_backward_flops(const rv_vit_config *c, int64_t seq, int64_t nvideo,
+                                    int64_t naudio, int causal);
 
 /* ---- task heads and losses --------------------------------------------------------------- */
 
@@ -73,8 +75,8 @@ typedef enum rv_task {
 } rv_task;
 
 /* "classify" / "mae" <-> task; parse fails with RV_ERR_INVALID naming the text. */
-const char *rv_task_name(rv_task t);
-rv_status rv_task_parse(const char *text, rv_task *out);
+RV_API const char *rv_task_name(rv_task t);
+RV_API rv_status rv_task_parse(const char *text, rv_task *out);
 
 /* The trainable weights beside the encoder, in one arena. Saved as
  *   heads.head.weight (C, D), heads.head.bias (C)      (torchvision's classifier names)
@@ -99,16 +101,16 @@ typedef struct rv_train_head {
 } rv_train_head;
 
 /* A zeroed head for the model config (classes used by classify only). */
-rv_status rv_train_head_new(const rv_vit_config *c, rv_task task, int classes,
-                            rv_train_head **out);
+RV_API rv_status rv_train_head_new(const rv_vit_config *c, rv_task task, int classes,
+                                   rv_train_head **out);
 /* Fresh weights from seed: linear weights xavier uniform, biases 0, mask token
  * normal std 0.02. */
-rv_status rv_train_head_init(rv_train_head *h, uint64_t seed);
-void rv_train_head_free(rv_train_head **h);
+RV_API rv_status rv_train_head_init(rv_train_head *h, uint64_t seed);
+RV_API void rv_train_head_free(rv_train_head **h);
 /* Adds the head's tensors (names above) to a safetensors writer / reads them
  * (RV_ERR_FORMAT naming a missing or misshapen tensor). */
-rv_status rv_train_head_write(const rv_train_head *h, rv_st_writer *w);
-rv_status rv_train_head_read(rv_train_head *h, const rv_safetensors *st);
+RV_API rv_status rv_train_head_write(const rv_train_head *h, rv_st_writer *w);
+RV_API rv_status rv_train_head_read(rv_train_head *h, const rv_safetensors *st);
 
 /* Classify loss of one recording, on every rank of comm (the cp group) together.
  * pooled: the global mean of rv_vit_pool (identical on every rank). Computes
@@ -119,9 +121,10 @@ rv_status rv_train_head_read(rv_train_head *h, const rv_safetensors *st);
  * buffer) ON COMM RANK 0 ONLY, so that summing gradients over the cp group
  * counts it once. scale multiplies every gradient (1 / (dp * accum) for the
  * step's mean). */
-rv_status rv_classify_loss(rv_comm *comm, const rv_train_head *h, const rv_vit_tokens *in,
-                           const rv_vit_pooled *pooled, int label, float scale, double *loss,
-                           int *pred, float *dy, rv_train_head *dhead);
+RV_API rv_status rv_classify_loss(rv_comm *comm, const rv_train_head *h,
+                                  const rv_vit_tokens *in, const rv_vit_pooled *pooled,
+                                  int label, float scale, double *loss, int *pred, float *dy,
+                                  rv_train_head *dhead);
 
 /* Which tokens the masked-reconstruction task hides: video and audio tokens
  * (never CLS), each independently with probability fraction, decided by a
@@ -129,8 +132,8 @@ rv_status rv_classify_loss(rv_comm *comm, const rv_train_head *h, const rv_vit_t
  * same answer for its own tokens without communication and a resumed run the
  * same as an uninterrupted one. plan / rank give the slice's global indices
  * (local order = segments of rv_shard_segments). hidden (len) gets 1/0. */
-void rv_mae_hidden(uint64_t seed, double fraction, const rv_shard_plan *plan, int rank,
-                   const rv_vit_tokens *in, uint8_t *hidden);
+RV_API void rv_mae_hidden(uint64_t seed, double fraction, const rv_shard_plan *plan, int rank,
+                          const rv_vit_tokens *in, uint8_t *hidden);
 
 /* Masked-reconstruction loss over the cp group: for each hidden token, the
  * prediction W y_i + b (the modality's head) against its patch normalised per
@@ -140,9 +143,9 @@ void rv_mae_hidden(uint64_t seed, double fraction, const rv_shard_plan *plan, in
  * hidden tokens into dhead (every rank: each has its own tokens), times scale.
  * *loss is the cp group's loss (identical on every rank); *hidden_total the
  * hidden tokens over all ranks. */
-rv_status rv_mae_loss(rv_comm *comm, const rv_train_head *h, const rv_vit_tokens *in,
-                      const uint8_t *hidden, const float *y, float scale, double *loss,
-                      int64_t *hidden_total, float *dy, rv_train_head *dhead);
+RV_API rv_status rv_mae_loss(rv_comm *comm, const rv_train_head *h, const rv_vit_tokens *in,
+                             const uint8_t *hidden, const float *y, float scale, double *loss,
+                             int64_t *hidden_total, float *dy, rv_train_head *dhead);
 
 /* ---- optimizer ---------------------------------------------------------------------------- */
 
@@ -157,10 +160,10 @@ typedef struct rv_adamw_opts {
     double clip;        /* global gradient-norm clip (1.0; <= 0 disables) */
 } rv_adamw_opts;
 
-void rv_adamw_opts_default(rv_adamw_opts *o);
+RV_API void rv_adamw_opts_default(rv_adamw_opts *o);
 
 /* The learning rate of step (0-based): warm-up, then cosine decay. */
-double rv_lr_at(const rv_adamw_opts *o, int64_t step);
+RV_API double rv_lr_at(const rv_adamw_opts *o, int64_t step);
 
 /* AdamW state over a flat parameter vector of n floats. */
 typedef struct rv_adamw {
@@ -173,32 +176,32 @@ typedef struct rv_adamw {
 } rv_adamw;
 
 /* State for n parameters; decay (n) is copied (NULL: decay everything). */
-rv_status rv_adamw_new(int64_t n, const uint8_t *decay, rv_adamw **out);
-void rv_adamw_free(rv_adamw **o);
+RV_API rv_status rv_adamw_new(int64_t n, const uint8_t *decay, rv_adamw **out);
+RV_API void rv_adamw_free(rv_adamw **o);
 
 /* The global gradient norm sqrt(sum g^2) over several vectors (double sums). */
-double rv_grad_norm(const float *const *g, const int64_t *n, int count);
+RV_API double rv_grad_norm(const float *const *g, const int64_t *n, int count);
 
 /* One step on params (n) with grads (n) (already all-reduced and averaged,
  * already clipped by the caller when wanted): bias-corrected Adam moments,
  * decoupled weight decay p -= lr * wd * p on the decay mask, lr = rv_lr_at(o,
  * o->step); then o->step++. */
-rv_status rv_adamw_step(rv_adamw *o, const rv_adamw_opts *opts, float *params,
-                        const float *grads);
+RV_API rv_status rv_adamw_step(rv_adamw *o, const rv_adamw_opts *opts, float *params,
+                               const float *grads);
 
 /* The decay mask of an encoder followed by its head, in the order of
  * [m->arena | h->arena] (n = rv_vit_params(m) + h->arena_floats; h may be NULL):
  * 1 on video_w, audio_w, time_w, qkv_w, proj_w, fc1_w, fc2_w, cls_w, mae_*_w. */
-void rv_train_decay_mask(const rv_vit_model *m, const rv_train_head *h, uint8_t *mask);
+RV_API void rv_train_decay_mask(const rv_vit_model *m, const rv_train_head *h, uint8_t *mask);
 
 /* AdamW state for an encoder followed by its head (h may be NULL): n =
  * rv_vit_params(m) + h->arena_floats, decay mask rv_train_decay_mask, zero
  * moments, step 0. Free with rv_adamw_free. */
-rv_status rv_adamw_new_model(const rv_vit_model *m, const rv_train_head *h, rv_adamw **out);
+RV_API rv_status rv_adamw_new_model(const rv_vit_model *m, const rv_train_head *h, rv_adamw **out);
 
 /* Copies src's moments and step count into dst (the same n; the decay mask
  * stays dst's): e.g. every rank's own state from a loaded checkpoint's. */
-rv_status rv_adamw_copy(rv_adamw *dst, const rv_adamw *src);
+RV_API rv_status rv_adamw_copy(rv_adamw *dst, const rv_adamw *src);
 
 /* ---- the training step -------------------------------------------------------------------- */
 
@@ -228,9 +231,9 @@ typedef struct rv_train_step_info {
  * dhead NULL too). A non-finite norm fails with RV_ERR_INVALID before any
  * parameter changes (info->grad_norm holds it). info (may be NULL) gets what
  * the step did. On return grad and dhead hold the summed, clipped gradient. */
-rv_status rv_train_step(rv_adamw *state, rv_vit_model *m, rv_vit_model *grad, rv_train_head *h,
-                        rv_train_head *dhead, rv_comm *cp, rv_comm *dp,
-                        const rv_train_step_opts *opts, rv_train_step_info *info);
+RV_API rv_status rv_train_step(rv_adamw *state, rv_vit_model *m, rv_vit_model *grad,
+                               rv_train_head *h, rv_train_head *dhead, rv_comm *cp, rv_comm *dp,
+                               const rv_train_step_opts *opts, rv_train_step_info *info);
 
 /* ---- checkpoints -------------------------------------------------------------------------- */
 
@@ -247,12 +250,12 @@ typedef struct rv_ckpt_info {
     char settings[4096]; /* JSON text */
 } rv_ckpt_info;
 
-rv_status rv_ckpt_save(const char *path, const rv_vit_model *m, const rv_train_head *h,
-                       const rv_adamw *o, const rv_ckpt_info *info);
+RV_API rv_status rv_ckpt_save(const char *path, const rv_vit_model *m, const rv_train_head *h,
+                              const rv_adamw *o, const rv_ckpt_info *info);
 /* Reads into existing m, h, o of the right sizes (RV_ERR_FORMAT naming what
  * differs); info gets the metadata. */
-rv_status rv_ckpt_load(const char *path, rv_vit_model *m, rv_train_head *h, rv_adamw *o,
-                       rv_ckpt_info *info);
+RV_API rv_status rv_ckpt_load(const char *path, rv_vit_model *m, rv_train_head *h, rv_adamw *o,
+                              rv_ckpt_info *info);
 
 #ifdef __cplusplus
 }

@@ -74,6 +74,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rv_api.h"
 #include "rv_status.h"
 
 #ifdef __cplusplus
@@ -132,10 +133,10 @@ typedef struct rv_probe {
 /* Opens path, reads its headers (and FFmpeg's stream analysis) and fills *out.
  * Fails when the file cannot be read or is not a media file; a file with no
  * decodable stream still probes (video and audio are then -1). */
-rv_status rv_probe_file(const char *path, rv_probe **out);
+RV_API rv_status rv_probe_file(const char *path, rv_probe **out);
 
 /* Sets *p to NULL; NULL or *p == NULL is a no-op. */
-void rv_probe_free(rv_probe **p);
+RV_API void rv_probe_free(rv_probe **p);
 
 /* ---- ingest: sampled frames and resampled audio, in chunks ----------------------- */
 
@@ -166,7 +167,7 @@ typedef struct rv_ingest_opts {
 } rv_ingest_opts;
 
 /* The defaults above. */
-void rv_ingest_opts_default(rv_ingest_opts *o);
+RV_API void rv_ingest_opts_default(rv_ingest_opts *o);
 
 /* Where a recording starts on its container's clock (the clock of the streams'
  * pts, as ffprobe and PyAV report them), found by decoding the first frame of
@@ -184,33 +185,34 @@ typedef struct rv_timeline {
                                  and audio_s rounded down to the microsecond */
 } rv_timeline;
 
-rv_status rv_ingest_timeline(const char *path, const rv_ingest_opts *o, rv_timeline *out);
+RV_API rv_status rv_ingest_timeline(const char *path, const rv_ingest_opts *o,
+                                    rv_timeline *out);
 
 /* rv_ingest_opts.start_s for a grid that starts at at_s on the container's clock
  * (rounded to the microsecond): the recording's start when at_s is NAN or before
  * it. Negative when the audio starts before the first frame. */
-double rv_timeline_start(const rv_timeline *tl, double at_s);
+RV_API double rv_timeline_start(const rv_timeline *tl, double at_s);
 
 /* Checks o (fps > 0, size in [8, 4096], |start| <= 1e9, ...); RV_ERR_INVALID naming the
  * field otherwise. Every entry point calls it. */
-rv_status rv_ingest_opts_check(const rv_ingest_opts *o);
+RV_API rv_status rv_ingest_opts_check(const rv_ingest_opts *o);
 
 /* The most corrupt packets and frames tolerated among packets packets:
  * max(max_corrupt, floor(max_corrupt_share x packets)); packets < 0 (unknown):
  * max_corrupt when max_corrupt_share is 0, else INT64_MAX (the share cannot be
  * judged yet). */
-int64_t rv_ingest_corrupt_limit(const rv_ingest_opts *o, int64_t packets);
+RV_API int64_t rv_ingest_corrupt_limit(const rv_ingest_opts *o, int64_t packets);
 
 /* t_k - t0 = start + k / fps, s, exactly rounded. */
-double rv_ingest_frame_time(const rv_ingest_opts *o, int64_t k);
+RV_API double rv_ingest_frame_time(const rv_ingest_opts *o, int64_t k);
 
 /* Size (ow, oh) a w x h display-oriented picture is resized to before the crop
  * (or, with pad, before the letterbox): shorter (pad: longer) side to size,
  * aspect kept, rounded half up, at least 1 px. */
-void rv_ingest_scaled_size(int w, int h, int size, int pad, int *ow, int *oh);
+RV_API void rv_ingest_scaled_size(int w, int h, int size, int pad, int *ow, int *oh);
 
 /* Index of the first audio sample of grid index k: round(k * 16000 / fps). */
-int64_t rv_ingest_audio_index(const rv_ingest_opts *o, int64_t k);
+RV_API int64_t rv_ingest_audio_index(const rv_ingest_opts *o, int64_t k);
 
 typedef struct rv_ingest_chunk {
     int64_t first_frame;       /* grid index k of frames[0] */
@@ -256,15 +258,15 @@ typedef struct rv_ingest_stats {
  * chunk carries the audio up to the end. Memory stays bounded by the chunk size
  * (plus about one GOP of compressed packets), whatever the file's length.
  * stats may be NULL. */
-rv_status rv_ingest_stream(const char *path, const rv_ingest_opts *opts,
-                           rv_ingest_chunk_fn fn, void *user, rv_ingest_stats *stats);
+RV_API rv_status rv_ingest_stream(const char *path, const rv_ingest_opts *opts,
+                                  rv_ingest_chunk_fn fn, void *user, rv_ingest_stats *stats);
 
 /* Time-range API for one rank's part: grid indices [first_frame, first_frame +
  * count) of the same grid (and the matching audio), chunk by chunk. Seeks close
  * to the range instead of decoding from the beginning. */
-rv_status rv_ingest_range(const char *path, const rv_ingest_opts *opts,
-                          int64_t first_frame, int64_t count, rv_ingest_chunk_fn fn,
-                          void *user, rv_ingest_stats *stats);
+RV_API rv_status rv_ingest_range(const char *path, const rv_ingest_opts *opts,
+                                 int64_t first_frame, int64_t count, rv_ingest_chunk_fn fn,
+                                 void *user, rv_ingest_stats *stats);
 
 /* Everything in memory at once (short files, tests). */
 typedef struct rv_ingest_result {
@@ -279,11 +281,11 @@ typedef struct rv_ingest_result {
     rv_ingest_stats stats;
 } rv_ingest_result;
 
-rv_status rv_ingest_read(const char *path, const rv_ingest_opts *opts,
-                         rv_ingest_result **out);
+RV_API rv_status rv_ingest_read(const char *path, const rv_ingest_opts *opts,
+                                rv_ingest_result **out);
 
 /* Sets *r to NULL; NULL or *r == NULL is a no-op. */
-void rv_ingest_result_free(rv_ingest_result **r);
+RV_API void rv_ingest_result_free(rv_ingest_result **r);
 
 #ifdef __cplusplus
 }

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rv_api.h"
 #include "rv_status.h"
 
 #ifdef __cplusplus
@@ -168,27 +169,27 @@ struct rv_backend {
 
 /* Creates a backend by name ("cpu", or "cuda" where built: device 0, or
  * RINGVIT_CUDA_DEVICE). threads <= 0 selects every core (CPU backend). */
-rv_status rv_backend_create(const char *name, int threads, rv_backend **out);
-rv_status rv_backend_cpu_create(int threads, rv_backend **out);
-void rv_backend_free(rv_backend **be);
+RV_API rv_status rv_backend_create(const char *name, int threads, rv_backend **out);
+RV_API rv_status rv_backend_cpu_create(int threads, rv_backend **out);
+RV_API void rv_backend_free(rv_backend **be);
 /* 1 when be's buffers are host memory (its host_memory field), 0 otherwise. */
-int rv_backend_is_host(const rv_backend *be);
+RV_API int rv_backend_is_host(const rv_backend *be);
 
 /* Number of threads the CPU backend uses when asked for 0. */
-int rv_cpu_default_threads(void);
+RV_API int rv_cpu_default_threads(void);
 
 /* Name of the BLAS kernel set in use ("SkylakeX", "Haswell", ...). */
-const char *rv_blas_corename(void);
+RV_API const char *rv_blas_corename(void);
 
 /* The CPU attention kernels in use: "avx512", "avx2" or "blas", the best this CPU
  * runs, or the set RINGVIT_CPU_KERNELS names. NULL (and rv_last_error set) when
  * that variable names a set unknown or one this CPU cannot run; CPU backends are
  * then refused too. */
-const char *rv_cpu_kernels(void);
+RV_API const char *rv_cpu_kernels(void);
 /* The best kernel set this CPU runs, whatever RINGVIT_CPU_KERNELS says. */
-const char *rv_cpu_kernels_best(void);
+RV_API const char *rv_cpu_kernels_best(void);
 /* 1 when this CPU and build can run kernel set name ("avx512", "avx2", "blas"). */
-int rv_cpu_kernels_supported(const char *name);
+RV_API int rv_cpu_kernels_supported(const char *name);
 
 #ifdef __cplusplus
 }

@@ -8,19 +8,21 @@
 
 #include <time.h>
 
+#include "rv_api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /* CLOCK_MONOTONIC, seconds: differences are elapsed time; the origin is arbitrary. */
-double rv_clock_s(void);
+RV_API double rv_clock_s(void);
 
 /* CLOCK_THREAD_CPUTIME_ID, seconds: CPU time of the calling thread. */
-double rv_clock_thread_cpu_s(void);
+RV_API double rv_clock_thread_cpu_s(void);
 
 /* CLOCK_REALTIME now plus seconds (>= 0), normalised: the absolute time that
  * pthread_cond_timedwait takes on a condition variable of the default clock. */
-struct timespec rv_clock_realtime_after(double seconds);
+RV_API struct timespec rv_clock_realtime_after(double seconds);
 
 #ifdef __cplusplus
 }

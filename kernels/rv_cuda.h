@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 
+#include "rv_api.h"
 #include "rv_backend.h"
 #include "rv_status.h"
 
@@ -15,13 +16,13 @@ extern "C" {
 
 /* Number of CUDA devices usable by this process; 0 when there is none or the
  * driver is missing. */
-int rv_cuda_device_count(void);
+RV_API int rv_cuda_device_count(void);
 
 /* The GPU architectures the kernels were compiled for ("90"). */
-const char *rv_cuda_build_archs(void);
+RV_API const char *rv_cuda_build_archs(void);
 
 /* "NVIDIA H200 (sm_90, 140 GiB)" into buf. */
-rv_status rv_cuda_device_name(int device, char *buf, size_t len);
+RV_API rv_status rv_cuda_device_name(int device, char *buf, size_t len);
 
 /* A "cuda" backend on device `device` (-1: RINGVIT_CUDA_DEVICE, else 0). It owns
  * a non-blocking compute stream, a cuBLAS handle and draws device memory from
@@ -32,15 +33,15 @@ rv_status rv_cuda_device_name(int device, char *buf, size_t len);
  * may share one GPU (one per local rank, each its own stream). Tensors are f32 in
  * memory; GEMMs and attention run on tensor cores with bf16 inputs and f32
  * accumulation (RINGVIT_CUDA_GEMM=f32 keeps GEMMs in f32). */
-rv_status rv_backend_cuda_create(int device, rv_backend **out);
+RV_API rv_status rv_backend_cuda_create(int device, rv_backend **out);
 
 /* The compute stream (a cudaStream_t) of a "cuda" backend; NULL for others. */
-void *rv_backend_cuda_stream(rv_backend *be);
+RV_API void *rv_backend_cuda_stream(rv_backend *be);
 
 /* Copies bytes between any two buffers, host or device, and returns when the copy
  * is complete: the move of a local communicator whose ranks hold device memory
  * (rv_local_run_copy). 0 on success; -1 with the message in rv_last_error(). */
-int rv_cuda_copy_sync(void *dst, const void *src, size_t bytes);
+RV_API int rv_cuda_copy_sync(void *dst, const void *src, size_t bytes);
 
 #ifdef __cplusplus
 }

@@ -5,6 +5,8 @@
 #ifndef RV_STATUS_H
 #define RV_STATUS_H
 
+#include "rv_api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -23,18 +25,18 @@ typedef enum rv_status {
 } rv_status;
 
 /* Short fixed name of a status code ("invalid argument", ...). */
-const char *rv_status_name(rv_status s);
+RV_API const char *rv_status_name(rv_status s);
 
 /* The message set by the most recent failing call on this thread ("" if none). */
-const char *rv_last_error(void);
+RV_API const char *rv_last_error(void);
 
 /* Sets this thread's last-error message and returns s, so a failing function can
  * `return rv_fail(RV_ERR_INVALID, "dim %d must be ...", d);`. */
-rv_status rv_fail(rv_status s, const char *fmt, ...)
+RV_API rv_status rv_fail(rv_status s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 /* Clears the last-error message of this thread. */
-void rv_clear_error(void);
+RV_API void rv_clear_error(void);
 
 typedef enum rv_log_level {
     RV_LOG_ERROR = 0,
@@ -48,9 +50,9 @@ typedef void (*rv_log_fn)(rv_log_level level, const char *msg, void *user);
 /* Installs the log sink (NULL: discard everything) and the most verbose level
  * passed to it. The default sink discards; the command-line tool installs one
  * that writes to standard error. */
-void rv_log_set(rv_log_fn fn, void *user, rv_log_level max_level);
+RV_API void rv_log_set(rv_log_fn fn, void *user, rv_log_level max_level);
 
-void rv_log(rv_log_level level, const char *fmt, ...)
+RV_API void rv_log(rv_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 #ifdef __cplusplus

@@ -33,6 +33,9 @@ section "install check (cmake --install, find_package, pkg-config)"
 prefix=$(mktemp -d)
 trap 'rm -rf "$prefix"' EXIT
 cmake --install build --prefix "$prefix" >/dev/null
+# Its exported symbols are exactly the RV_API names of its installed headers.
+sh tests/install/check_symbols.sh "$(find "$prefix" -name 'libringvit.so' | head -n 1)" \
+  "$prefix/include/ringvit"
 cmake -S tests/install -B "$prefix/consumer-build" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build "$prefix/consumer-build" >/dev/null
 "$prefix/consumer-build/consumer"

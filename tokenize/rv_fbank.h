@@ -20,6 +20,7 @@
 
 #include <stdint.h>
 
+#include "rv_api.h"
 #include "rv_status.h"
 #include "rv_tokens.h"
 
@@ -30,18 +31,18 @@ extern "C" {
 /* Filterbank state: FFT plan, window, mel weights, scratch. One per thread. */
 typedef struct rv_fbank rv_fbank;
 
-rv_status rv_fbank_new(rv_fbank **out);
+RV_API rv_status rv_fbank_new(rv_fbank **out);
 /* Sets *fb to NULL; NULL or *fb == NULL is a no-op. */
-void rv_fbank_free(rv_fbank **fb);
+RV_API void rv_fbank_free(rv_fbank **fb);
 
 /* Frames made from n samples: 1 + (n - 400) / 160 for n >= 400, else 0. */
-int64_t rv_fbank_frames(int64_t n);
+RV_API int64_t rv_fbank_frames(int64_t n);
 
 /* One frame from x[0..400) into out[0..128). */
-void rv_fbank_frame(rv_fbank *fb, const float *x, float *out);
+RV_API void rv_fbank_frame(rv_fbank *fb, const float *x, float *out);
 
 /* All rv_fbank_frames(n) frames of samples[0..n) into out (frames, 128). */
-void rv_fbank_compute(rv_fbank *fb, const float *samples, int64_t n, float *out);
+RV_API void rv_fbank_compute(rv_fbank *fb, const float *samples, int64_t n, float *out);
 
 #ifdef __cplusplus
 }

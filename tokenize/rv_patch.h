@@ -15,28 +15,30 @@
 
 #include <stdint.h>
 
+#include "rv_api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /* lut[c][v] = (v / 255 - mean[c]) / std[c] for v in 0..255. */
-void rv_tubelet_lut(const float mean[3], const float std[3], float lut[3][256]);
+RV_API void rv_tubelet_lut(const float mean[3], const float std[3], float lut[3][256]);
 
 /* frames[t] (t < T) points at frame t of the tubelet, (S, S, 3); repeat a
  * pointer to repeat a frame. out: ((S/P)^2, T*P*P*3). S % P == 0. */
-void rv_tubelet_patchify(const uint8_t *const *frames, int T, int S, int P,
-                         const float lut[3][256], float *out);
+RV_API void rv_tubelet_patchify(const uint8_t *const *frames, int T, int S, int P,
+                                const float lut[3][256], float *out);
 
 /* The inverse: patches ((S/P)^2, T*P*P*3) -> frames[t] (S, S, 3), each value
  * the v whose lut[c][v] is nearest. */
-void rv_tubelet_unpatchify(const float *patches, int T, int S, int P,
-                           const float lut[3][256], uint8_t *const *frames);
+RV_API void rv_tubelet_unpatchify(const float *patches, int T, int S, int P,
+                                  const float lut[3][256], uint8_t *const *frames);
 
 /* rows: W fbank rows, row w at rows + w * row_stride (128 bins). F in
  * [1, 128]; fstride mel bins between band starts (0: F, bands side by side).
  * out: ((128 - F) / fstride + 1, F*W). */
-void rv_audio_patchify(const float *rows, int64_t row_stride, int F, int fstride, int W,
-                       float mean, float std, float *out);
+RV_API void rv_audio_patchify(const float *rows, int64_t row_stride, int F, int fstride, int W,
+                              float mean, float std, float *out);
 
 #ifdef __cplusplus
 }

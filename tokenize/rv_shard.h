@@ -11,6 +11,7 @@
 
 #include <stdint.h>
 
+#include "rv_api.h"
 #include "rv_status.h"
 
 #ifdef __cplusplus
@@ -35,21 +36,23 @@ typedef struct rv_shard_plan {
     int64_t seq; /* S >= 0 tokens in the whole sequence */
 } rv_shard_plan;
 
-rv_status rv_shard_plan_make(rv_shard_kind kind, int ranks, int64_t seq, rv_shard_plan *out);
+RV_API rv_status rv_shard_plan_make(rv_shard_kind kind, int ranks, int64_t seq,
+                                    rv_shard_plan *out);
 
 /* The segments of rank r (1 for contiguous, 2 for zigzag; a segment may be empty). */
-int rv_shard_segments(const rv_shard_plan *p, int r, rv_shard_seg segs[RV_SHARD_MAX_SEGS]);
+RV_API int rv_shard_segments(const rv_shard_plan *p, int r,
+                             rv_shard_seg segs[RV_SHARD_MAX_SEGS]);
 
 /* Tokens held by rank r, and the most held by any rank. */
-int64_t rv_shard_len(const rv_shard_plan *p, int r);
-int64_t rv_shard_max_len(const rv_shard_plan *p);
+RV_API int64_t rv_shard_len(const rv_shard_plan *p, int r);
+RV_API int64_t rv_shard_max_len(const rv_shard_plan *p);
 
 /* The rank holding global position t and its index in that rank's local slice. */
-int rv_shard_owner(const rv_shard_plan *p, int64_t t, int64_t *local);
+RV_API int rv_shard_owner(const rv_shard_plan *p, int64_t t, int64_t *local);
 
-const char *rv_shard_kind_name(rv_shard_kind kind);
+RV_API const char *rv_shard_kind_name(rv_shard_kind kind);
 /* "contiguous" or "zigzag" -> kind; RV_ERR_INVALID naming the text otherwise. */
-rv_status rv_shard_kind_parse(const char *text, rv_shard_kind *out);
+RV_API rv_status rv_shard_kind_parse(const char *text, rv_shard_kind *out);
 
 #ifdef __cplusplus
 }

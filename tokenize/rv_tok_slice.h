@@ -17,6 +17,7 @@
 
 #include <stdint.h>
 
+#include "rv_api.h"
 #include "rv_ingest.h"
 #include "rv_shard.h"
 #include "rv_status.h"
@@ -45,23 +46,23 @@ typedef struct rv_tok_recording {
  * start_at is NAN. A file without a stated duration returns RV_OK with
  * need_count set. probe (may be NULL) receives the file's probe, for the caller
  * to free (rv_probe_free). */
-rv_status rv_tok_recording_plan(const char *path, const rv_tok_opts *to,
-                                const rv_ingest_opts *io, double start_at,
-                                rv_tok_recording *rec, rv_probe **probe);
+RV_API rv_status rv_tok_recording_plan(const char *path, const rv_tok_opts *to,
+                                       const rv_ingest_opts *io, double start_at,
+                                       rv_tok_recording *rec, rv_probe **probe);
 
 /* Called on every ingested chunk of a counting pass; anything but RV_OK stops it. */
 typedef rv_status (*rv_tok_beat_fn)(void *user);
 
 /* Counts a need_count recording with one whole pass and completes its layout;
  * frames and samples (may be NULL) receive the counts, for other ranks. */
-rv_status rv_tok_recording_count(const char *path, const rv_tok_opts *to, rv_tok_recording *rec,
-                                 rv_tok_beat_fn beat, void *user, int64_t *frames,
-                                 int64_t *samples, double *end_s);
+RV_API rv_status rv_tok_recording_count(const char *path, const rv_tok_opts *to,
+                                        rv_tok_recording *rec, rv_tok_beat_fn beat, void *user,
+                                        int64_t *frames, int64_t *samples, double *end_s);
 
 /* Completes a need_count recording's layout from counts rv_tok_recording_count
  * made elsewhere. */
-rv_status rv_tok_recording_counted(const rv_tok_opts *to, rv_tok_recording *rec, int64_t frames,
-                                   int64_t samples, double end_s);
+RV_API rv_status rv_tok_recording_counted(const rv_tok_opts *to, rv_tok_recording *rec,
+                                          int64_t frames, int64_t samples, double end_s);
 
 /* One rank's tokens of a planned recording, in the rank's local order. */
 typedef struct rv_tok_slice {
@@ -82,22 +83,22 @@ typedef struct rv_tok_slice {
  * and allocates rank's arrays; keep_patches 0 leaves video and audio NULL (the
  * fill's callback then sees each batch's patches, which die with the batch).
  * Release with rv_tok_slice_release, on failure too. */
-rv_status rv_tok_slice_plan(const rv_tok_layout *L, rv_shard_kind kind, int ranks, int rank,
-                            int keep_patches, rv_tok_slice *s);
+RV_API rv_status rv_tok_slice_plan(const rv_tok_layout *L, rv_shard_kind kind, int ranks, int rank,
+                                   int keep_patches, rv_tok_slice *s);
 
 /* Decodes and tokenizes the slice's tokens of path into its arrays. each (may be
  * NULL) is called after every batch is stored, with the batch and its offset in
  * the slice; anything but RV_OK stops the fill. stats (may be NULL) sums the
  * rank's passes. A token count other than the plan's is RV_ERR_INTERNAL. */
 typedef rv_status (*rv_tok_slice_fn)(const rv_tok_batch *b, int64_t offset, void *user);
-rv_status rv_tok_slice_fill(const char *path, const rv_tok_layout *L, rv_tok_slice *s,
-                            rv_tok_slice_fn each, void *user, rv_tok_stats *stats);
+RV_API rv_status rv_tok_slice_fill(const char *path, const rv_tok_layout *L, rv_tok_slice *s,
+                                   rv_tok_slice_fn each, void *user, rv_tok_stats *stats);
 
 /* Bytes the slice's arrays hold. */
-size_t rv_tok_slice_bytes(const rv_tok_slice *s, const rv_tok_layout *L);
+RV_API size_t rv_tok_slice_bytes(const rv_tok_slice *s, const rv_tok_layout *L);
 
 /* Frees the arrays and zeroes the slice. */
-void rv_tok_slice_release(rv_tok_slice *s);
+RV_API void rv_tok_slice_release(rv_tok_slice *s);
 
 #ifdef __cplusplus
 }

@@ -26,6 +26,7 @@
 
 #include <stdint.h>
 
+#include "rv_api.h"
 #include "rv_ingest.h"
 #include "rv_shard.h"
 #include "rv_status.h"
@@ -81,41 +82,44 @@ typedef struct rv_tokenizer rv_tokenizer;
  * then ignored). plan == NULL: open, the whole sequence; has_video / has_audio
  * say whether frames / audio will come at all (so the other modality is not
  * held back waiting for them); frame windows without video are refused. */
-rv_status rv_tokenizer_new(const rv_tok_layout *plan, int64_t first, int64_t count,
-                           const rv_tok_opts *to, const rv_ingest_opts *io, int has_video,
-                           int has_audio, rv_tok_batch_fn fn, void *user, rv_tokenizer **out);
+RV_API rv_status rv_tokenizer_new(const rv_tok_layout *plan, int64_t first, int64_t count,
+                                  const rv_tok_opts *to, const rv_ingest_opts *io,
+                                  int has_video, int has_audio, rv_tok_batch_fn fn, void *user,
+                                  rv_tokenizer **out);
 
 /* Feeds one chunk: frames with consecutive grid indices, audio with
  * consecutive sample indices, continuing the previous chunk's. */
-rv_status rv_tokenizer_push(rv_tokenizer *t, const rv_ingest_chunk *c);
+RV_API rv_status rv_tokenizer_push(rv_tokenizer *t, const rv_ingest_chunk *c);
 
 /* No more chunks: pads (planned) or closes the layout (open) and hands out the
  * rest, ending with a batch whose last is 1. */
-rv_status rv_tokenizer_finish(rv_tokenizer *t);
+RV_API rv_status rv_tokenizer_finish(rv_tokenizer *t);
 
-void rv_tokenizer_stats(const rv_tokenizer *t, rv_tok_stats *out);
+RV_API void rv_tokenizer_stats(const rv_tokenizer *t, rv_tok_stats *out);
 
 /* Sets *t to NULL; NULL or *t == NULL is a no-op. */
-void rv_tokenizer_free(rv_tokenizer **t);
+RV_API void rv_tokenizer_free(rv_tokenizer **t);
 
 /* ---- passes over a media file ---------------------------------------------------- */
 
 /* The whole recording, open (its own length decides the layout, in stats). */
-rv_status rv_tokenize_file(const char *path, const rv_ingest_opts *io, const rv_tok_opts *to,
-                           rv_tok_batch_fn fn, void *user, rv_tok_stats *stats);
+RV_API rv_status rv_tokenize_file(const char *path, const rv_ingest_opts *io,
+                                  const rv_tok_opts *to, rv_tok_batch_fn fn, void *user,
+                                  rv_tok_stats *stats);
 
 /* Tokens [first, first + count) of the planned sequence; ingests plan->ingest's
  * grid (its stream, thread and corrupt-packet settings too), only the part the
  * tokens need. count == seq with first == 0 is the whole planned pass. */
-rv_status rv_tokenize_range(const char *path, const rv_tok_layout *plan, int64_t first,
-                            int64_t count, rv_tok_batch_fn fn, void *user, rv_tok_stats *stats);
+RV_API rv_status rv_tokenize_range(const char *path, const rv_tok_layout *plan, int64_t first,
+                                   int64_t count, rv_tok_batch_fn fn, void *user,
+                                   rv_tok_stats *stats);
 
 /* Rank r's tokens under shard plan sp of plan's sequence: one range per
  * segment, in segment order (the rank's local order). stats (may be NULL) sums
  * the segments' counts. */
-rv_status rv_tokenize_rank(const char *path, const rv_tok_layout *plan,
-                           const rv_shard_plan *sp, int rank, rv_tok_batch_fn fn, void *user,
-                           rv_tok_stats *stats);
+RV_API rv_status rv_tokenize_rank(const char *path, const rv_tok_layout *plan,
+                                  const rv_shard_plan *sp, int rank, rv_tok_batch_fn fn,
+                                  void *user, rv_tok_stats *stats);
 
 #ifdef __cplusplus
 }

@@ -92,6 +92,7 @@
 
 #include <stdint.h>
 
+#include "rv_api.h"
 #include "rv_ingest.h"
 #include "rv_shard.h"
 #include "rv_status.h"
@@ -107,7 +108,7 @@ typedef enum rv_modality {
 } rv_modality;
 
 /* "video", "audio", "cls" ("?" outside the enum). */
-const char *rv_modality_name(int modality);
+RV_API const char *rv_modality_name(int modality);
 
 #define RV_FBANK_HOP 160 /* samples between fbank frames (10 ms at 16 kHz) */
 #define RV_FBANK_LEN 400 /* samples read by one fbank frame (25 ms) */
@@ -143,17 +144,17 @@ typedef struct rv_tok_opts {
                              first tubelet / audio step */
 } rv_tok_opts;
 
-void rv_tok_opts_default(rv_tok_opts *o);
+RV_API void rv_tok_opts_default(rv_tok_opts *o);
 
 /* Checks the options on their own (ranges, std > 0, cls 0..2, the window flags
  * 0 or 1, frame windows only with video); the layout checks what depends on
  * the frame size. */
-rv_status rv_tok_opts_check(const rv_tok_opts *o);
+RV_API rv_status rv_tok_opts_check(const rv_tok_opts *o);
 
 /* The mel bins between neighbouring bands (audio_fstride, or F when it is 0)
  * and the bands per audio time step, (128 - F) / that + 1; for checked options. */
-int rv_tok_audio_fstride(const rv_tok_opts *o);
-int rv_tok_audio_bands(const rv_tok_opts *o);
+RV_API int rv_tok_audio_fstride(const rv_tok_opts *o);
+RV_API int rv_tok_audio_bands(const rv_tok_opts *o);
 
 /* One token's description. */
 typedef struct rv_token {
@@ -195,8 +196,8 @@ typedef struct rv_tok_layout {
  * samples of the grid in io (fps, size, start_s; start_s rounded to the
  * microsecond as ingest does). Checks to against io (patch divides size, ...).
  * With to->video == 0 (to->audio == 0) nframes (nsamples) is taken as 0. */
-rv_status rv_tok_layout_make(const rv_tok_opts *to, const rv_ingest_opts *io,
-                             int64_t nframes, int64_t nsamples, rv_tok_layout *out);
+RV_API rv_status rv_tok_layout_make(const rv_tok_opts *to, const rv_ingest_opts *io,
+                                    int64_t nframes, int64_t nsamples, rv_tok_layout *out);
 
 /* The layout made from what the container says, before decoding: the end of
  * the recording is the duration of the video stream ingest would use (of the
@@ -205,39 +206,39 @@ rv_status rv_tok_layout_make(const rv_tok_opts *to, const rv_ingest_opts *io,
  * start_s and duration_s as rv_ingest.h defines them. *end_s gets that end (s
  * since t0; may be NULL). RV_ERR_UNSUPPORTED when the file states no duration
  * (count with a whole pass then: rv_tokenize_file with plan NULL). */
-rv_status rv_tok_layout_from_probe(const rv_probe *p, const rv_tok_opts *to,
-                                   const rv_ingest_opts *io, rv_tok_layout *out,
-                                   double *end_s);
+RV_API rv_status rv_tok_layout_from_probe(const rv_probe *p, const rv_tok_opts *to,
+                                          const rv_ingest_opts *io, rv_tok_layout *out,
+                                          double *end_s);
 
 /* Window w's first global token index (w in [0, windows]; windows gives seq):
  * its first special token with cls_each_window, else its first video or audio
  * token (window 0 starts at cls, after the leading special tokens). */
-int64_t rv_tok_window_start(const rv_tok_layout *L, int64_t w);
+RV_API int64_t rv_tok_window_start(const rv_tok_layout *L, int64_t w);
 /* The window holding global token i (0 <= i < seq; the leading special tokens
  * are in 0, those of cls_each_window in the window they lead). */
-int64_t rv_tok_window_of(const rv_tok_layout *L, int64_t i);
+RV_API int64_t rv_tok_window_of(const rv_tok_layout *L, int64_t i);
 /* t_w, window w's start, s since t0 (the time of its special tokens). */
-double rv_tok_window_time(const rv_tok_layout *L, int64_t w);
+RV_API double rv_tok_window_time(const rv_tok_layout *L, int64_t w);
 /* Windows of tubelet g and of audio step p. */
-int64_t rv_tok_window_of_tubelet(const rv_tok_layout *L, int64_t g);
-int64_t rv_tok_window_of_step(const rv_tok_layout *L, int64_t p);
+RV_API int64_t rv_tok_window_of_tubelet(const rv_tok_layout *L, int64_t g);
+RV_API int64_t rv_tok_window_of_step(const rv_tok_layout *L, int64_t p);
 /* Tubelets [*g0, *g1) and audio steps [*p0, *p1) of window w. */
-void rv_tok_window_items(const rv_tok_layout *L, int64_t w, int64_t *g0, int64_t *g1,
-                         int64_t *p0, int64_t *p1);
+RV_API void rv_tok_window_items(const rv_tok_layout *L, int64_t w, int64_t *g0, int64_t *g1,
+                                int64_t *p0, int64_t *p1);
 
 /* Describes global token i (0 <= i < seq); RV_ERR_INVALID out of range.
  * Tokens 0 .. cls-1 are special tokens (with cls_each_window those of window 0). */
-rv_status rv_tok_info(const rv_tok_layout *L, int64_t i, rv_token *out);
+RV_API rv_status rv_tok_info(const rv_tok_layout *L, int64_t i, rv_token *out);
 /* Global index of video token (g, part) / audio token (p, band). */
-int64_t rv_tok_index_video(const rv_tok_layout *L, int64_t g, int part);
-int64_t rv_tok_index_audio(const rv_tok_layout *L, int64_t p, int band);
+RV_API int64_t rv_tok_index_video(const rv_tok_layout *L, int64_t g, int part);
+RV_API int64_t rv_tok_index_audio(const rv_tok_layout *L, int64_t p, int band);
 /* Video (audio) tokens among the global tokens [0, i). */
-int64_t rv_tok_video_before(const rv_tok_layout *L, int64_t i);
-int64_t rv_tok_audio_before(const rv_tok_layout *L, int64_t i);
+RV_API int64_t rv_tok_video_before(const rv_tok_layout *L, int64_t i);
+RV_API int64_t rv_tok_audio_before(const rv_tok_layout *L, int64_t i);
 
 /* Time spans, s since t0. */
-void rv_tok_tubelet_time(const rv_tok_layout *L, int64_t g, double t[2]);
-void rv_tok_step_time(const rv_tok_layout *L, int64_t p, double t[2]);
+RV_API void rv_tok_tubelet_time(const rv_tok_layout *L, int64_t g, double t[2]);
+RV_API void rv_tok_step_time(const rv_tok_layout *L, int64_t p, double t[2]);
 
 /* What a run of global tokens [first, first + count) needs. */
 typedef struct rv_tok_span {
@@ -255,15 +256,15 @@ typedef struct rv_tok_span {
                                  special tokens count with their time */
 } rv_tok_span;
 
-rv_status rv_tok_span_of(const rv_tok_layout *L, int64_t first, int64_t count,
-                         rv_tok_span *out);
+RV_API rv_status rv_tok_span_of(const rv_tok_layout *L, int64_t first, int64_t count,
+                                rv_tok_span *out);
 
 /* The shard plan of the layout's sequence over ranks (rv_shard.h), and the
  * spans of rank r's segments (RV_SHARD_MAX_SEGS; returns how many). */
-rv_status rv_tok_shard_plan(const rv_tok_layout *L, rv_shard_kind kind, int ranks,
-                            rv_shard_plan *out);
-int rv_tok_rank_spans(const rv_tok_layout *L, const rv_shard_plan *p, int rank,
-                      rv_tok_span spans[RV_SHARD_MAX_SEGS]);
+RV_API rv_status rv_tok_shard_plan(const rv_tok_layout *L, rv_shard_kind kind, int ranks,
+                                   rv_shard_plan *out);
+RV_API int rv_tok_rank_spans(const rv_tok_layout *L, const rv_shard_plan *p, int rank,
+                             rv_tok_span spans[RV_SHARD_MAX_SEGS]);
 
 #ifdef __cplusplus
 }
