@@ -15,6 +15,7 @@
 #include "rv_comm.h"
 #include "rv_tok_slice.h"
 #include "rv_tokenize.h"
+#include "rv_version.h"
 #include "rv_vit.h"
 
 struct rv_flat_encoder {
@@ -24,6 +25,7 @@ struct rv_flat_encoder {
     rv_cp_strategy strategy;
     rv_span span;
     char hash[17];
+    int random;             /* a preset: seeded random weights */
 };
 
 static const char *const open_keys[] = {"cp", "device", "strategy", "attention", "causal",
@@ -76,6 +78,7 @@ rv_status rv_flat_encoder_open(const char *model, const char *opts_json, rv_flat
     int t = (threads > 0 ? (int)threads : rv_cpu_default_threads()) / e->cp;
     e->threads = t > 0 ? t : 1;
     rv_vit_hash(e->m, e->hash);
+    e->random = strcmp(rv_vit_spec_kind(e->spec), "preset") == 0;
     *out = e;
     e = NULL;
 end:
@@ -114,6 +117,7 @@ typedef struct job {
     rv_shard_kind kind;
     unsigned mark;
     float *tokens;               /* (seq, D) every token's output, or NULL */
+    json_t *probe;               /* the file's probe (metadata "probe"; NULL: null) */
     rv_vit_pooled pooled;        /* rank 0's */
 } job;
 
@@ -219,6 +223,14 @@ static rv_status embed_as_batches(rank_fill *f, const rv_tok_slice *s, int rank)
     return st;
 }
 
+/* Before each layer of the forward: a Ctrl-C (rv_flat_interrupt) since the call
+ * began stops it. */
+static rv_status layer_check(void *arg)
+{
+    const job *j = arg;
+    return flat_interrupt_check(j->mark);
+}
+
 static rv_status rank_main(rv_comm *comm, void *arg)
 {
     job *j = arg;
@@ -248,7 +260,8 @@ static rv_status rank_main(rv_comm *comm, void *arg)
         goto end;
     tok = rv_vit_slice_tokens(j->L, &s);
     rv_vit_run run = {.be = be, .comm = comm, .plan = s.plan, .strategy = e->strategy,
-                      .causal = e->causal, .span = e->span};
+                      .causal = e->causal, .span = e->span, .check = layer_check,
+                      .check_arg = j};
     if ((st = rv_vit_forward_embedded(e->m, &run, &tok, y, NULL)) != RV_OK ||
         (st = rv_vit_pool(comm, &tok, y, D, &j->po, &pooled)) != RV_OK)
         goto end;
@@ -373,6 +386,15 @@ static rv_status run(const rv_flat_encoder *e, job *j, const embed_opts *eo,
                              "video_tokens", (json_int_t)q->modality_tokens[0], "audio_tokens",
                              (json_int_t)q->modality_tokens[1], "source", j->path ? j->path : "");
     free(config);
+    /* What else `ringvit embed` records (its outputs are f32, not normalised). */
+    if (meta && json_object_update_new(meta, json_pack("{sssOsbssssss}", "format", "ringvit-embed",
+                                                   "probe", j->probe ? j->probe : json_null(),
+                                                   "random_weights", e->random, "dtype", "f32",
+                                                   "normalize", "none", "ringvit_version",
+                                                   RINGVIT_VERSION)) != 0) {
+        json_decref(meta);
+        meta = NULL;
+    }
     st = flat_arrays_meta(a, meta);
 end:
     free(j->tokens);
@@ -395,6 +417,8 @@ rv_status rv_flat_encoder_embed(rv_flat_encoder *e, const char *path, const char
     double start_at = NAN;
     int size_set = 0;
     job j = {.e = e, .path = path, .mark = flat_interrupt_mark()};
+    rv_probe *probe = NULL;
+    char *probe_text = NULL;
     rv_status st;
     *out = NULL;
     memset(&rec, 0, sizeof rec);
@@ -413,8 +437,10 @@ rv_status rv_flat_encoder_embed(rv_flat_encoder *e, const char *path, const char
     const rv_vit_config *cfg = &e->m->cfg;
     int video = cfg->video && io.video_stream != -2, audio = cfg->audio && io.audio_stream != -2;
     if ((st = rv_vit_input_opts(cfg, size_set ? io.size : 0, !video, !audio, &e->span, &to, &io)) != RV_OK ||
-        (st = rv_tok_recording_plan(path, &to, &io, start_at, &rec, NULL)) != RV_OK)
+        (st = rv_tok_recording_plan(path, &to, &io, start_at, &rec, &probe)) != RV_OK ||
+        (st = rv_probe_json_text(probe, 0, &probe_text)) != RV_OK)
         goto end;
+    j.probe = json_loads(probe_text, 0, NULL);
     if (rec.need_count &&
         (st = rv_tok_recording_count(path, &to, &rec, NULL, NULL, NULL, NULL, NULL)) != RV_OK)
         goto end;
@@ -423,6 +449,9 @@ rv_status rv_flat_encoder_embed(rv_flat_encoder *e, const char *path, const char
     j.L = &rec.layout;
     st = run(e, &j, &eo, &p, rec.io.start_s, out);
 end:
+    json_decref(j.probe);
+    free(probe_text);
+    rv_probe_free(&probe);
     json_decref(o);
     return st;
 }
@@ -447,6 +476,10 @@ rv_status rv_flat_encoder_embed_tokens(rv_flat_encoder *e, const rv_arrays *toke
         (st = parse_embed(e, o, &eo)) != RV_OK ||
         (st = flat_tokens_layout(rv_arrays_meta(tokens), &L, &p)) != RV_OK)
         goto end;
+    json_t *tmeta = json_loads(rv_arrays_meta(tokens), 0, NULL);
+    if (json_is_object(json_object_get(tmeta, "probe")))
+        j.probe = json_incref(json_object_get(tmeta, "probe"));
+    json_decref(tmeta);
     j.video = flat_arrays_get(tokens, "video_patches", "f32", &nv);
     j.audio = flat_arrays_get(tokens, "audio_patches", "f32", &na);
     if (!j.video || !j.audio || nv != L.nvideo * L.video_dim || na != L.naudio * L.audio_dim) {
@@ -480,6 +513,7 @@ rv_status rv_flat_encoder_embed_tokens(rv_flat_encoder *e, const rv_arrays *toke
     j.L = &L;
     st = run(e, &j, &eo, &p, L.ingest.start_s, out);
 end:
+    json_decref(j.probe);
     json_decref(o);
     return st;
 }

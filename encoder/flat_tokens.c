@@ -273,6 +273,8 @@ rv_status rv_flat_tokens(const char *path, const char *opts_json, rv_arrays **ou
             (st = rv_vit_input_opts(&m->cfg, size_set ? io.size : 0, io.video_stream == -2,
                                     io.audio_stream == -2, &span, &to, &io)) != RV_OK)
             goto end;
+        /* The report's block options, as `tokens --block S` / `--frame` state them. */
+        blocks = span.kind == RV_SPAN_FRAME ? 2 : span.kind == RV_SPAN_BLOCK ? 1 : 0;
     } else {
         if ((st = tok_flags(o, &io, &to, &blocks)) != RV_OK)
             goto end;
