@@ -23,7 +23,8 @@ class Encoder:
 
     model: a model folder (Hugging Face layout), a weights file or a preset name
     ("tiny", "small", "base": random weights, seeded by seed). cp: ranks sharing
-    one recording; device: "cpu" or "cuda"; strategy: "ring", "allgather" or
+    one recording; device: "cpu" or "cuda" (a library whose in-process calls run on
+    the CPU only refuses "cuda" with ringvit.Error); strategy: "ring", "allgather" or
     "ulysses"; attention: "full", "window=S", "block=S" or "frame"; threads:
     compute threads per rank (default all cores / cp). Use as a context manager
     or call close()."""

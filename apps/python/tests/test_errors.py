@@ -114,6 +114,14 @@ def test_bad_arguments_before_c(monkeypatch, clips, fn, kw, exc, word):
         ringvit.probe(42)
 
 
+def test_device_cuda_refused_by_the_library():
+    """"cuda" passes Python's check; the library's flat calls run on the CPU only
+    and say so."""
+    with pytest.raises(ringvit.Error, match="device") as e:
+        ringvit.Encoder("tiny", device="cuda")
+    assert e.value.status is not None and e.value.status < 0
+
+
 def test_embed_bad_arguments(clips):
     with ringvit.Encoder("tiny") as enc:
         with pytest.raises(ValueError, match="segment"):
