@@ -99,6 +99,19 @@ def test_embed_options_equal_cli(clips, tmp_path, encoders):
     assert "tokens" in py and py["tokens"].shape[0] == py["token_time"].shape[0]
 
 
+@pytest.mark.parametrize("kw,flags", [
+    ({"cp": 2, "strategy": "allgather", "attention": "window=1.5"},
+     ["--cp", "2", "--strategy", "allgather", "--attention", "window=1.5"]),
+    ({"cp": 3, "strategy": "ulysses", "causal": True},
+     ["--cp", "3", "--strategy", "ulysses", "--causal"]),
+    ({"cp": 2, "attention": "block=2"}, ["--cp", "2", "--attention", "block=2"]),
+])
+def test_embed_strategies_equal_cli(clips, tmp_path, kw, flags):
+    t, _ = cli_tensors(tmp_path, "embed", clips[1], "--model", "tiny", *flags)
+    with ringvit.Encoder("tiny", **kw) as enc:
+        _same(enc.embed(clips[1]), t, tol=1e-6)
+
+
 def test_embed_token_arrays(clips, encoders):
     """Encoder.embed(tokens(...)) is embed(path): the same sequence, encoded."""
     toks = ringvit.tokens(clips[0], model="tiny", fps=2)
