@@ -104,14 +104,14 @@ static int take_seqs(const char *cmd, const char *name, const char *text, void *
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
          tok = strtok_r(NULL, ",", &save)) {
         if (o->nseq == MAX_SEQS)
-            return rv_cli_usage_error(cmd, "%s takes at most %d lengths", name, MAX_SEQS);
-        int rc = rv_cli_parse_int(cmd, name, tok, 1, 1 << 22, &o->seqs[o->nseq]);
+            return cli_usage_error(cmd, "%s takes at most %d lengths", name, MAX_SEQS);
+        int rc = cli_parse_int(cmd, name, tok, 1, 1 << 22, &o->seqs[o->nseq]);
         if (rc)
             return rc;
         o->nseq++;
     }
     if (o->nseq == 0)
-        return rv_cli_usage_error(cmd, "%s wants a comma-separated list of lengths", name);
+        return cli_usage_error(cmd, "%s wants a comma-separated list of lengths", name);
     return 0;
 }
 
@@ -119,32 +119,32 @@ static int parse_args(int argc, char **argv, bench_opts *o)
 {
     *o = (bench_opts){.seqs = {4096}, .nseq = 1, .heads = 4, .dim = 64, .repeat = 3,
                       .rate = 150.0, .device = "cpu"};
-    const rv_bench_flag flags[] = {
+    const bench_flag flags[] = {
         {.name = "--seq", .kind = RV_BENCH_TAKE_CUSTOM, .dst = o, .take = take_seqs},
         {.name = "--threads", .kind = RV_BENCH_TAKE_INT, .dst = &o->threads, .lo = 1, .hi = 4096},
         {.name = "--repeat", .kind = RV_BENCH_TAKE_INT, .dst = &o->repeat, .lo = 1, .hi = 1000},
         RV_BENCH_ATTN_FLAGS(o),
     };
-    int rc = rv_bench_parse(CMD, argc, argv, flags, (int)(sizeof flags / sizeof flags[0]), NULL);
+    int rc = bench_parse(CMD, argc, argv, flags, (int)(sizeof flags / sizeof flags[0]), NULL);
     if (rc)
         return rc;
     if (o->window > 0 && o->block > 0)
-        return rv_cli_usage_error(CMD, "--window and --block exclude each other");
+        return cli_usage_error(CMD, "--window and --block exclude each other");
     return 0;
 }
 
 /* ---- the synthetic sequence of a span mask ----------------------------------- */
 
-typedef rv_bench_span_seq span_seq;
+typedef bench_span_seq span_seq;
 
 static void span_seq_free(span_seq *s)
 {
-    rv_bench_span_seq_free(s);
+    bench_span_seq_free(s);
 }
 
 static rv_status span_seq_make(const bench_opts *o, int seq, span_seq *s)
 {
-    return rv_bench_span_seq_make(o->window, o->block, o->rate, seq, s);
+    return bench_span_seq_make(o->window, o->block, o->rate, seq, s);
 }
 
 static int span_sees(const span_seq *s, int causal, int i, int j)
@@ -425,7 +425,7 @@ end:
 }
 
 /* The table: one row per sequence length and pass. */
-static const rv_bench_col row_cols[] = {
+static const bench_col row_cols[] = {
     {"seq", "%8lld", "seq", RV_BENCH_INT},
     {"pass", "%4s", "pass", RV_BENCH_TEXT},
     {"pairs", "%10.4g", "visible_pairs", RV_BENCH_REAL},
@@ -447,22 +447,22 @@ static int bench_main(int argc, char **argv)
         return rc;
 
     rv_backend *be = NULL;
-    rv_status st = rv_bench_backend_create(o.device, o.threads, &be);
+    rv_status st = bench_backend_create(o.device, o.threads, &be);
     if (st != RV_OK)
-        return rv_cli_fail(st, CMD);
-    const int on_cpu = rv_backend_is_host(be), gemm_n = rv_bench_gemm_size(be);
+        return cli_fail(st, CMD);
+    const int on_cpu = rv_backend_is_host(be), gemm_n = bench_gemm_size(be);
     /* bf16 inputs on the GPU: about 3 significant digits. */
     const double tol = on_cpu ? 1e-4 : 2e-2;
     double sgemm = 0;
     bench_row rows[2 * MAX_SEQS];
     int nrows = 0, ok = 1;
-    rv_bench_col cols[NCOLS];
+    bench_col cols[NCOLS];
     memcpy(cols, row_cols, sizeof cols);
     cols[6].title = on_cpu ? "sgemm" : "GEMM";
-    rv_bench_report rep;
-    rv_bench_report_init(&rep, "attention", o.json);
-    if ((st = rv_bench_gemm_rate(be, gemm_n, o.repeat, &sgemm)) != RV_OK) {
-        rc = rv_cli_fail(st, CMD);
+    bench_report rep;
+    bench_report_init(&rep, "attention", o.json);
+    if ((st = bench_gemm_rate(be, gemm_n, o.repeat, &sgemm)) != RV_OK) {
+        rc = cli_fail(st, CMD);
         goto end;
     }
     char mask_text[96];
@@ -474,66 +474,66 @@ static int bench_main(int argc, char **argv)
                  o.causal ? " causal" : "", o.rate);
     else
         snprintf(mask_text, sizeof mask_text, "%s", o.causal ? "causal" : "no mask");
-    rv_bench_note(&rep, "ringvit bench attention: backend %s%s%s, %d threads, heads %d, dim %d, "
+    bench_note(&rep, "ringvit bench attention: backend %s%s%s, %d threads, heads %d, dim %d, "
                   "%s, %s%s %d^3", be->name, on_cpu ? " kernels " : "",
-                  on_cpu ? rv_bench_cpu_kernels() : "", be->threads, o.heads, o.dim, mask_text,
+                  on_cpu ? bench_cpu_kernels() : "", be->threads, o.heads, o.dim, mask_text,
                   on_cpu ? "BLAS core " : "cuBLAS bf16 GEMM", on_cpu ? rv_blas_corename() : "",
                   gemm_n);
-    rv_bench_note(&rep, "%s", "");
-    rv_bench_table(&rep, "rows", cols, NCOLS);
+    bench_note(&rep, "%s", "");
+    bench_table(&rep, "rows", cols, NCOLS);
     for (int s = 0; s < o.nseq; s++) {
         if ((st = run_seq(be, &o, o.seqs[s], sgemm, rows, &nrows)) != RV_OK) {
-            rc = rv_cli_fail(st, CMD);
+            rc = cli_fail(st, CMD);
             goto end;
         }
     }
     /* The sgemm rate moves with clock and load: measure it again after the
      * attention runs and compare against the faster of the two (the stricter ratio). */
     double sgemm2 = 0;
-    if ((st = rv_bench_gemm_rate(be, gemm_n, o.repeat, &sgemm2)) != RV_OK) {
-        rc = rv_cli_fail(st, CMD);
+    if ((st = bench_gemm_rate(be, gemm_n, o.repeat, &sgemm2)) != RV_OK) {
+        rc = cli_fail(st, CMD);
         goto end;
     }
     sgemm = sgemm2 > sgemm ? sgemm2 : sgemm;
-    rv_bench_set(&rep, "backend", json_string(be->name));
-    rv_bench_set(&rep, "blas_core", json_string(rv_blas_corename()));
-    rv_bench_set(&rep, "cpu_kernels", json_string(rv_bench_cpu_kernels()));
-    rv_bench_set(&rep, "threads", json_integer(be->threads));
-    rv_bench_set(&rep, "heads", json_integer(o.heads));
-    rv_bench_set(&rep, "dim", json_integer(o.dim));
-    rv_bench_set(&rep, "causal", json_boolean(o.causal));
-    rv_bench_set(&rep, "mask", json_string(o.window > 0  ? "window"
+    bench_set(&rep, "backend", json_string(be->name));
+    bench_set(&rep, "blas_core", json_string(rv_blas_corename()));
+    bench_set(&rep, "cpu_kernels", json_string(bench_cpu_kernels()));
+    bench_set(&rep, "threads", json_integer(be->threads));
+    bench_set(&rep, "heads", json_integer(o.heads));
+    bench_set(&rep, "dim", json_integer(o.dim));
+    bench_set(&rep, "causal", json_boolean(o.causal));
+    bench_set(&rep, "mask", json_string(o.window > 0  ? "window"
                                            : o.block > 0 ? "block"
                                            : o.causal    ? "causal"
                                                          : "none"));
     if (span_on(&o)) {
-        rv_bench_set(&rep, o.window > 0 ? "window_s" : "block_s",
+        bench_set(&rep, o.window > 0 ? "window_s" : "block_s",
                      json_real(o.window > 0 ? o.window : o.block));
-        rv_bench_set(&rep, "rate", json_real(o.rate));
+        bench_set(&rep, "rate", json_real(o.rate));
     }
-    rv_bench_set(&rep, "sgemm_gflops", json_real(sgemm)); /* the GEMM reference */
-    rv_bench_set(&rep, "gemm_gflops", json_real(sgemm));
-    rv_bench_set(&rep, "gemm_n", json_integer(gemm_n));
-    rv_bench_set(&rep, "tolerance", json_real(tol));
+    bench_set(&rep, "sgemm_gflops", json_real(sgemm)); /* the GEMM reference */
+    bench_set(&rep, "gemm_gflops", json_real(sgemm));
+    bench_set(&rep, "gemm_n", json_integer(gemm_n));
+    bench_set(&rep, "tolerance", json_real(tol));
     for (int r = 0; r < nrows; r++) {
         bench_row *w = &rows[r];
         w->sgemm = sgemm;
         if (!isnan(w->err) && !(w->err <= tol))
             ok = 0;
-        rv_bench_row(&rep, (const rv_bench_val[NCOLS]){
+        bench_add_row(&rep, (const bench_val[NCOLS]){
                                {.i = w->seq}, {.s = w->pass}, {.f = w->pairs},
                                {.f = w->pairs / ((double)w->seq * w->seq)}, {.f = w->ms},
                                {.f = w->gflops}, {.f = w->sgemm}, {.f = w->gflops / w->sgemm},
                                {.f = w->extra_mb}, {.f = w->err}});
     }
-    rc = rv_bench_finish(&rep, ok, "sampled rows differ from the double reference");
+    rc = bench_finish(&rep, ok, "sampled rows differ from the double reference");
 end:
-    rv_bench_report_free(&rep);
+    bench_report_free(&rep);
     rv_backend_free(&be);
     return rc;
 }
 
-const rv_bench_cmd rv_bench_attention = {
+const bench_cmd bench_attention = {
     .name = "attention",
     .help = help_text,
     .main = bench_main,

@@ -101,7 +101,7 @@ static int take_size(const char *cmd, const char *flag, const char *text, void *
     if (*out >= 4 && *out <= (size_t)4 << 30)
         return 0;
 bad:
-    return rv_cli_usage_error(cmd, "%s wants a size from 4 to 4G bytes (e.g. 4096, 64K, 256M), "
+    return cli_usage_error(cmd, "%s wants a size from 4 to 4G bytes (e.g. 4096, 64K, 256M), "
                               "got '%s'", flag, text);
 }
 
@@ -109,7 +109,7 @@ bad:
 static int take_backend(const char *cmd, const char *flag, const char *v, void *dst)
 {
     if (strcmp(v, "local") != 0 && strcmp(v, "mpi") != 0)
-        return rv_cli_usage_error(cmd, "%s wants local or mpi, got '%s'", flag, v);
+        return cli_usage_error(cmd, "%s wants local or mpi, got '%s'", flag, v);
     *(int *)dst = strcmp(v, "mpi") == 0;
     return 0;
 }
@@ -117,7 +117,7 @@ static int take_backend(const char *cmd, const char *flag, const char *v, void *
 static int parse_args(int argc, char **argv, bench_opts *o)
 {
     *o = (bench_opts){.ranks = 2, .min_size = 4 << 10, .max_size = (size_t)256 << 20};
-    const rv_bench_flag flags[] = {
+    const bench_flag flags[] = {
         {.name = "--backend", .kind = RV_BENCH_TAKE_CUSTOM, .dst = &o->mpi, .take = take_backend},
         {.name = "--ranks", .kind = RV_BENCH_TAKE_INT, .dst = &o->ranks, .lo = 1, .hi = 1024,
          .seen = &o->ranks_set},
@@ -130,14 +130,14 @@ static int parse_args(int argc, char **argv, bench_opts *o)
          .dst = &o->timeout, .lo = 1e-3, .hi = 1e6},
         {.name = "--json", .kind = RV_BENCH_SWITCH, .dst = &o->json},
     };
-    int rc = rv_bench_parse(CMD, argc, argv, flags, (int)(sizeof flags / sizeof flags[0]), NULL);
+    int rc = bench_parse(CMD, argc, argv, flags, (int)(sizeof flags / sizeof flags[0]), NULL);
     if (rc)
         return rc;
     if (o->min_size > o->max_size)
-        return rv_cli_usage_error(CMD, "--min-size %zu is larger than --max-size %zu",
+        return cli_usage_error(CMD, "--min-size %zu is larger than --max-size %zu",
                                   o->min_size, o->max_size);
     if (o->mpi && o->ranks_set)
-        return rv_cli_usage_error(CMD, "--ranks is for --backend local; under MPI, "
+        return cli_usage_error(CMD, "--ranks is for --backend local; under MPI, "
                                   "mpiexec -n N sets the ranks");
     return 0;
 }
@@ -288,7 +288,7 @@ static const bench_row *shift_ref(const bench_result *res)
     return NULL;
 }
 
-static const rv_bench_col row_cols[] = {
+static const bench_col row_cols[] = {
     {"op", "%-9s", "op", RV_BENCH_TEXT},
     {"size(B)", "%12lld", "size", RV_BENCH_INT},
     {"count", "%11lld", "count", RV_BENCH_INT},
@@ -305,32 +305,32 @@ static int print_result(const bench_result *res, const char *backend)
     int ok = 1;
     for (int i = 0; i < res->nrows; i++)
         ok &= res->rows[i].wrong == 0;
-    rv_bench_report rep;
-    rv_bench_report_init(&rep, "comm", o->json);
-    rv_bench_set(&rep, "backend", json_string(backend));
-    rv_bench_set(&rep, "ranks", json_integer(res->size));
-    rv_bench_set(&rep, "memcpy_bytes", json_integer((json_int_t)res->memcpy_bytes));
-    rv_bench_set(&rep, "memcpy_gbps", json_real(res->memcpy_gbps));
-    rv_bench_note(&rep, "ringvit bench comm: backend %s, %d ranks, f32 elements", backend,
+    bench_report rep;
+    bench_report_init(&rep, "comm", o->json);
+    bench_set(&rep, "backend", json_string(backend));
+    bench_set(&rep, "ranks", json_integer(res->size));
+    bench_set(&rep, "memcpy_bytes", json_integer((json_int_t)res->memcpy_bytes));
+    bench_set(&rep, "memcpy_gbps", json_real(res->memcpy_gbps));
+    bench_note(&rep, "ringvit bench comm: backend %s, %d ranks, f32 elements", backend,
                   res->size);
-    rv_bench_note(&rep, "memcpy, 1 thread, %zu bytes: %.2f GB/s", res->memcpy_bytes,
+    bench_note(&rep, "memcpy, 1 thread, %zu bytes: %.2f GB/s", res->memcpy_bytes,
                   res->memcpy_gbps);
-    rv_bench_note(&rep, "%s", "");
-    rv_bench_table(&rep, "rows", row_cols, (int)(sizeof row_cols / sizeof row_cols[0]));
+    bench_note(&rep, "%s", "");
+    bench_table(&rep, "rows", row_cols, (int)(sizeof row_cols / sizeof row_cols[0]));
     for (int i = 0; i < res->nrows; i++) {
         const bench_row *w = &res->rows[i];
-        rv_bench_row(&rep, (const rv_bench_val[]){
+        bench_add_row(&rep, (const bench_val[]){
                                {.s = w->op}, {.i = (long long)w->bytes},
                                {.i = (long long)(w->bytes / 4)}, {.f = w->time_s * 1e6},
                                {.f = w->algbw}, {.f = w->busbw}, {.i = (long long)w->wrong}});
     }
-    rv_bench_set(&rep, "shift_vs_memcpy",
+    bench_set(&rep, "shift_vs_memcpy",
                  sr ? json_real(sr->algbw / res->memcpy_gbps) : json_null());
     if (sr) /* the target is the local backend's: one memcpy per message */
-        rv_bench_note(&rep, "ring shift of %zu bytes: %.2f GB/s = %.2f x memcpy%s", sr->bytes,
+        bench_note(&rep, "ring shift of %zu bytes: %.2f GB/s = %.2f x memcpy%s", sr->bytes,
                       sr->algbw, sr->algbw / res->memcpy_gbps,
                       strcmp(backend, "local") == 0 ? " (target >= 0.50)" : "");
-    return rv_bench_finish(&rep, ok, "wrong elements");
+    return bench_finish(&rep, ok, "wrong elements");
 }
 
 static int bench_main(int argc, char **argv)
@@ -342,16 +342,16 @@ static int bench_main(int argc, char **argv)
     bench_result res = {.o = &o};
     if (!o.mpi) {
         rv_status st = rv_local_run(o.ranks, bench_rank, &res);
-        return st != RV_OK ? rv_cli_fail(st, CMD) : print_result(&res, "local");
+        return st != RV_OK ? cli_fail(st, CMD) : print_result(&res, "local");
     }
     rv_comm *c = NULL;
     rv_status st = rv_comm_mpi_world(&c);
     if (st != RV_OK)
-        return rv_cli_fail(st, CMD);
+        return cli_fail(st, CMD);
     st = bench_rank(c, &res);
     if (st != RV_OK) {
         /* This rank cannot go on, and the others would wait for it: end the job. */
-        rc = rv_cli_fail(st, CMD);
+        rc = cli_fail(st, CMD);
         rv_comm_abort(c, rc);
         rv_comm_free(&c);
         return rc;
@@ -359,11 +359,11 @@ static int bench_main(int argc, char **argv)
     rc = c->rank == 0 ? print_result(&res, "mpi") : RV_EXIT_OK;
     rv_comm_free(&c);
     if ((st = rv_comm_mpi_finalize()) != RV_OK && rc == RV_EXIT_OK)
-        rc = rv_cli_fail(st, CMD);
+        rc = cli_fail(st, CMD);
     return rc;
 }
 
-const rv_bench_cmd rv_bench_comm = {
+const bench_cmd bench_comm = {
     .name = "comm",
     .help = help_text,
     .main = bench_main,

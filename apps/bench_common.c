@@ -15,24 +15,24 @@
 
 /* ---- the report ----------------------------------------------------------------------- */
 
-void rv_bench_report_init(rv_bench_report *r, const char *bench, int json)
+void bench_report_init(bench_report *r, const char *bench, int json)
 {
-    *r = (rv_bench_report){.json = json, .root = json_object()};
-    rv_bench_set(r, "bench", json_string(bench));
+    *r = (bench_report){.json = json, .root = json_object()};
+    bench_set(r, "bench", json_string(bench));
 }
 
-void rv_bench_report_free(rv_bench_report *r)
+void bench_report_free(bench_report *r)
 {
     json_decref(r->root);
     r->root = r->rows = NULL;
 }
 
-void rv_bench_set(rv_bench_report *r, const char *key, json_t *value)
+void bench_set(bench_report *r, const char *key, json_t *value)
 {
     json_object_set_new(r->root, key, value);
 }
 
-void rv_bench_note(rv_bench_report *r, const char *fmt, ...)
+void bench_note(bench_report *r, const char *fmt, ...)
 {
     if (r->json)
         return;
@@ -57,7 +57,7 @@ static void heading_fmt(const char *fmt, char *out, size_t size)
     snprintf(out, size, "%%%s%ds", left ? "-" : "", atoi(p));
 }
 
-void rv_bench_table(rv_bench_report *r, const char *rows_key, const rv_bench_col *cols,
+void bench_table(bench_report *r, const char *rows_key, const bench_col *cols,
                     int ncols)
 {
     r->cols = cols, r->ncols = ncols, r->rows_key = rows_key, r->rows = NULL;
@@ -75,7 +75,7 @@ void rv_bench_table(rv_bench_report *r, const char *rows_key, const rv_bench_col
     fputc('\n', stdout);
 }
 
-static json_t *json_value(rv_bench_type type, rv_bench_val v)
+static json_t *json_value(bench_type type, bench_val v)
 {
     switch (type) {
     case RV_BENCH_INT:
@@ -88,7 +88,7 @@ static json_t *json_value(rv_bench_type type, rv_bench_val v)
     return json_string(v.s);
 }
 
-void rv_bench_row(rv_bench_report *r, const rv_bench_val *vals)
+void bench_add_row(bench_report *r, const bench_val *vals)
 {
     json_t *obj = r->root;
     if (r->rows_key) {
@@ -102,7 +102,7 @@ void rv_bench_row(rv_bench_report *r, const rv_bench_val *vals)
     if (!r->json)
         fputc(' ', stdout);
     for (int c = 0; c < r->ncols; c++) {
-        const rv_bench_col *col = &r->cols[c];
+        const bench_col *col = &r->cols[c];
         if (col->key)
             json_object_set_new(obj, col->key, json_value(col->type, vals[c]));
         if (r->json || !col->title)
@@ -119,14 +119,14 @@ void rv_bench_row(rv_bench_report *r, const rv_bench_val *vals)
         fputc('\n', stdout);
 }
 
-int rv_bench_finish(rv_bench_report *r, int ok, const char *fmt, ...)
+int bench_finish(bench_report *r, int ok, const char *fmt, ...)
 {
     int rc = RV_EXIT_OK;
     if (r->rows_key && !r->rows)
         json_object_set_new(r->root, r->rows_key, json_array());
-    rv_bench_set(r, "ok", json_boolean(ok));
+    bench_set(r, "ok", json_boolean(ok));
     if (r->json) {
-        rc = rv_cli_json_print(r->root);
+        rc = cli_json_print(r->root);
     } else if (ok) {
         printf("# OK\n");
     } else {
@@ -137,13 +137,13 @@ int rv_bench_finish(rv_bench_report *r, int ok, const char *fmt, ...)
         fputc('\n', stdout);
         va_end(ap);
     }
-    rv_bench_report_free(r);
+    bench_report_free(r);
     return rc != RV_EXIT_OK ? rc : ok ? RV_EXIT_OK : RV_EXIT_FAIL;
 }
 
 /* ---- the flag loop ------------------------------------------------------------------- */
 
-static int take(const char *cmd, int argc, char **argv, int *i, const rv_bench_flag *f)
+static int take(const char *cmd, int argc, char **argv, int *i, const bench_flag *f)
 {
     const char *v;
     switch (f->kind) {
@@ -151,18 +151,18 @@ static int take(const char *cmd, int argc, char **argv, int *i, const rv_bench_f
         *(int *)f->dst = 1;
         return 0;
     case RV_BENCH_TAKE_INT:
-        return rv_cli_take_int(cmd, argc, argv, i, (int)f->lo, (int)f->hi, f->dst);
+        return cli_take_int(cmd, argc, argv, i, (int)f->lo, (int)f->hi, f->dst);
     case RV_BENCH_TAKE_I64:
-        return rv_cli_take_i64(cmd, argc, argv, i, (int64_t)f->lo, (int64_t)f->hi, f->dst);
+        return cli_take_i64(cmd, argc, argv, i, (int64_t)f->lo, (int64_t)f->hi, f->dst);
     case RV_BENCH_TAKE_DOUBLE:
-        return rv_cli_take_double(cmd, argc, argv, i, f->lo, f->hi, f->dst);
+        return cli_take_double(cmd, argc, argv, i, f->lo, f->hi, f->dst);
     case RV_BENCH_TAKE_DEVICE:
-        return rv_cli_take_device(cmd, argc, argv, i, f->dst);
+        return cli_take_device(cmd, argc, argv, i, f->dst);
     case RV_BENCH_TAKE_TEXT:
     case RV_BENCH_TAKE_CUSTOM:
         break;
     }
-    if (!(v = rv_cli_flag_value(cmd, argc, argv, i)))
+    if (!(v = cli_flag_value(cmd, argc, argv, i)))
         return RV_EXIT_USAGE;
     if (f->kind == RV_BENCH_TAKE_TEXT) {
         *(const char **)f->dst = v;
@@ -171,21 +171,21 @@ static int take(const char *cmd, int argc, char **argv, int *i, const rv_bench_f
     return f->take(cmd, f->name, v, f->dst);
 }
 
-int rv_bench_parse(const char *cmd, int argc, char **argv, const rv_bench_flag *flags, int n,
+int bench_parse(const char *cmd, int argc, char **argv, const bench_flag *flags, int n,
                    const char **file)
 {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        const rv_bench_flag *f = NULL;
+        const bench_flag *f = NULL;
         for (int k = 0; k < n && !f; k++)
             if (flags[k].kind == RV_BENCH_SWITCH ? strcmp(a, flags[k].name) == 0
-                                                 : rv_cli_flag_is(a, flags[k].name))
+                                                 : cli_flag_is(a, flags[k].name))
                 f = &flags[k];
         if (!f) {
             if (!file || (a[0] == '-' && a[1] != '\0'))
-                return rv_cli_unknown_arg(cmd, a);
+                return cli_unknown_arg(cmd, a);
             if (*file)
-                return rv_cli_usage_error(cmd, "one FILE at a time (got '%s' and '%s')", *file, a);
+                return cli_usage_error(cmd, "one FILE at a time (got '%s' and '%s')", *file, a);
             *file = a;
             continue;
         }
@@ -198,17 +198,17 @@ int rv_bench_parse(const char *cmd, int argc, char **argv, const rv_bench_flag *
     return 0;
 }
 
-int rv_bench_take_strategy(const char *cmd, const char *name, const char *value, void *dst)
+int bench_take_strategy(const char *cmd, const char *name, const char *value, void *dst)
 {
     (void)name;
     if (rv_cp_strategy_parse(value, dst) != RV_OK)
-        return rv_cli_usage_error(cmd, "%s", rv_last_error());
+        return cli_usage_error(cmd, "%s", rv_last_error());
     return 0;
 }
 
 /* ---- the GEMM reference ------------------------------------------------------------- */
 
-rv_status rv_bench_gemm_rate(rv_backend *be, int n, int repeat, double *gflops)
+rv_status bench_gemm_rate(rv_backend *be, int n, int repeat, double *gflops)
 {
     size_t nn = (size_t)n * n;
     float *h = malloc(sizeof(float) * nn), *a = NULL, *b = NULL, *c = NULL;
@@ -253,46 +253,46 @@ end:
     return st;
 }
 
-rv_status rv_bench_sgemm_rate(rv_backend *be, int repeat, double *gflops)
+rv_status bench_sgemm_rate(rv_backend *be, int repeat, double *gflops)
 {
-    return rv_bench_gemm_rate(be, 2048, repeat, gflops);
+    return bench_gemm_rate(be, 2048, repeat, gflops);
 }
 
-int rv_bench_gemm_size(const rv_backend *be)
+int bench_gemm_size(const rv_backend *be)
 {
     return rv_backend_is_host(be) ? 2048 : 8192;
 }
 
-const char *rv_bench_cpu_kernels(void)
+const char *bench_cpu_kernels(void)
 {
     const char *k = rv_cpu_kernels();
     return k ? k : "refused";
 }
 
-rv_status rv_bench_backend_create(const char *device, int threads, rv_backend **be)
+rv_status bench_backend_create(const char *device, int threads, rv_backend **be)
 {
     *be = NULL;
     if (strcmp(device, "cpu") != 0 && strcmp(device, "cuda") != 0)
         return rv_fail(RV_ERR_INVALID, "unknown device '%s' (cpu or cuda)", device);
-    return rv_cli_backend_create(strcmp(device, "cuda") == 0, threads, 0, be);
+    return cli_backend_create(strcmp(device, "cuda") == 0, threads, 0, be);
 }
 
-void rv_bench_span_seq_free(rv_bench_span_seq *s)
+void bench_span_seq_free(bench_span_seq *s)
 {
     free(s->time);
     free(s->key);
     s->time = s->key = NULL;
 }
 
-rv_status rv_bench_span_seq_make(double window, double block, double rate, int64_t seq,
-                                 rv_bench_span_seq *s)
+rv_status bench_span_seq_make(double window, double block, double rate, int64_t seq,
+                                 bench_span_seq *s)
 {
     s->per = (int)(2.0 * rate + 0.5);
     s->per = s->per < 2 ? 2 : s->per;
     s->time = malloc(sizeof(double) * (size_t)(seq > 0 ? seq : 1));
     s->key = malloc(sizeof(double) * (size_t)(seq > 0 ? seq : 1));
     if (!s->time || !s->key) {
-        rv_bench_span_seq_free(s);
+        bench_span_seq_free(s);
         return rv_fail(RV_ERR_NOMEM, "span keys for seq %lld: out of memory", (long long)seq);
     }
     const int nv = s->per * 2 / 3, na = s->per - nv;
@@ -306,13 +306,13 @@ rv_status rv_bench_span_seq_make(double window, double block, double rate, int64
     return RV_OK;
 }
 
-void rv_bench_slice_free(rv_bench_slice *s)
+void bench_slice_free(bench_slice *s)
 {
     free(s->mod), free(s->pos), free(s->time), free(s->window), free(s->video), free(s->audio);
     memset(s, 0, sizeof *s);
 }
 
-void rv_bench_counts(const rv_vit_config *c, int64_t seq, int64_t *nvideo, int64_t *naudio)
+void bench_counts(const rv_vit_config *c, int64_t seq, int64_t *nvideo, int64_t *naudio)
 {
     int64_t n = seq > c->cls ? seq - c->cls : 0;
     *nvideo = c->video ? n : 0;
@@ -329,8 +329,8 @@ static void fill_patch(float *v, size_t n, int64_t g)
     }
 }
 
-rv_status rv_bench_slice_make(const rv_vit_config *c, const rv_shard_plan *p, int r,
-                              const rv_span *span, rv_bench_slice *s)
+rv_status bench_slice_make(const rv_vit_config *c, const rv_shard_plan *p, int r,
+                              const rv_span *span, bench_slice *s)
 {
     memset(s, 0, sizeof *s);
     const int64_t len = rv_shard_len(p, r), cap = len > 0 ? len : 1;
@@ -347,7 +347,7 @@ rv_status rv_bench_slice_make(const rv_vit_config *c, const rv_shard_plan *p, in
     if (blocks)
         s->window = malloc(sizeof(int64_t) * (size_t)cap);
     if (!s->mod || !s->pos || !s->time || !s->video || !s->audio || (blocks && !s->window)) {
-        rv_bench_slice_free(s);
+        bench_slice_free(s);
         return rv_fail(RV_ERR_NOMEM, "rank %d: out of memory for %lld tokens", r, (long long)len);
     }
     rv_shard_seg seg[RV_SHARD_MAX_SEGS];
@@ -387,18 +387,18 @@ rv_status rv_bench_slice_make(const rv_vit_config *c, const rv_shard_plan *p, in
             if (s->mod[i] == RV_MOD_CLS)
                 s->window[i] = 0;
     int64_t nva, naa;
-    rv_bench_counts(c, p->seq, &nva, &naa);
+    bench_counts(c, p->seq, &nva, &naa);
     s->t = (rv_vit_tokens){.len = len, .modality = s->mod, .pos = s->pos, .time = s->time, .nvideo = nv, .video = s->video, .naudio = na, .audio = s->audio, .grid = RV_BENCH_GRID, .audio_steps = (naa + bands - 1) / bands, .window = s->window};
     return RV_OK;
 }
 
-int rv_bench_model_open(const char *cmd, const rv_bench_model_opts *o, model_cli *mc)
+int bench_model_open(const char *cmd, const bench_model_opts *o, model_cli *mc)
 {
     int rc = model_cli_open(cmd, o->model ? o->model : o->preset, 0, 0, 0, 0, 1, mc);
     if (rc)
         return rc;
     if (o->strategy == RV_CP_ULYSSES && mc->m->cfg.heads % o->cp != 0) {
-        rc = rv_cli_usage_error(cmd, "ulysses needs the model's %d heads to be a multiple of "
+        rc = cli_usage_error(cmd, "ulysses needs the model's %d heads to be a multiple of "
                                 "--cp (%d)", mc->m->cfg.heads, o->cp);
         model_cli_close(mc);
     }
@@ -410,8 +410,8 @@ static int take_preset(const char *cmd, const char *name, const char *value, voi
     (void)name;
     rv_vit_config c;
     if (rv_vit_preset(value, &c) != RV_OK)
-        return rv_cli_usage_error(cmd, "%s", rv_last_error());
-    snprintf(dst, sizeof ((rv_bench_model_opts *)0)->preset, "%s", value);
+        return cli_usage_error(cmd, "%s", rv_last_error());
+    snprintf(dst, sizeof ((bench_model_opts *)0)->preset, "%s", value);
     return 0;
 }
 
@@ -419,19 +419,19 @@ static int take_span(const char *cmd, const char *name, const char *value, void 
 {
     (void)name;
     if (rv_span_parse(value, dst) != RV_OK)
-        return rv_cli_usage_error(cmd, "%s", rv_last_error());
+        return cli_usage_error(cmd, "%s", rv_last_error());
     return 0;
 }
 
-int rv_bench_model_parse(const char *cmd, int argc, char **argv, int64_t seq,
-                         rv_bench_model_opts *o)
+int bench_model_parse(const char *cmd, int argc, char **argv, int64_t seq,
+                         bench_model_opts *o)
 {
-    *o = (rv_bench_model_opts){.seq = seq, .cp = 1, .threads = rv_cpu_default_threads(), .repeat = 1,
+    *o = (bench_model_opts){.seq = seq, .cp = 1, .threads = rv_cpu_default_threads(), .repeat = 1,
                 .strategy = RV_CP_RING};
     strcpy(o->preset, "tiny");
-    const rv_bench_flag flags[] = {
+    const bench_flag flags[] = {
         {.name = "--strategy", .kind = RV_BENCH_TAKE_CUSTOM,
-         .dst = &o->strategy, .take = rv_bench_take_strategy},
+         .dst = &o->strategy, .take = bench_take_strategy},
         {.name = "--preset", .kind = RV_BENCH_TAKE_CUSTOM, .dst = o->preset, .take = take_preset},
         {.name = "--model", .kind = RV_BENCH_TAKE_TEXT, .dst = &o->model},
         {.name = "--seq", .kind = RV_BENCH_TAKE_I64,
@@ -443,51 +443,51 @@ int rv_bench_model_parse(const char *cmd, int argc, char **argv, int64_t seq,
         {.name = "--causal", .kind = RV_BENCH_SWITCH, .dst = &o->causal},
         {.name = "--json", .kind = RV_BENCH_SWITCH, .dst = &o->json},
     };
-    return rv_bench_parse(cmd, argc, argv, flags, (int)(sizeof flags / sizeof flags[0]), NULL);
+    return bench_parse(cmd, argc, argv, flags, (int)(sizeof flags / sizeof flags[0]), NULL);
 }
 
-void rv_bench_model_report_init(rv_bench_report *r, const char *bench,
-                                const rv_bench_model_opts *o, const rv_vit_config *cfg)
+void bench_model_report_init(bench_report *r, const char *bench,
+                                const bench_model_opts *o, const rv_vit_config *cfg)
 {
     const char *spec = o->model ? o->model : o->preset;
     const int tpr = o->threads / o->cp > 0 ? o->threads / o->cp : 1;
     char span_text[48];
     rv_span_format(&o->span, span_text, sizeof span_text);
-    rv_bench_report_init(r, bench, o->json);
-    rv_bench_set(r, "model", json_string(spec));
-    rv_bench_set(r, "family", json_string(rv_vit_family_name(cfg->family)));
-    rv_bench_set(r, "seq", json_integer(o->seq));
-    rv_bench_set(r, "cp", json_integer(o->cp));
-    rv_bench_set(r, "strategy", json_string(rv_cp_strategy_name(o->strategy)));
-    rv_bench_set(r, "causal", json_boolean(o->causal));
-    rv_bench_set(r, "attention", json_string(span_text));
-    rv_bench_set(r, "threads", json_integer(o->threads));
-    rv_bench_set(r, "threads_per_rank", json_integer(tpr));
-    rv_bench_set(r, "blas_core", json_string(rv_blas_corename()));
-    rv_bench_set(r, "cpu_kernels", json_string(rv_bench_cpu_kernels()));
-    rv_bench_note(r, "ringvit bench %s: model %s (%s, D %d, L %d, H %d), S=%lld%s, attention %s, "
+    bench_report_init(r, bench, o->json);
+    bench_set(r, "model", json_string(spec));
+    bench_set(r, "family", json_string(rv_vit_family_name(cfg->family)));
+    bench_set(r, "seq", json_integer(o->seq));
+    bench_set(r, "cp", json_integer(o->cp));
+    bench_set(r, "strategy", json_string(rv_cp_strategy_name(o->strategy)));
+    bench_set(r, "causal", json_boolean(o->causal));
+    bench_set(r, "attention", json_string(span_text));
+    bench_set(r, "threads", json_integer(o->threads));
+    bench_set(r, "threads_per_rank", json_integer(tpr));
+    bench_set(r, "blas_core", json_string(rv_blas_corename()));
+    bench_set(r, "cpu_kernels", json_string(bench_cpu_kernels()));
+    bench_note(r, "ringvit bench %s: model %s (%s, D %d, L %d, H %d), S=%lld%s, attention %s, "
                   "cp %d x %d thread(s), %s, BLAS %s, CPU kernels %s", bench, spec,
                   rv_vit_family_name(cfg->family), cfg->dim, cfg->layers, cfg->heads,
                   (long long)o->seq, o->causal ? " causal" : "", span_text, o->cp, tpr,
-                  rv_cp_strategy_name(o->strategy), rv_blas_corename(), rv_bench_cpu_kernels());
-    rv_bench_note(r, "%s", "");
+                  rv_cp_strategy_name(o->strategy), rv_blas_corename(), bench_cpu_kernels());
+    bench_note(r, "%s", "");
 }
 
-json_t *rv_bench_parts_json(const rv_vit_stats *s)
+json_t *bench_parts_json(const rv_vit_stats *s)
 {
     return json_pack("{s:f, s:f, s:f, s:f, s:f, s:f}", "embed_s", s->embed_s, "attn_s", s->attn_s,
                      "attn_kernel_s", s->cp.busy_s, "attn_wait_s", s->cp.wait_s, "mlp_s",
                      s->mlp_s, "other_s", s->other_s);
 }
 
-void rv_bench_parts_note(rv_bench_report *r, const char *what, const rv_vit_stats *s)
+void bench_parts_note(bench_report *r, const char *what, const rv_vit_stats *s)
 {
-    rv_bench_note(r, "%s: embed %.3f, attention %.3f (kernels %.3f, wait %.3f), mlp %.3f, "
+    bench_note(r, "%s: embed %.3f, attention %.3f (kernels %.3f, wait %.3f), mlp %.3f, "
                   "other %.3f", what, s->embed_s, s->attn_s, s->cp.busy_s, s->cp.wait_s,
                   s->mlp_s, s->other_s);
 }
 
-rv_status rv_bench_plan(const rv_bench_model_opts *o, rv_shard_plan *plan)
+rv_status bench_plan(const bench_model_opts *o, rv_shard_plan *plan)
 {
     int zigzag = o->causal && o->span.kind == RV_SPAN_FULL;
     return rv_shard_plan_make(zigzag ? RV_SHARD_ZIGZAG : RV_SHARD_CONTIGUOUS, o->cp, o->seq, plan);

@@ -17,67 +17,67 @@
 
 /* ---- the report ------------------------------------------------------------------- */
 
-typedef enum rv_bench_type {
+typedef enum bench_type {
     RV_BENCH_INT,  /* long long; a "%...lld" conversion; a JSON integer */
     RV_BENCH_REAL, /* double; a floating conversion; a JSON real, null when not finite */
     RV_BENCH_TEXT, /* const char *; a "%...s" conversion; a JSON string */
-} rv_bench_type;
+} bench_type;
 
 /* One column of a table. title NULL: the column is JSON only; key NULL: table
  * only. The heading takes the width and '-' flag of fmt, so a bench can show a
  * figure in one unit in the table ("sent(MB)") and another in JSON ("bytes_sent")
  * as two columns, and order each side as it likes. */
-typedef struct rv_bench_col {
+typedef struct bench_col {
     const char *title; /* table heading, e.g. "time(ms)" */
     const char *fmt;   /* printf conversion with its width, e.g. "%10.2f" */
     const char *key;   /* JSON key of the row's object, e.g. "ms" */
-    rv_bench_type type;
-} rv_bench_col;
+    bench_type type;
+} bench_col;
 
 /* One cell of a row, by its column's type. */
-typedef union rv_bench_val {
+typedef union bench_val {
     long long i;
     double f;
     const char *s;
-} rv_bench_val;
+} bench_val;
 
 /* A bench's output: in table mode, notes ("# ..." lines), table headings and rows
  * print as they come and the footer ends it ("# OK" or "# FAILED: why"); with
  * --json nothing prints until the end, when the object built meanwhile ("bench",
  * the bench's own keys in the order set, each table's rows, "ok") goes to stdout. */
-typedef struct rv_bench_report {
+typedef struct bench_report {
     int json;                  /* 1: one JSON object at the end */
     json_t *root;              /* the object (built in both modes) */
-    const rv_bench_col *cols;  /* the current table's columns */
+    const bench_col *cols;  /* the current table's columns */
     int ncols;
     const char *rows_key;      /* its rows' array in root; NULL: its row's keys go to root */
     json_t *rows;              /* that array, once it has a row */
-} rv_bench_report;
+} bench_report;
 
 /* Starts the report of bench `bench` ("attention"): root {"bench": bench}. */
-void rv_bench_report_init(rv_bench_report *r, const char *bench, int json);
-/* Frees what r holds (after rv_bench_finish, or on an error path); idempotent. */
-void rv_bench_report_free(rv_bench_report *r);
+void bench_report_init(bench_report *r, const char *bench, int json);
+/* Frees what r holds (after bench_finish, or on an error path); idempotent. */
+void bench_report_free(bench_report *r);
 /* root[key] = value (taken: the reference is the report's). */
-void rv_bench_set(rv_bench_report *r, const char *key, json_t *value);
+void bench_set(bench_report *r, const char *key, json_t *value);
 /* A "# text" line in table mode ("#" alone for ""), nothing with --json. */
-void rv_bench_note(rv_bench_report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void bench_note(bench_report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Starts a table of cols[0..ncols): prints its heading line in table mode; its rows
  * go to root[rows_key] (an array, made at the first row), or with rows_key NULL
  * (a table of one row) their keys straight into root. */
-void rv_bench_table(rv_bench_report *r, const char *rows_key, const rv_bench_col *cols,
+void bench_table(bench_report *r, const char *rows_key, const bench_col *cols,
                     int ncols);
 /* One row of the current table: vals[c] for cols[c]. */
-void rv_bench_row(rv_bench_report *r, const rv_bench_val *vals);
+void bench_add_row(bench_report *r, const bench_val *vals);
 /* Ends the report: root["ok"] = ok, then the JSON object, or the footer "# OK" /
  * "# FAILED: <why>" (why: fmt and its arguments, read only when !ok). Frees r.
  * Returns RV_EXIT_OK, or RV_EXIT_FAIL when !ok or the output failed. */
-int rv_bench_finish(rv_bench_report *r, int ok, const char *fmt, ...)
+int bench_finish(bench_report *r, int ok, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* ---- the flag loop ------------------------------------------------------------------- */
 
-typedef enum rv_bench_flag_kind {
+typedef enum bench_flag_kind {
     RV_BENCH_SWITCH, /* no value: *(int *)dst = 1 (--json, --causal) */
     RV_BENCH_TAKE_INT,    /* *(int *)dst in [lo, hi] */
     RV_BENCH_TAKE_I64,    /* *(int64_t *)dst in [lo, hi] */
@@ -85,18 +85,18 @@ typedef enum rv_bench_flag_kind {
     RV_BENCH_TAKE_TEXT,   /* *(const char **)dst = the value (argv's) */
     RV_BENCH_TAKE_DEVICE, /* *(const char **)dst = cpu or cuda */
     RV_BENCH_TAKE_CUSTOM, /* take(cmd, name, value, dst): 0 or an exit code after a message */
-} rv_bench_flag_kind;
+} bench_flag_kind;
 
 /* One flag of a bench. Switches match exactly; flags with a value take it as the
- * next argument or after '=' (rv_cli_flag_value). */
-typedef struct rv_bench_flag {
+ * next argument or after '=' (cli_flag_value). */
+typedef struct bench_flag {
     const char *name; /* "--heads" */
-    rv_bench_flag_kind kind;
+    bench_flag_kind kind;
     void *dst;
     double lo, hi;    /* the range of the numeric kinds */
     int (*take)(const char *cmd, const char *name, const char *value, void *dst);
     int *seen;        /* set to 1 when the flag is given (NULL: not kept) */
-} rv_bench_flag;
+} bench_flag;
 
 /* --window W, --block B and --rate R of the span benches (bench attention, bench
  * ring), into the doubles at w, b and r. */
@@ -121,26 +121,26 @@ typedef struct rv_bench_flag {
  * names is an unknown flag, unless file is not NULL and it does not start with
  * '-' (or is "-"): then it is the one FILE (*file). Returns 0 or an exit code
  * after a usage message, at the first bad argument. */
-int rv_bench_parse(const char *cmd, int argc, char **argv, const rv_bench_flag *flags, int n,
+int bench_parse(const char *cmd, int argc, char **argv, const bench_flag *flags, int n,
                    const char **file);
 /* --strategy ring|allgather|ulysses into the rv_cp_strategy at dst (a take). */
-int rv_bench_take_strategy(const char *cmd, const char *name, const char *value, void *dst);
+int bench_take_strategy(const char *cmd, const char *name, const char *value, void *dst);
 
 /* ---- the GEMM reference ------------------------------------------------------------- */
 
 /* Fastest of `repeat` runs (after one warm-up) of the backend's sgemm on
  * (2048 x 2048) @ (2048 x 2048), in GFLOP/s. */
-rv_status rv_bench_sgemm_rate(rv_backend *be, int repeat, double *gflops);
+rv_status bench_sgemm_rate(rv_backend *be, int repeat, double *gflops);
 /* The same for (n x n) @ (n x n) in the backend's memory, each call waited for;
  * on "cuda" that is cuBLAS with bf16 tensor cores and f32 accumulation. */
-rv_status rv_bench_gemm_rate(rv_backend *be, int n, int repeat, double *gflops);
+rv_status bench_gemm_rate(rv_backend *be, int n, int repeat, double *gflops);
 /* The reference GEMM size of a backend: 2048 on cpu, 8192 on a GPU. */
-int rv_bench_gemm_size(const rv_backend *be);
+int bench_gemm_size(const rv_backend *be);
 /* The CPU attention kernels in use for bench headers ("avx512", "avx2", "blas"),
  * or "refused" where RINGVIT_CPU_KERNELS names a set this CPU lacks. */
-const char *rv_bench_cpu_kernels(void);
+const char *bench_cpu_kernels(void);
 /* The backend of --device cpu|cuda (threads: the CPU backend's). */
-rv_status rv_bench_backend_create(const char *device, int threads, rv_backend **be);
+rv_status bench_backend_create(const char *device, int threads, rv_backend **be);
 
 /* A synthetic rank slice of a sequence: global tokens g < cls are the special
  * tokens; for a model with video weights, token i = g - cls is a video token on
@@ -150,7 +150,7 @@ rv_status rv_bench_backend_create(const char *device, int threads, rv_backend **
  * starting at step * stride * 10 ms. Patch values from a hash of (g, element).
  * t points into the arrays. */
 #define RV_BENCH_GRID 14
-typedef struct rv_bench_slice {
+typedef struct bench_slice {
     rv_vit_tokens t;
     uint8_t *mod;   /* (len) */
     int64_t *pos;   /* (len, 3) */
@@ -159,17 +159,17 @@ typedef struct rv_bench_slice {
                         tubelet (frame), floor(start / W) (block); NULL otherwise */
     float *video;   /* (nvideo, T*P*P*3) */
     float *audio;   /* (naudio, F*W) */
-} rv_bench_slice;
+} bench_slice;
 
 /* The video and audio tokens of a synthetic sequence of seq tokens (special
- * tokens included) for config c, as rv_bench_slice_make lays them out. */
-void rv_bench_counts(const rv_vit_config *c, int64_t seq, int64_t *nvideo, int64_t *naudio);
+ * tokens included) for config c, as bench_slice_make lays them out. */
+void bench_counts(const rv_vit_config *c, int64_t seq, int64_t *nvideo, int64_t *naudio);
 
 /* Rank r's slice under plan p for a model of config c; span (NULL: full) sets the
  * block index of every token for block and frame spans (special tokens: block 0). */
-rv_status rv_bench_slice_make(const rv_vit_config *c, const rv_shard_plan *p, int r,
-                              const rv_span *span, rv_bench_slice *s);
-void rv_bench_slice_free(rv_bench_slice *s);
+rv_status bench_slice_make(const rv_vit_config *c, const rv_shard_plan *p, int r,
+                              const rv_span *span, bench_slice *s);
+void bench_slice_free(bench_slice *s);
 
 /* The synthetic token times of the span benches (bench attention, bench ring):
  * `rate` tokens per second laid out as the tokenizer lays a recording out, in 2 s
@@ -177,47 +177,47 @@ void rv_bench_slice_free(rv_bench_slice *s);
  * (two thirds, 4 frames of 0.5 s: a frame's tokens start together), then its
  * audio tokens evenly over the 2 s. A window span (window > 0) keys each token by
  * its time with reach W / 2; a block span by floor(time / block) with reach 0. */
-typedef struct rv_bench_span_seq {
+typedef struct bench_span_seq {
     double *time;  /* (seq) start times, s */
     double *key;   /* (seq) span keys */
     double reach;
     int per;       /* tokens per 2 s window */
-} rv_bench_span_seq;
+} bench_span_seq;
 
-rv_status rv_bench_span_seq_make(double window, double block, double rate, int64_t seq,
-                                 rv_bench_span_seq *s);
-void rv_bench_span_seq_free(rv_bench_span_seq *s);
+rv_status bench_span_seq_make(double window, double block, double rate, int64_t seq,
+                                 bench_span_seq *s);
+void bench_span_seq_free(bench_span_seq *s);
 
 /* The options of the encoder benches (bench encoder, bench train). */
-typedef struct rv_bench_model_opts {
+typedef struct bench_model_opts {
     char preset[16];          /* --preset (default tiny) */
     const char *model;        /* --model DIR|FILE|PRESET (NULL: the preset) */
     int64_t seq;              /* --seq S: tokens, CLS included */
     int cp, causal, threads, repeat, json;
     rv_cp_strategy strategy;  /* --strategy (default ring) */
     rv_span span;             /* --attention (default full) */
-} rv_bench_model_opts;
+} bench_model_opts;
 
 /* The shard plan of the encoder benches: zigzag for causal full attention,
  * contiguous otherwise (spans need it). */
-rv_status rv_bench_plan(const rv_bench_model_opts *o, rv_shard_plan *plan);
+rv_status bench_plan(const bench_model_opts *o, rv_shard_plan *plan);
 
 /* The model of o (--model, else --preset; random weights seed 0 for a preset),
  * checked against o's ranks (ulysses). Returns 0 or an exit code after a message. */
-int rv_bench_model_open(const char *cmd, const rv_bench_model_opts *o, model_cli *mc);
+int bench_model_open(const char *cmd, const bench_model_opts *o, model_cli *mc);
 
 /* Starts r for an encoder bench (`bench`: "encoder", "train") of o on a model of
  * config cfg: the JSON keys model .. cpu_kernels, and the heading line and "#". */
-void rv_bench_model_report_init(rv_bench_report *r, const char *bench,
-                                const rv_bench_model_opts *o, const rv_vit_config *cfg);
+void bench_model_report_init(bench_report *r, const char *bench,
+                                const bench_model_opts *o, const rv_vit_config *cfg);
 /* A stats' time per part: as a JSON object (embed_s, attn_s, attn_kernel_s,
  * attn_wait_s, mlp_s, other_s), and as a note line "<what>: embed ..., ...". */
-json_t *rv_bench_parts_json(const rv_vit_stats *s);
-void rv_bench_parts_note(rv_bench_report *r, const char *what, const rv_vit_stats *s);
+json_t *bench_parts_json(const rv_vit_stats *s);
+void bench_parts_note(bench_report *r, const char *what, const rv_vit_stats *s);
 
 /* Parses argv[1..] of `ringvit <cmd>` into o (default seq: seq); returns 0 or an
  * exit code (usage errors are printed). */
-int rv_bench_model_parse(const char *cmd, int argc, char **argv, int64_t seq,
-                         rv_bench_model_opts *o);
+int bench_model_parse(const char *cmd, int argc, char **argv, int64_t seq,
+                         bench_model_opts *o);
 
 #endif

@@ -61,7 +61,7 @@ static const char help_text[] =
     "example:\n"
     "  ringvit bench encoder --preset tiny --seq 16384 --cp 4 --threads 4\n";
 
-typedef rv_bench_model_opts opts;
+typedef bench_model_opts opts;
 
 typedef struct shared {
     const opts *o;
@@ -78,9 +78,9 @@ static rv_status rank_main(rv_comm *comm, void *arg)
     const opts *o = sh->o;
     const int r = comm->rank, D = sh->m->cfg.dim;
     rv_backend *be = NULL;
-    rv_bench_slice s;
+    bench_slice s;
     float *y = NULL;
-    rv_status st = rv_bench_slice_make(&sh->m->cfg, &sh->plan, r, &o->span, &s);
+    rv_status st = bench_slice_make(&sh->m->cfg, &sh->plan, r, &o->span, &s);
     if (st != RV_OK)
         return st;
     int tpr = o->threads / o->cp > 0 ? o->threads / o->cp : 1;
@@ -122,12 +122,12 @@ end:
     if (be)
         be->free(be, y);
     rv_backend_free(&be);
-    rv_bench_slice_free(&s);
+    bench_slice_free(&s);
     return st;
 }
 
 /* The one row; rank 0's time per part follows it. */
-static const rv_bench_col row_cols[] = {
+static const bench_col row_cols[] = {
     {"wall(s)", "%9.3f", "wall_s", RV_BENCH_REAL},
     {"tokens/s", "%10.0f", "tokens_per_s", RV_BENCH_REAL},
     {NULL, NULL, "gflop", RV_BENCH_REAL},
@@ -140,7 +140,7 @@ static const rv_bench_col row_cols[] = {
 static int bench_main(int argc, char **argv)
 {
     opts o;
-    int rc = rv_bench_model_parse(CMD, argc, argv, 16384, &o);
+    int rc = bench_model_parse(CMD, argc, argv, 16384, &o);
     if (rc)
         return rc;
     rv_vit_config cfg;
@@ -153,30 +153,30 @@ static int bench_main(int argc, char **argv)
     rv_status st;
     rc = RV_EXIT_FAIL;
     if (!sh.stats || !sh.bad) {
-        rv_cli_error("%s: out of memory", CMD);
+        cli_error("%s: out of memory", CMD);
         goto end;
     }
-    if ((rc = rv_bench_model_open(CMD, &o, &mc)) != 0)
+    if ((rc = bench_model_open(CMD, &o, &mc)) != 0)
         goto end;
     rc = RV_EXIT_FAIL;
     m = mc.m;
     cfg = m->cfg;
     if (o.seq < o.cp) {
-        rc = rv_cli_usage_error(CMD, "--seq %lld is shorter than --cp %d", (long long)o.seq, o.cp);
+        rc = cli_usage_error(CMD, "--seq %lld is shorter than --cp %d", (long long)o.seq, o.cp);
         goto end;
     }
-    if ((st = rv_bench_plan(&o, &sh.plan)) != RV_OK ||
+    if ((st = bench_plan(&o, &sh.plan)) != RV_OK ||
         (st = rv_backend_cpu_create(o.threads, &be)) != RV_OK)
         goto fail;
     sh.m = m;
     double sgemm = 0, sgemm2 = 0;
-    if ((st = rv_bench_sgemm_rate(be, 3, &sgemm)) != RV_OK || (st = rv_local_run(o.cp, rank_main, &sh)) != RV_OK ||
-        (st = rv_bench_sgemm_rate(be, 3, &sgemm2)) != RV_OK)
+    if ((st = bench_sgemm_rate(be, 3, &sgemm)) != RV_OK || (st = rv_local_run(o.cp, rank_main, &sh)) != RV_OK ||
+        (st = bench_sgemm_rate(be, 3, &sgemm2)) != RV_OK)
         goto fail;
     sgemm = sgemm2 > sgemm ? sgemm2 : sgemm;
 
     int64_t nvideo = 0, naudio = 0;
-    rv_bench_counts(&cfg, o.seq, &nvideo, &naudio);
+    bench_counts(&cfg, o.seq, &nvideo, &naudio);
     /* A span's attention FLOPs are the visible pairs the ranks counted. */
     double flops = rv_vit_forward_flops(&cfg, o.seq, nvideo, naudio, o.causal);
     if (o.span.kind != RV_SPAN_FULL) {
@@ -192,19 +192,19 @@ static int bench_main(int argc, char **argv)
         bad |= sh.bad[r];
     }
     const rv_vit_stats *s0 = &sh.stats[0];
-    rv_bench_report rep;
-    rv_bench_model_report_init(&rep, "encoder", &o, &cfg);
-    rv_bench_table(&rep, NULL, row_cols, (int)(sizeof row_cols / sizeof row_cols[0]));
-    rv_bench_row(&rep, (const rv_bench_val[]){{.f = sh.wall}, {.f = o.seq / sh.wall},
+    bench_report rep;
+    bench_model_report_init(&rep, "encoder", &o, &cfg);
+    bench_table(&rep, NULL, row_cols, (int)(sizeof row_cols / sizeof row_cols[0]));
+    bench_add_row(&rep, (const bench_val[]){{.f = sh.wall}, {.f = o.seq / sh.wall},
                                               {.f = flops * 1e-9}, {.f = gflops}, {.f = sgemm},
                                               {.f = gflops / sgemm}, {.f = peak / 1048576.0}});
-    rv_bench_set(&rep, "rank0", rv_bench_parts_json(s0));
-    rv_bench_note(&rep, "%s", "");
-    rv_bench_parts_note(&rep, "rank 0 time per part (s)", s0);
-    rc = rv_bench_finish(&rep, !bad, "non-finite outputs");
+    bench_set(&rep, "rank0", bench_parts_json(s0));
+    bench_note(&rep, "%s", "");
+    bench_parts_note(&rep, "rank 0 time per part (s)", s0);
+    rc = bench_finish(&rep, !bad, "non-finite outputs");
     goto end;
 fail:
-    rc = rv_cli_fail(st, CMD);
+    rc = cli_fail(st, CMD);
 end:
     rv_backend_free(&be);
     model_cli_close(&mc);
@@ -212,7 +212,7 @@ end:
     return rc;
 }
 
-const rv_bench_cmd rv_bench_encoder = {
+const bench_cmd bench_encoder = {
     .name = "encoder",
     .help = help_text,
     .main = bench_main,

@@ -142,11 +142,11 @@ static int run_ffmpeg(const char *ffmpeg, char **args, bench_row *row, char *err
 static int take_fps(const char *cmd, const char *name, const char *value, void *dst)
 {
     rv_ingest_opts *o = dst;
-    return rv_cli_parse_fps(cmd, name, value, &o->fps_num, &o->fps_den);
+    return cli_parse_fps(cmd, name, value, &o->fps_num, &o->fps_den);
 }
 
 /* One row per decoder that ran. */
-static const rv_bench_col row_cols[] = {
+static const bench_col row_cols[] = {
     {"decoder", "%8s", "decoder", RV_BENCH_TEXT},
     {"frames", "%8lld", "frames", RV_BENCH_INT},
     {"wall s", "%8.2f", "wall_s", RV_BENCH_REAL},
@@ -163,7 +163,7 @@ static int bench_main(int argc, char **argv)
     rv_ingest_opts_default(&o);
     const char *path = NULL, *ffmpeg = "ffmpeg";
     int rc = 0, json = 0, no_ffmpeg = 0, no_audio = 0, threads_set = 0;
-    const rv_bench_flag flags[] = {
+    const bench_flag flags[] = {
         {.name = "--fps", .kind = RV_BENCH_TAKE_CUSTOM, .dst = &o, .take = take_fps},
         {.name = "--size", .kind = RV_BENCH_TAKE_INT, .dst = &o.size, .lo = 8, .hi = 4096},
         {.name = "--threads", .kind = RV_BENCH_TAKE_INT, .dst = &o.threads, .lo = 1, .hi = 256,
@@ -175,21 +175,21 @@ static int bench_main(int argc, char **argv)
         {.name = "--no-ffmpeg", .kind = RV_BENCH_SWITCH, .dst = &no_ffmpeg},
         {.name = "--json", .kind = RV_BENCH_SWITCH, .dst = &json},
     };
-    if ((rc = rv_bench_parse(CMD, argc, argv, flags, (int)(sizeof flags / sizeof flags[0]),
+    if ((rc = bench_parse(CMD, argc, argv, flags, (int)(sizeof flags / sizeof flags[0]),
                              &path)) != 0)
         return rc;
     if (no_audio)
         o.audio_stream = -2;
     if (!path)
-        return rv_cli_usage_error(CMD, "which file? give a media FILE");
+        return cli_usage_error(CMD, "which file? give a media FILE");
 
     rv_probe *probe = NULL;
     rv_status st = rv_probe_file(path, &probe);
     if (st != RV_OK)
-        return rv_cli_fail(st, CMD);
+        return cli_fail(st, CMD);
     if (probe->video < 0) {
         rv_probe_free(&probe);
-        rv_cli_error("%s: %s: no video stream to decode", CMD, path);
+        cli_error("%s: %s: no video stream to decode", CMD, path);
         return RV_EXIT_FAIL;
     }
     const rv_probe_stream *vs = &probe->streams[probe->video];
@@ -208,7 +208,7 @@ static int bench_main(int argc, char **argv)
     getrusage(RUSAGE_SELF, &ru1);
     if (st != RV_OK) {
         rv_probe_free(&probe);
-        return rv_cli_fail(st, CMD);
+        return cli_fail(st, CMD);
     }
     rows[0].ran = 1;
     rows[0].cpu = tv_s(ru1.ru_utime) + tv_s(ru1.ru_stime) - tv_s(ru0.ru_utime) - tv_s(ru0.ru_stime);
@@ -253,7 +253,7 @@ static int bench_main(int argc, char **argv)
         args[na++] = "/dev/null";
         args[na] = NULL;
         if (run_ffmpeg(ffmpeg, args, &rows[1], ffmpeg_err, sizeof ffmpeg_err) != 0)
-            rv_cli_error("%s: %s", CMD, ffmpeg_err);
+            cli_error("%s: %s", CMD, ffmpeg_err);
     }
 
     char threads_text[16] = "auto";
@@ -262,41 +262,41 @@ static int bench_main(int argc, char **argv)
     double rec = stats.end_s - o.start_s;
     double ratio = rows[1].ran ? rows[1].wall / rows[0].wall : NAN;
     int ok = rows[0].ran && (no_ffmpeg || (rows[1].ran && llabs(rows[1].frames - rows[0].frames) <= 2));
-    rv_bench_report rep;
-    rv_bench_report_init(&rep, "ingest", json);
-    rv_bench_set(&rep, "file", rv_cli_json_path(path));
-    rv_bench_set(&rep, "codec", json_string(vs->codec));
-    rv_bench_set(&rep, "width", json_integer(vs->width));
-    rv_bench_set(&rep, "height", json_integer(vs->height));
-    rv_bench_set(&rep, "fps", json_real((double)o.fps_num / o.fps_den));
-    rv_bench_set(&rep, "size", json_integer(o.size));
-    rv_bench_set(&rep, "recording_s", json_real(rec));
-    rv_bench_set(&rep, "decoded_frames", json_integer(stats.decoded_frames));
-    rv_bench_set(&rep, "skipped_packets", json_integer(stats.skipped_packets));
-    rv_bench_note(&rep, "ringvit bench ingest: %s, %s %dx%d, %.1f s, fps %d/%d, size %d%s, "
+    bench_report rep;
+    bench_report_init(&rep, "ingest", json);
+    bench_set(&rep, "file", cli_json_path(path));
+    bench_set(&rep, "codec", json_string(vs->codec));
+    bench_set(&rep, "width", json_integer(vs->width));
+    bench_set(&rep, "height", json_integer(vs->height));
+    bench_set(&rep, "fps", json_real((double)o.fps_num / o.fps_den));
+    bench_set(&rep, "size", json_integer(o.size));
+    bench_set(&rep, "recording_s", json_real(rec));
+    bench_set(&rep, "decoded_frames", json_integer(stats.decoded_frames));
+    bench_set(&rep, "skipped_packets", json_integer(stats.skipped_packets));
+    bench_note(&rep, "ringvit bench ingest: %s, %s %dx%d, %.1f s, fps %d/%d, size %d%s, "
                   "threads %s", path, vs->codec, vs->width, vs->height, rec, o.fps_num,
                   o.fps_den, o.size, o.pad ? " pad" : "", threads_text);
-    rv_bench_note(&rep, "ringvit decoded %lld frames, skipped %lld packets",
+    bench_note(&rep, "ringvit decoded %lld frames, skipped %lld packets",
                   (long long)stats.decoded_frames, (long long)stats.skipped_packets);
-    rv_bench_note(&rep, "%s", "");
-    rv_bench_table(&rep, "rows", row_cols, (int)(sizeof row_cols / sizeof row_cols[0]));
+    bench_note(&rep, "%s", "");
+    bench_table(&rep, "rows", row_cols, (int)(sizeof row_cols / sizeof row_cols[0]));
     for (int r = 0; r < 2; r++)
         if (rows[r].ran)
-            rv_bench_row(&rep, (const rv_bench_val[]){
+            bench_add_row(&rep, (const bench_val[]){
                                    {.s = rows[r].name}, {.i = rows[r].frames}, {.f = rows[r].wall},
                                    {.f = rows[r].cpu}, {.f = rows[r].frames / rows[r].wall},
                                    {.f = rec / rows[r].wall}, {.f = r == 0 ? ratio : 1.0},
                                    {.f = rows[r].peak_mb}});
     if (!rows[1].ran)
-        rc = rv_bench_finish(&rep, ok, "the ffmpeg command did not run (%s)", ffmpeg_err);
+        rc = bench_finish(&rep, ok, "the ffmpeg command did not run (%s)", ffmpeg_err);
     else
-        rc = rv_bench_finish(&rep, ok, "ringvit made %lld frames, ffmpeg %lld",
+        rc = bench_finish(&rep, ok, "ringvit made %lld frames, ffmpeg %lld",
                              (long long)rows[0].frames, (long long)rows[1].frames);
     rv_probe_free(&probe);
     return rc;
 }
 
-const rv_bench_cmd rv_bench_ingest = {
+const bench_cmd bench_ingest = {
     .name = "ingest",
     .help = help_text,
     .main = bench_main,

@@ -98,7 +98,7 @@ static int span_on(const opts *o)
 
 typedef struct shared {
     const opts *o;
-    const rv_bench_span_seq *span;  /* NULL: full attention */
+    const bench_span_seq *span;  /* NULL: full attention */
     const float *q, *k, *v, *dout; /* (S, H, d) global inputs */
     float *out, *dq;                /* global results */
     double t_fwd, t_bwd;            /* wall time of the slowest rank */
@@ -191,7 +191,7 @@ static rv_status rank_main(rv_comm *comm, void *arg)
     rows_copy(&plan, r, row, (float *)sh->k, t[1], 1);
     rows_copy(&plan, r, row, (float *)sh->v, t[2], 1);
     rows_copy(&plan, r, row, (float *)sh->dout, t[4], 1);
-    if ((st = rv_bench_backend_create(o->device, o->tpr, &be)) != RV_OK)
+    if ((st = bench_backend_create(o->device, o->tpr, &be)) != RV_OK)
         goto end;
     on_cpu = rv_backend_is_host(be);
     for (int i = 0; i < 9; i++) {
@@ -259,7 +259,7 @@ static int take_shard(const char *cmd, const char *name, const char *value, void
 {
     (void)name;
     if (rv_shard_kind_parse(value, dst) != RV_OK)
-        return rv_cli_usage_error(cmd, "%s", rv_last_error());
+        return cli_usage_error(cmd, "%s", rv_last_error());
     return 0;
 }
 
@@ -268,9 +268,9 @@ static int parse(int argc, char **argv, opts *o)
     *o = (opts){.strategy = RV_CP_RING, .cp = 2, .heads = 4, .dim = 64, .tpr = 1, .repeat = 1,
                 .seq = 32768, .timeout = RV_COMM_DEFAULT_TIMEOUT_S, .rate = 150.0,
                 .device = "cpu"};
-    const rv_bench_flag flags[] = {
+    const bench_flag flags[] = {
         {.name = "--strategy", .kind = RV_BENCH_TAKE_CUSTOM, .dst = &o->strategy,
-         .take = rv_bench_take_strategy},
+         .take = bench_take_strategy},
         {.name = "--shard", .kind = RV_BENCH_TAKE_CUSTOM, .dst = &o->shard, .take = take_shard,
          .seen = &o->shard_set},
         {.name = "--cp", .kind = RV_BENCH_TAKE_INT, .dst = &o->cp, .lo = 1, .hi = 1024},
@@ -283,18 +283,18 @@ static int parse(int argc, char **argv, opts *o)
          .dst = &o->timeout, .lo = 0.001, .hi = 1e6},
         RV_BENCH_ATTN_FLAGS(o),
     };
-    int rc = rv_bench_parse(CMD, argc, argv, flags, (int)(sizeof flags / sizeof flags[0]), NULL);
+    int rc = bench_parse(CMD, argc, argv, flags, (int)(sizeof flags / sizeof flags[0]), NULL);
     if (rc)
         return rc;
     if (o->window > 0 && o->block > 0)
-        return rv_cli_usage_error(CMD, "--window and --block exclude each other");
+        return cli_usage_error(CMD, "--window and --block exclude each other");
     if (span_on(o) && o->shard_set && o->shard != RV_SHARD_CONTIGUOUS)
-        return rv_cli_usage_error(CMD, "an attention span (--window, --block) needs "
+        return cli_usage_error(CMD, "an attention span (--window, --block) needs "
                                   "--shard contiguous");
     if (!o->shard_set)
         o->shard = o->causal && !span_on(o) ? RV_SHARD_ZIGZAG : RV_SHARD_CONTIGUOUS;
     if (o->strategy == RV_CP_ULYSSES && o->heads % o->cp != 0)
-        return rv_cli_usage_error(CMD, "ulysses needs --heads (%d) to be a multiple of --cp (%d)",
+        return cli_usage_error(CMD, "ulysses needs --heads (%d) to be a multiple of --cp (%d)",
                                   o->heads, o->cp);
     return 0;
 }
@@ -351,14 +351,14 @@ static double max_abs_diff(const float *a, const float *b, size_t n)
 
 /* The table of the passes (its figures go to JSON under their own keys) and the
  * table of the ranks. */
-static const rv_bench_col pass_cols[] = {
+static const bench_col pass_cols[] = {
     {"pass", "%4s", NULL, RV_BENCH_TEXT},
     {"cp(ms)", "%10.1f", NULL, RV_BENCH_REAL},
     {"single(ms)", "%10.1f", NULL, RV_BENCH_REAL},
     {"ratio", "%6.3f", NULL, RV_BENCH_REAL},
     {"max err", "%10.2g", NULL, RV_BENCH_REAL},
 };
-static const rv_bench_col rank_cols[] = {
+static const bench_col rank_cols[] = {
     {"rank", "%4lld", "rank", RV_BENCH_INT},
     {NULL, NULL, "bytes_sent", RV_BENCH_REAL},
     {"sent(MB)", "%12.1f", NULL, RV_BENCH_REAL},
@@ -389,11 +389,11 @@ static int bench_main(int argc, char **argv)
     double *run_ratio = calloc(2 * (size_t)o.repeat, sizeof *run_ratio);
     rv_backend *be = NULL;
     float *dev[9] = {0}; /* single rank: q k v dout o dq lse dk dv in the backend's memory */
-    rv_bench_span_seq sp = {0};
+    bench_span_seq sp = {0};
     double *skey = NULL, *stime = NULL; /* the span's keys and times, backend's memory */
     int on_cpu = 1;
     rc = RV_EXIT_FAIL;
-    if (span_on(&o) && rv_bench_span_seq_make(o.window, o.block, o.rate, o.seq, &sp) != RV_OK)
+    if (span_on(&o) && bench_span_seq_make(o.window, o.block, o.rate, o.seq, &sp) != RV_OK)
         goto oom;
     for (int i = 0; i < 8; i++)
         if (!(g[i] = malloc(sizeof(float) * nt)))
@@ -411,9 +411,9 @@ static int bench_main(int argc, char **argv)
     }
 
     /* Single rank, all threads (or one stream of the GPU). */
-    rv_status st = rv_bench_backend_create(o.device, o.cp * o.tpr, &be);
+    rv_status st = bench_backend_create(o.device, o.cp * o.tpr, &be);
     if (st != RV_OK) {
-        rc = rv_cli_fail(st, CMD);
+        rc = cli_fail(st, CMD);
         goto end;
     }
     on_cpu = rv_backend_is_host(be);
@@ -425,7 +425,7 @@ static int bench_main(int argc, char **argv)
         } else if ((st = be->alloc(be, bytes, (void **)&dev[i])) != RV_OK ||
                    (i < 4 && (st = be->copy(be, dev[i], host[i], bytes,
                                             RV_COPY_HOST_TO_DEVICE)) != RV_OK)) {
-            rc = rv_cli_fail(st, CMD);
+            rc = cli_fail(st, CMD);
             goto end;
         }
     }
@@ -437,7 +437,7 @@ static int bench_main(int argc, char **argv)
                    (st = be->alloc(be, kb, (void **)&stime)) != RV_OK ||
                    (st = be->copy(be, skey, sp.key, kb, RV_COPY_HOST_TO_DEVICE)) != RV_OK ||
                    (st = be->copy(be, stime, sp.time, kb, RV_COPY_HOST_TO_DEVICE)) != RV_OK) {
-            rc = rv_cli_fail(st, CMD);
+            rc = cli_fail(st, CMD);
             goto end;
         }
     }
@@ -456,14 +456,14 @@ static int bench_main(int argc, char **argv)
         double tf = 0, tb_ = 0;
         if ((st = single_rank(be, &o, dev, g[6], g[7], span_on(&o) ? skey : NULL, stime,
                               sp.reach, &tf, &tb_)) != RV_OK) {
-            rc = rv_cli_fail(st, CMD);
+            rc = cli_fail(st, CMD);
             goto end;
         }
         single_fwd = fmin(single_fwd, tf);
         single_bwd = fmin(single_bwd, tb_);
         sh.rep = rep;
         if ((st = rv_local_run_copy(o.cp, rank_main, &sh, move)) != RV_OK) {
-            rc = rv_cli_fail(st, CMD);
+            rc = cli_fail(st, CMD);
             goto end;
         }
         cp_fwd = fmin(cp_fwd, sh.t_fwd);
@@ -511,86 +511,86 @@ static int bench_main(int argc, char **argv)
     else
         snprintf(span_text, sizeof span_text, "full");
     int ok = err_o < tol && (!o.backward || err_dq < tol);
-    rv_bench_report rep;
-    rv_bench_report_init(&rep, "ring", o.json);
-    rv_bench_set(&rep, "strategy", json_string(rv_cp_strategy_name(o.strategy)));
-    rv_bench_set(&rep, "cpu_kernels", json_string(rv_bench_cpu_kernels()));
-    rv_bench_set(&rep, "shard", json_string(rv_shard_kind_name(o.shard)));
-    rv_bench_set(&rep, "cp", json_integer(o.cp));
-    rv_bench_set(&rep, "seq", json_integer(o.seq));
-    rv_bench_set(&rep, "heads", json_integer(o.heads));
-    rv_bench_set(&rep, "dim", json_integer(o.dim));
-    rv_bench_set(&rep, "causal", json_boolean(o.causal));
-    rv_bench_set(&rep, "attention", json_string(span_text));
+    bench_report rep;
+    bench_report_init(&rep, "ring", o.json);
+    bench_set(&rep, "strategy", json_string(rv_cp_strategy_name(o.strategy)));
+    bench_set(&rep, "cpu_kernels", json_string(bench_cpu_kernels()));
+    bench_set(&rep, "shard", json_string(rv_shard_kind_name(o.shard)));
+    bench_set(&rep, "cp", json_integer(o.cp));
+    bench_set(&rep, "seq", json_integer(o.seq));
+    bench_set(&rep, "heads", json_integer(o.heads));
+    bench_set(&rep, "dim", json_integer(o.dim));
+    bench_set(&rep, "causal", json_boolean(o.causal));
+    bench_set(&rep, "attention", json_string(span_text));
     if (span_on(&o))
-        rv_bench_set(&rep, "rate", json_real(o.rate));
-    rv_bench_set(&rep, "visible_fraction", json_real(visible));
-    rv_bench_set(&rep, "fwd_sent_max_mb", json_real(fwd_sent_max / 1048576.0));
-    rv_bench_set(&rep, "full_ring_fwd_mb", json_real(full_ring / 1048576.0));
-    rv_bench_set(&rep, "threads_per_rank", json_integer(o.tpr));
-    rv_bench_set(&rep, "device", json_string(be->name));
-    rv_bench_set(&rep, "tolerance", json_real(tol));
-    rv_bench_set(&rep, "fwd_ms", json_real(sh.t_fwd * 1e3));
-    rv_bench_set(&rep, "single_fwd_ms", json_real(single_fwd * 1e3));
-    rv_bench_set(&rep, "fwd_ratio", json_real(sh.t_fwd / single_fwd));
-    rv_bench_set(&rep, "fwd_ratio_median", json_real(fwd_median));
-    rv_bench_set(&rep, "fwd_ratio_runs", json_reals(run_ratio, o.repeat));
+        bench_set(&rep, "rate", json_real(o.rate));
+    bench_set(&rep, "visible_fraction", json_real(visible));
+    bench_set(&rep, "fwd_sent_max_mb", json_real(fwd_sent_max / 1048576.0));
+    bench_set(&rep, "full_ring_fwd_mb", json_real(full_ring / 1048576.0));
+    bench_set(&rep, "threads_per_rank", json_integer(o.tpr));
+    bench_set(&rep, "device", json_string(be->name));
+    bench_set(&rep, "tolerance", json_real(tol));
+    bench_set(&rep, "fwd_ms", json_real(sh.t_fwd * 1e3));
+    bench_set(&rep, "single_fwd_ms", json_real(single_fwd * 1e3));
+    bench_set(&rep, "fwd_ratio", json_real(sh.t_fwd / single_fwd));
+    bench_set(&rep, "fwd_ratio_median", json_real(fwd_median));
+    bench_set(&rep, "fwd_ratio_runs", json_reals(run_ratio, o.repeat));
     if (o.backward) {
-        rv_bench_set(&rep, "bwd_ms", json_real(sh.t_bwd * 1e3));
-        rv_bench_set(&rep, "single_bwd_ms", json_real(single_bwd * 1e3));
-        rv_bench_set(&rep, "bwd_ratio", json_real(sh.t_bwd / single_bwd));
-        rv_bench_set(&rep, "bwd_ratio_median", json_real(bwd_median));
-        rv_bench_set(&rep, "bwd_ratio_runs", json_reals(run_ratio + o.repeat, o.repeat));
-        rv_bench_set(&rep, "max_abs_err_dq", json_real(err_dq));
+        bench_set(&rep, "bwd_ms", json_real(sh.t_bwd * 1e3));
+        bench_set(&rep, "single_bwd_ms", json_real(single_bwd * 1e3));
+        bench_set(&rep, "bwd_ratio", json_real(sh.t_bwd / single_bwd));
+        bench_set(&rep, "bwd_ratio_median", json_real(bwd_median));
+        bench_set(&rep, "bwd_ratio_runs", json_reals(run_ratio + o.repeat, o.repeat));
+        bench_set(&rep, "max_abs_err_dq", json_real(err_dq));
     }
-    rv_bench_set(&rep, "max_abs_err_o", json_real(err_o));
-    rv_bench_set(&rep, "mem_ratio", json_real(mem_max / single_mem));
-    rv_bench_set(&rep, "busy_spread", json_real(busy_max / busy_min - 1.0));
-    rv_bench_set(&rep, "flops_spread", json_real(flops_max / flops_min - 1.0));
-    rv_bench_set(&rep, "repeat", json_integer(o.repeat));
+    bench_set(&rep, "max_abs_err_o", json_real(err_o));
+    bench_set(&rep, "mem_ratio", json_real(mem_max / single_mem));
+    bench_set(&rep, "busy_spread", json_real(busy_max / busy_min - 1.0));
+    bench_set(&rep, "flops_spread", json_real(flops_max / flops_min - 1.0));
+    bench_set(&rep, "repeat", json_integer(o.repeat));
 
-    rv_bench_note(&rep, "ringvit bench ring: %s, %s shards, cp %d x %d thread(s) vs 1 rank x %d, "
+    bench_note(&rep, "ringvit bench ring: %s, %s shards, cp %d x %d thread(s) vs 1 rank x %d, "
                   "S=%lld H=%d d=%d%s, CPU kernels %s", rv_cp_strategy_name(o.strategy),
                   rv_shard_kind_name(o.shard), o.cp, o.tpr, o.cp * o.tpr, (long long)o.seq,
-                  o.heads, o.dim, o.causal ? " causal" : "", rv_bench_cpu_kernels());
-    rv_bench_note(&rep, "%s", "");
-    rv_bench_table(&rep, NULL, pass_cols, (int)(sizeof pass_cols / sizeof pass_cols[0]));
-    rv_bench_row(&rep, (const rv_bench_val[]){{.s = "fwd"}, {.f = sh.t_fwd * 1e3},
+                  o.heads, o.dim, o.causal ? " causal" : "", bench_cpu_kernels());
+    bench_note(&rep, "%s", "");
+    bench_table(&rep, NULL, pass_cols, (int)(sizeof pass_cols / sizeof pass_cols[0]));
+    bench_add_row(&rep, (const bench_val[]){{.s = "fwd"}, {.f = sh.t_fwd * 1e3},
                                               {.f = single_fwd * 1e3},
                                               {.f = sh.t_fwd / single_fwd}, {.f = err_o}});
     if (o.backward)
-        rv_bench_row(&rep, (const rv_bench_val[]){{.s = "bwd"}, {.f = sh.t_bwd * 1e3},
+        bench_add_row(&rep, (const bench_val[]){{.s = "bwd"}, {.f = sh.t_bwd * 1e3},
                                                   {.f = single_bwd * 1e3},
                                                   {.f = sh.t_bwd / single_bwd}, {.f = err_dq}});
     if (o.repeat > 1 && o.backward)
-        rv_bench_note(&rep, "fastest of %d runs each; median of the runs' own ratios: fwd %.3f, "
+        bench_note(&rep, "fastest of %d runs each; median of the runs' own ratios: fwd %.3f, "
                       "bwd %.3f", o.repeat, fwd_median, bwd_median);
     else if (o.repeat > 1)
-        rv_bench_note(&rep, "fastest of %d runs each; median of the runs' own ratios: fwd %.3f",
+        bench_note(&rep, "fastest of %d runs each; median of the runs' own ratios: fwd %.3f",
                       o.repeat, fwd_median);
-    rv_bench_note(&rep, "%s", "");
-    rv_bench_table(&rep, "ranks", rank_cols, (int)(sizeof rank_cols / sizeof rank_cols[0]));
+    bench_note(&rep, "%s", "");
+    bench_table(&rep, "ranks", rank_cols, (int)(sizeof rank_cols / sizeof rank_cols[0]));
     for (int r = 0; r < o.cp; r++) {
         size_t pk = fwd[r].peak_bytes > bwd[r].peak_bytes ? fwd[r].peak_bytes : bwd[r].peak_bytes;
         const double sent = fwd[r].bytes_sent + bwd[r].bytes_sent;
         const double mem = (tb[r] + pk) / 1048576.0;
-        rv_bench_row(&rep, (const rv_bench_val[]){
+        bench_add_row(&rep, (const bench_val[]){
                                {.i = r}, {.f = sent}, {.f = sent / 1048576.0}, {.f = mem},
                                {.f = busy[r]}, {.f = (fwd[r].flops + bwd[r].flops) * 1e-9},
                                {.f = busy[r]}, {.f = fwd[r].wait_s + bwd[r].wait_s}, {.f = mem}});
     }
     if (span_on(&o))
-        rv_bench_note(&rep, "attention %s at %g tokens/s: %.3f%% of the pairs visible; forward "
+        bench_note(&rep, "attention %s at %g tokens/s: %.3f%% of the pairs visible; forward "
                       "sent %.2f MB per rank at most (a full ring: %.1f MB)", span_text, o.rate,
                       visible * 100, fwd_sent_max / 1048576.0, full_ring / 1048576.0);
-    rv_bench_note(&rep, "memory per rank %.3f x single-rank (%.1f MB); work spread %.1f%%, busy "
+    bench_note(&rep, "memory per rank %.3f x single-rank (%.1f MB); work spread %.1f%%, busy "
                   "time spread %.1f%%%s", mem_max / single_mem, single_mem / 1048576.0,
                   (flops_max / flops_min - 1.0) * 100, (busy_max / busy_min - 1.0) * 100,
                   o.repeat > 1 ? " (each rank's least)" : "");
-    rc = rv_bench_finish(&rep, ok, "results differ from single-rank attention");
+    rc = bench_finish(&rep, ok, "results differ from single-rank attention");
     goto end;
 oom:
-    rv_cli_error("%s: out of memory for S=%lld", CMD, (long long)o.seq);
+    cli_error("%s: out of memory for S=%lld", CMD, (long long)o.seq);
 end:
     for (int i = 0; i < 9 && !on_cpu; i++)
         if (dev[i])
@@ -599,7 +599,7 @@ end:
         be->free(be, skey);
     if (!on_cpu && stime)
         be->free(be, stime);
-    rv_bench_span_seq_free(&sp);
+    bench_span_seq_free(&sp);
     rv_backend_free(&be);
     for (int i = 0; i < 8; i++)
         free(g[i]);
@@ -608,7 +608,7 @@ end:
     return rc;
 }
 
-const rv_bench_cmd rv_bench_ring = {
+const bench_cmd bench_ring = {
     .name = "ring",
     .help = help_text,
     .main = bench_main,

@@ -70,7 +70,7 @@ static const char help_text[] =
     "example:\n"
     "  ringvit bench train --preset tiny --seq 8192 --cp 2\n";
 
-typedef rv_bench_model_opts opts;
+typedef bench_model_opts opts;
 
 typedef struct shared {
     const opts *o;
@@ -92,9 +92,9 @@ static rv_status rank_main(rv_comm *comm, void *arg)
     rv_backend *be = NULL;
     rv_vit_model *g = NULL;
     rv_vit_acts *acts = NULL;
-    rv_bench_slice s;
+    bench_slice s;
     float *y = NULL, *dy = NULL;
-    rv_status st = rv_bench_slice_make(&sh->m->cfg, &sh->plan, r, &o->span, &s);
+    rv_status st = bench_slice_make(&sh->m->cfg, &sh->plan, r, &o->span, &s);
     if (st != RV_OK)
         return st;
     const size_t nd = (size_t)(s.t.len > 0 ? s.t.len : 1) * D;
@@ -158,7 +158,7 @@ end:
         be->free(be, dy);
     }
     rv_backend_free(&be);
-    rv_bench_slice_free(&s);
+    bench_slice_free(&s);
     return st;
 }
 
@@ -170,7 +170,7 @@ static double peak_rss_mb(void)
 }
 
 /* The one row; rank 0's split and parts follow it. */
-static const rv_bench_col row_cols[] = {
+static const bench_col row_cols[] = {
     {"wall(s)", "%9.3f", "wall_s", RV_BENCH_REAL},
     {NULL, NULL, "forward_s", RV_BENCH_REAL},
     {NULL, NULL, "backward_s", RV_BENCH_REAL},
@@ -186,7 +186,7 @@ static const rv_bench_col row_cols[] = {
 static int bench_main(int argc, char **argv)
 {
     opts o;
-    int rc = rv_bench_model_parse(CMD, argc, argv, 8192, &o);
+    int rc = bench_model_parse(CMD, argc, argv, 8192, &o);
     if (rc)
         return rc;
     rv_vit_config cfg;
@@ -202,31 +202,31 @@ static int bench_main(int argc, char **argv)
     rv_status st;
     rc = RV_EXIT_FAIL;
     if (!sh.peak || !sh.bad) {
-        rv_cli_error("%s: out of memory", CMD);
+        cli_error("%s: out of memory", CMD);
         goto end;
     }
-    if ((rc = rv_bench_model_open(CMD, &o, &mc)) != 0)
+    if ((rc = bench_model_open(CMD, &o, &mc)) != 0)
         goto end;
     rc = RV_EXIT_FAIL;
     m = mc.m;
     cfg = m->cfg;
     if (o.seq < o.cp) {
-        rc = rv_cli_usage_error(CMD, "--seq %lld is shorter than --cp %d", (long long)o.seq, o.cp);
+        rc = cli_usage_error(CMD, "--seq %lld is shorter than --cp %d", (long long)o.seq, o.cp);
         goto end;
     }
-    if ((st = rv_bench_plan(&o, &sh.plan)) != RV_OK ||
+    if ((st = bench_plan(&o, &sh.plan)) != RV_OK ||
         (st = rv_backend_cpu_create(o.threads, &be)) != RV_OK)
         goto fail;
     sh.m = m;
     double sgemm = 0, sgemm2 = 0;
-    if ((st = rv_bench_sgemm_rate(be, 3, &sgemm)) != RV_OK ||
+    if ((st = bench_sgemm_rate(be, 3, &sgemm)) != RV_OK ||
         (st = rv_local_run(o.cp, rank_main, &sh)) != RV_OK ||
-        (st = rv_bench_sgemm_rate(be, 3, &sgemm2)) != RV_OK)
+        (st = bench_sgemm_rate(be, 3, &sgemm2)) != RV_OK)
         goto fail;
     sgemm = sgemm2 > sgemm ? sgemm2 : sgemm;
 
     int64_t nvideo = 0, naudio = 0;
-    rv_bench_counts(&cfg, o.seq, &nvideo, &naudio);
+    bench_counts(&cfg, o.seq, &nvideo, &naudio);
     /* A span's attention FLOPs are the visible pairs the ranks counted. */
     const double flops = o.span.kind != RV_SPAN_FULL
                              ? sh.flops
@@ -240,23 +240,23 @@ static int bench_main(int argc, char **argv)
         bad |= sh.bad[r];
     }
     const double rss = peak_rss_mb();
-    rv_bench_report rep;
-    rv_bench_model_report_init(&rep, "train", &o, &cfg);
-    rv_bench_table(&rep, NULL, row_cols, (int)(sizeof row_cols / sizeof row_cols[0]));
-    rv_bench_row(&rep, (const rv_bench_val[]){{.f = sh.wall}, {.f = sh.fwd_s}, {.f = sh.bwd_s},
+    bench_report rep;
+    bench_model_report_init(&rep, "train", &o, &cfg);
+    bench_table(&rep, NULL, row_cols, (int)(sizeof row_cols / sizeof row_cols[0]));
+    bench_add_row(&rep, (const bench_val[]){{.f = sh.wall}, {.f = sh.fwd_s}, {.f = sh.bwd_s},
                                               {.f = o.seq / sh.wall}, {.f = flops * 1e-9},
                                               {.f = gflops}, {.f = sgemm}, {.f = gflops / sgemm},
                                               {.f = peak / 1048576.0}, {.f = rss}});
-    rv_bench_set(&rep, "rank0_backward", rv_bench_parts_json(&sh.bwd));
-    rv_bench_note(&rep, "%s", "");
-    rv_bench_note(&rep, "rank 0: forward %.3f s, backward %.3f s (%.1f GFLOP in all)", sh.fwd_s,
+    bench_set(&rep, "rank0_backward", bench_parts_json(&sh.bwd));
+    bench_note(&rep, "%s", "");
+    bench_note(&rep, "rank 0: forward %.3f s, backward %.3f s (%.1f GFLOP in all)", sh.fwd_s,
                   sh.bwd_s, flops * 1e-9);
-    rv_bench_parts_note(&rep, "rank 0 forward parts (s)", &sh.fwd);
-    rv_bench_parts_note(&rep, "rank 0 backward parts (s)", &sh.bwd);
-    rc = rv_bench_finish(&rep, !bad, "non-finite gradients");
+    bench_parts_note(&rep, "rank 0 forward parts (s)", &sh.fwd);
+    bench_parts_note(&rep, "rank 0 backward parts (s)", &sh.bwd);
+    rc = bench_finish(&rep, !bad, "non-finite gradients");
     goto end;
 fail:
-    rc = rv_cli_fail(st, CMD);
+    rc = cli_fail(st, CMD);
 end:
     rv_backend_free(&be);
     model_cli_close(&mc);
@@ -264,7 +264,7 @@ end:
     return rc;
 }
 
-const rv_bench_cmd rv_bench_train = {
+const bench_cmd bench_train = {
     .name = "train",
     .help = help_text,
     .main = bench_main,

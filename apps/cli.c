@@ -17,7 +17,7 @@
 #include "rv_cuda.h"
 #include "rv_flat.h"
 
-void rv_cli_error(const char *fmt, ...)
+void cli_error(const char *fmt, ...)
 {
     char msg[1024];
     va_list ap;
@@ -37,7 +37,7 @@ static void print_usage_error(const char *cmd, const char *msg)
         fprintf(stderr, RV_CLI_PROG ": %s; see '" RV_CLI_PROG " --help'\n", msg);
 }
 
-int rv_cli_usage_error(const char *cmd, const char *fmt, ...)
+int cli_usage_error(const char *cmd, const char *fmt, ...)
 {
     char msg[1024];
     va_list ap;
@@ -48,14 +48,14 @@ int rv_cli_usage_error(const char *cmd, const char *fmt, ...)
     return RV_EXIT_USAGE;
 }
 
-int rv_cli_unknown_arg(const char *cmd, const char *arg)
+int cli_unknown_arg(const char *cmd, const char *arg)
 {
     if (arg[0] == '-' && arg[1] != '\0')
-        return rv_cli_usage_error(cmd, "unknown flag '%s'", arg);
-    return rv_cli_usage_error(cmd, "unknown argument '%s'", arg);
+        return cli_usage_error(cmd, "unknown flag '%s'", arg);
+    return cli_usage_error(cmd, "unknown argument '%s'", arg);
 }
 
-int rv_cli_fail(rv_status s, const char *what)
+int cli_fail(rv_status s, const char *what)
 {
     const char *why = rv_last_error();
     if (!why || !why[0])
@@ -67,18 +67,18 @@ int rv_cli_fail(rv_status s, const char *what)
     return RV_EXIT_FAIL;
 }
 
-int rv_cli_is_help(const char *arg)
+int cli_is_help(const char *arg)
 {
     return arg && (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0);
 }
 
-int rv_cli_flag_is(const char *arg, const char *flag)
+int cli_flag_is(const char *arg, const char *flag)
 {
     size_t n = strlen(flag);
     return strncmp(arg, flag, n) == 0 && (arg[n] == '\0' || arg[n] == '=');
 }
 
-const char *rv_cli_flag_value(const char *cmd, int argc, char **argv, int *i)
+const char *cli_flag_value(const char *cmd, int argc, char **argv, int *i)
 {
     const char *arg = argv[*i];
     const char *eq = strchr(arg, '=');
@@ -86,7 +86,7 @@ const char *rv_cli_flag_value(const char *cmd, int argc, char **argv, int *i)
     if (eq && arg[0] == '-') {
         v = eq + 1;
     } else if (*i + 1 >= argc) {
-        rv_cli_usage_error(cmd, "flag '%s' needs a value", arg);
+        cli_usage_error(cmd, "flag '%s' needs a value", arg);
         return NULL;
     } else {
         *i += 1;
@@ -97,7 +97,7 @@ const char *rv_cli_flag_value(const char *cmd, int argc, char **argv, int *i)
     if (!v[0]) {
         char name[64];
         snprintf(name, sizeof name, "%.*s", (int)strcspn(arg, "="), arg);
-        rv_cli_usage_error(cmd, "flag '%s' needs a value, not an empty one", name);
+        cli_usage_error(cmd, "flag '%s' needs a value, not an empty one", name);
         return NULL;
     }
     return v;
@@ -113,7 +113,7 @@ static void flag_name(const char *flag, char *buf, size_t size)
     buf[n] = '\0';
 }
 
-int rv_cli_parse_i64(const char *cmd, const char *flag, const char *text, int64_t min,
+int cli_parse_i64(const char *cmd, const char *flag, const char *text, int64_t min,
                      int64_t max, int64_t *out)
 {
     char name[128];
@@ -123,24 +123,24 @@ int rv_cli_parse_i64(const char *cmd, const char *flag, const char *text, int64_
     long long v = text ? strtoll(text, &end, 10) : 0;
     int ok = text && text[0] && end && *end == '\0' && errno == 0;
     if (!ok || v < min || v > max)
-        return rv_cli_usage_error(cmd, "%s wants an integer in [%" PRId64 ", %" PRId64
+        return cli_usage_error(cmd, "%s wants an integer in [%" PRId64 ", %" PRId64
                                   "], got '%s'",
                                   name, min, max, text ? text : "");
     *out = (int64_t)v;
     return 0;
 }
 
-int rv_cli_parse_int(const char *cmd, const char *flag, const char *text, int min,
+int cli_parse_int(const char *cmd, const char *flag, const char *text, int min,
                      int max, int *out)
 {
     int64_t v = 0;
-    int rc = rv_cli_parse_i64(cmd, flag, text, min, max, &v);
+    int rc = cli_parse_i64(cmd, flag, text, min, max, &v);
     if (rc == 0)
         *out = (int)v;
     return rc;
 }
 
-int rv_cli_parse_double(const char *cmd, const char *flag, const char *text,
+int cli_parse_double(const char *cmd, const char *flag, const char *text,
                         double min, double max, double *out)
 {
     char name[128];
@@ -150,17 +150,17 @@ int rv_cli_parse_double(const char *cmd, const char *flag, const char *text,
     double v = text ? strtod(text, &end) : 0.0;
     int ok = text && text[0] && end && *end == '\0' && errno == 0 && isfinite(v);
     if (!ok || v < min || v > max)
-        return rv_cli_usage_error(cmd, "%s wants a number in [%g, %g], got '%s'", name,
+        return cli_usage_error(cmd, "%s wants a number in [%g, %g], got '%s'", name,
                                   min, max, text ? text : "");
     *out = v;
     return 0;
 }
 
-int rv_cli_parse_float(const char *cmd, const char *flag, const char *text, float min,
+int cli_parse_float(const char *cmd, const char *flag, const char *text, float min,
                        float max, float *out)
 {
     double v = 0.0;
-    int rc = rv_cli_parse_double(cmd, flag, text, min, max, &v);
+    int rc = cli_parse_double(cmd, flag, text, min, max, &v);
     if (rc == 0)
         *out = (float)v;
     return rc;
@@ -169,53 +169,53 @@ int rv_cli_parse_float(const char *cmd, const char *flag, const char *text, floa
 /* argv[*i] is the flag; its value is argv[*i] after '=' or argv[*i + 1]. */
 #define TAKE(parse)                                                                    \
     const char *flag = argv[*i];                                                       \
-    const char *text = rv_cli_flag_value(cmd, argc, argv, i);                          \
+    const char *text = cli_flag_value(cmd, argc, argv, i);                          \
     if (!text)                                                                         \
         return RV_EXIT_USAGE;                                                          \
     return parse(cmd, flag, text, min, max, out)
 
-int rv_cli_take_int(const char *cmd, int argc, char **argv, int *i, int min, int max,
+int cli_take_int(const char *cmd, int argc, char **argv, int *i, int min, int max,
                     int *out)
 {
-    TAKE(rv_cli_parse_int);
+    TAKE(cli_parse_int);
 }
 
-int rv_cli_take_i64(const char *cmd, int argc, char **argv, int *i, int64_t min,
+int cli_take_i64(const char *cmd, int argc, char **argv, int *i, int64_t min,
                     int64_t max, int64_t *out)
 {
-    TAKE(rv_cli_parse_i64);
+    TAKE(cli_parse_i64);
 }
 
-int rv_cli_take_float(const char *cmd, int argc, char **argv, int *i, float min,
+int cli_take_float(const char *cmd, int argc, char **argv, int *i, float min,
                       float max, float *out)
 {
-    TAKE(rv_cli_parse_float);
+    TAKE(cli_parse_float);
 }
 
-int rv_cli_take_double(const char *cmd, int argc, char **argv, int *i, double min,
+int cli_take_double(const char *cmd, int argc, char **argv, int *i, double min,
                        double max, double *out)
 {
-    TAKE(rv_cli_parse_double);
+    TAKE(cli_parse_double);
 }
 #undef TAKE
 
-int rv_cli_take_device(const char *cmd, int argc, char **argv, int *i, const char **out)
+int cli_take_device(const char *cmd, int argc, char **argv, int *i, const char **out)
 {
-    const char *v = rv_cli_flag_value(cmd, argc, argv, i);
+    const char *v = cli_flag_value(cmd, argc, argv, i);
     if (!v)
         return RV_EXIT_USAGE;
     if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0)
-        return rv_cli_usage_error(cmd, "--device wants cpu or cuda, got '%s'", v);
+        return cli_usage_error(cmd, "--device wants cpu or cuda, got '%s'", v);
 #ifndef RINGVIT_HAVE_CUDA
     if (strcmp(v, "cuda") == 0)
-        return rv_cli_usage_error(cmd, "--device cuda: this build has no CUDA (configure where "
+        return cli_usage_error(cmd, "--device cuda: this build has no CUDA (configure where "
                                   "the CUDA toolkit is installed, -DRINGVIT_CUDA=ON)");
 #endif
     *out = v;
     return 0;
 }
 
-void rv_cli_log_stderr(rv_log_level level, const char *msg, void *user)
+void cli_log_stderr(rv_log_level level, const char *msg, void *user)
 {
     (void)user;
     const char *tag = "";
@@ -233,7 +233,7 @@ void rv_cli_log_stderr(rv_log_level level, const char *msg, void *user)
     fputs(line, stderr);
 }
 
-void rv_cli_log_init(int verbosity)
+void cli_log_init(int verbosity)
 {
     int level = RV_LOG_INFO;
     const char *env = getenv("RINGVIT_LOG");
@@ -247,7 +247,7 @@ void rv_cli_log_init(int verbosity)
         else if (strcasecmp(env, "debug") == 0)
             level = RV_LOG_DEBUG;
         else
-            rv_cli_error("warning: RINGVIT_LOG='%s' is not error, warn, info or debug; "
+            cli_error("warning: RINGVIT_LOG='%s' is not error, warn, info or debug; "
                          "using info",
                          env);
     }
@@ -256,20 +256,20 @@ void rv_cli_log_init(int verbosity)
         level = RV_LOG_ERROR;
     if (level > RV_LOG_DEBUG)
         level = RV_LOG_DEBUG;
-    rv_log_set(rv_cli_log_stderr, NULL, (rv_log_level)level);
+    rv_log_set(cli_log_stderr, NULL, (rv_log_level)level);
 }
 
-int rv_cli_json_print(const json_t *root)
+int cli_json_print(const json_t *root)
 {
     if (json_dumpf(root, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(9)) != 0 ||
         fputc('\n', stdout) == EOF || fflush(stdout) != 0) {
-        rv_cli_error("could not write JSON to standard output");
+        cli_error("could not write JSON to standard output");
         return RV_EXIT_FAIL;
     }
     return RV_EXIT_OK;
 }
 
-int rv_cli_threads_per_rank(int threads, int ranks, int mpi)
+int cli_threads_per_rank(int threads, int ranks, int mpi)
 {
     int cores = rv_cpu_default_threads();
     if (!mpi) {
@@ -286,7 +286,7 @@ int rv_cli_threads_per_rank(int threads, int ranks, int mpi)
     return t > 0 ? t : 1;
 }
 
-rv_status rv_cli_backend_create(int cuda, int threads, int rank, rv_backend **be)
+rv_status cli_backend_create(int cuda, int threads, int rank, rv_backend **be)
 {
     *be = NULL;
     if (!cuda)
@@ -304,17 +304,17 @@ rv_status rv_cli_backend_create(int cuda, int threads, int rank, rv_backend **be
 #endif
 }
 
-rv_status rv_cli_device_check(int cuda)
+rv_status cli_device_check(int cuda)
 {
     if (!cuda)
         return RV_OK;
     rv_backend *probe = NULL;
-    rv_status st = rv_cli_backend_create(1, 1, 0, &probe);
+    rv_status st = cli_backend_create(1, 1, 0, &probe);
     rv_backend_free(&probe);
     return st;
 }
 
-rv_comm_copy_fn rv_cli_device_copy(int cuda)
+rv_comm_copy_fn cli_device_copy(int cuda)
 {
 #ifdef RINGVIT_HAVE_CUDA
     return cuda ? rv_cuda_copy_sync : NULL;
@@ -324,7 +324,7 @@ rv_comm_copy_fn rv_cli_device_copy(int cuda)
 #endif
 }
 
-void rv_cli_on_stop_signals(void (*handler)(int sig))
+void cli_on_stop_signals(void (*handler)(int sig))
 {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -335,17 +335,17 @@ void rv_cli_on_stop_signals(void (*handler)(int sig))
     sigaction(SIGTERM, &sa, NULL);
 }
 
-char *rv_cli_utf8_text(const char *text)
+char *cli_utf8_text(const char *text)
 {
     return rv_utf8_text(text);
 }
 
-json_t *rv_cli_json_path(const char *path)
+json_t *cli_json_path(const char *path)
 {
     json_t *j = json_string(path);
     if (j || !path)
         return j;
-    char *text = rv_cli_utf8_text(path);
+    char *text = cli_utf8_text(path);
     j = text ? json_string(text) : NULL;
     free(text);
     return j;

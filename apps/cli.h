@@ -10,7 +10,7 @@
  *   - results go to stdout (a table, or one JSON object with --json), everything
  *     else to stderr.
  * The parse helpers print their own message and return RV_EXIT_USAGE on error,
- * so a caller writes `if ((rc = rv_cli_parse_int(...)) != 0) return rc;`. */
+ * so a caller writes `if ((rc = cli_parse_int(...)) != 0) return rc;`. */
 #ifndef RV_CLI_H
 #define RV_CLI_H
 
@@ -31,80 +31,80 @@ enum {
 };
 
 /* "ringvit: <message>" on stderr. */
-void rv_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* "ringvit: <cmd>: <message>; see 'ringvit <cmd> --help'" on stderr; returns
  * RV_EXIT_USAGE. cmd is the full command ("bench attention"); NULL or "" for the
  * top level. */
-int rv_cli_usage_error(const char *cmd, const char *fmt, ...)
+int cli_usage_error(const char *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 /* Usage error for an argument the command does not know ("unknown flag '--x'",
  * "unknown argument 'x'"); returns RV_EXIT_USAGE. */
-int rv_cli_unknown_arg(const char *cmd, const char *arg);
+int cli_unknown_arg(const char *cmd, const char *arg);
 
 /* Reports a failed library call, "ringvit: <what>: <rv_last_error()>" (or the
  * status name when no message was set), and returns RV_EXIT_FAIL. */
-int rv_cli_fail(rv_status s, const char *what);
+int cli_fail(rv_status s, const char *what);
 
 /* 1 when arg is "-h" or "--help". */
-int rv_cli_is_help(const char *arg);
+int cli_is_help(const char *arg);
 
 /* Value of the flag at argv[*i]: accepts "--flag VALUE" (advances *i past the
  * value) and "--flag=VALUE". Returns NULL, after a usage error naming the flag,
  * when the value is missing. Call only once argv[*i] is known to be this flag
- * (see rv_cli_flag_is). */
-const char *rv_cli_flag_value(const char *cmd, int argc, char **argv, int *i);
+ * (see cli_flag_is). */
+const char *cli_flag_value(const char *cmd, int argc, char **argv, int *i);
 
 /* 1 when arg is flag itself or "flag=...". */
-int rv_cli_flag_is(const char *arg, const char *flag);
+int cli_flag_is(const char *arg, const char *flag);
 
 /* Parse text as a whole base-10 number within [min, max]; on error print
  * "ringvit: <cmd>: <flag> wants an integer in [min, max], got 'text'; see ..."
  * and return RV_EXIT_USAGE, else store it and return 0. */
-int rv_cli_parse_int(const char *cmd, const char *flag, const char *text, int min,
+int cli_parse_int(const char *cmd, const char *flag, const char *text, int min,
                      int max, int *out);
-int rv_cli_parse_i64(const char *cmd, const char *flag, const char *text, int64_t min,
+int cli_parse_i64(const char *cmd, const char *flag, const char *text, int64_t min,
                      int64_t max, int64_t *out);
 /* As above for a finite floating-point number (no NaN, no inf). */
-int rv_cli_parse_double(const char *cmd, const char *flag, const char *text,
+int cli_parse_double(const char *cmd, const char *flag, const char *text,
                         double min, double max, double *out);
-int rv_cli_parse_float(const char *cmd, const char *flag, const char *text, float min,
+int cli_parse_float(const char *cmd, const char *flag, const char *text, float min,
                        float max, float *out);
 
 /* The flag at argv[*i] with its value parsed in one step ("--seq 64" or
  * "--seq=64"): advances *i past the value; returns 0, or RV_EXIT_USAGE after a
  * message naming the flag. Typical loop body:
- *     if (rv_cli_flag_is(argv[i], "--seq")) {
- *         if ((rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1 << 24, &seq)))
+ *     if (cli_flag_is(argv[i], "--seq")) {
+ *         if ((rc = cli_take_int(CMD, argc, argv, &i, 1, 1 << 24, &seq)))
  *             return rc;
  *     } else ...                                                            */
-int rv_cli_take_int(const char *cmd, int argc, char **argv, int *i, int min, int max,
+int cli_take_int(const char *cmd, int argc, char **argv, int *i, int min, int max,
                     int *out);
-int rv_cli_take_i64(const char *cmd, int argc, char **argv, int *i, int64_t min,
+int cli_take_i64(const char *cmd, int argc, char **argv, int *i, int64_t min,
                     int64_t max, int64_t *out);
-int rv_cli_take_float(const char *cmd, int argc, char **argv, int *i, float min,
+int cli_take_float(const char *cmd, int argc, char **argv, int *i, float min,
                       float max, float *out);
-int rv_cli_take_double(const char *cmd, int argc, char **argv, int *i, double min,
+int cli_take_double(const char *cmd, int argc, char **argv, int *i, double min,
                        double max, double *out);
 
-/* --device at argv[*i]: cpu or cuda (kept as the argv string), as rv_cli_take_int. */
-int rv_cli_take_device(const char *cmd, int argc, char **argv, int *i, const char **out);
+/* --device at argv[*i]: cpu or cuda (kept as the argv string), as cli_take_int. */
+int cli_take_device(const char *cmd, int argc, char **argv, int *i, const char **out);
 
 /* Log sink for rv_log_set: one line per message on stderr, "ringvit: warning: ..."
  * (user is unused). */
-void rv_cli_log_stderr(rv_log_level level, const char *msg, void *user);
+void cli_log_stderr(rv_log_level level, const char *msg, void *user);
 
-/* Installs rv_cli_log_stderr at the level named by the environment variable
+/* Installs cli_log_stderr at the level named by the environment variable
  * RINGVIT_LOG (error, warn, info, debug; default info), raised or lowered by
  * verbosity (+1 per -v, -1 for -q). */
-void rv_cli_log_init(int verbosity);
+void cli_log_init(int verbosity);
 
 /* Compute threads per rank: local ranks (threads of this process) share
  * `threads` (<= 0: every core); an MPI rank gets `threads` when given, else the
  * machine's cores over the ranks on it (OpenMPI and MPICH say how many). At
  * least 1. */
-int rv_cli_threads_per_rank(int threads, int ranks, int mpi);
+int cli_threads_per_rank(int threads, int ranks, int mpi);
 /* The most --threads a command takes: beyond the largest machines' hardware
  * threads, OpenMP teams only slow each other down. */
 #define RV_CLI_MAX_THREADS 1024
@@ -117,28 +117,28 @@ int rv_cli_threads_per_rank(int threads, int ranks, int mpi);
 /* The compute backend of a rank: cpu with `threads` threads, or with cuda the
  * GPU rank % (GPUs of this process); RV_ERR_UNSUPPORTED naming the reason in a
  * build without CUDA or on a machine without a GPU. */
-rv_status rv_cli_backend_create(int cuda, int threads, int rank, rv_backend **be);
+rv_status cli_backend_create(int cuda, int threads, int rank, rv_backend **be);
 
 /* RV_OK when the backend of --device (cuda or not) can be created here, else its
  * error: the commands check before any work. */
-rv_status rv_cli_device_check(int cuda);
+rv_status cli_device_check(int cuda);
 
 /* The move of a local run's communicator: device copies with cuda, else memcpy. */
-rv_comm_copy_fn rv_cli_device_copy(int cuda);
+rv_comm_copy_fn cli_device_copy(int cuda);
 
 /* Installs handler for SIGINT and SIGTERM (SA_RESTART), the commands' graceful
  * stop: the handler notes the first signal and stops at once on the second. */
-void rv_cli_on_stop_signals(void (*handler)(int sig));
+void cli_on_stop_signals(void (*handler)(int sig));
 
 /* Writes root as indented JSON plus a newline to stdout and flushes; does not
  * take the reference. Returns RV_EXIT_OK, or RV_EXIT_FAIL after a message. */
-int rv_cli_json_print(const json_t *root);
+int cli_json_print(const json_t *root);
 
 /* A path (or any text) as a JSON string: itself where it is UTF-8, else with each
  * byte that is not part of a UTF-8 character written as \xNN (a file name on Linux
  * is any bytes; JSON and safetensors metadata hold UTF-8 only). Never NULL but when
- * out of memory. rv_cli_utf8_text: the same text as a malloc'd C string. */
-json_t *rv_cli_json_path(const char *path);
-char *rv_cli_utf8_text(const char *text);
+ * out of memory. cli_utf8_text: the same text as a malloc'd C string. */
+json_t *cli_json_path(const char *path);
+char *cli_utf8_text(const char *text);
 
 #endif

@@ -1,7 +1,7 @@
 /* cmd_bench.c: `ringvit bench BENCH [options]`, the micro-benchmarks. This file
  * only lists the benches and dispatches to one of them with argv shifted by one
  * (argv[0] becomes the bench name), or prints its help for --help; each bench
- * parses its own flags (rv_bench_parse) and reports through bench_common.h in the
+ * parses its own flags (bench_parse) and reports through bench_common.h in the
  * nccl-tests shape: one row per size, an OK/FAILED footer, --json for machines. */
 #include <stdio.h>
 #include <string.h>
@@ -10,9 +10,9 @@
 #include "cli.h"
 
 /* Keep in step with the "benches:" list of BENCH_HELP. */
-static const rv_bench_cmd *const benches[] = {
-    &rv_bench_attention, &rv_bench_comm, &rv_bench_encoder,
-    &rv_bench_ingest,    &rv_bench_ring, &rv_bench_train,
+static const bench_cmd *const benches[] = {
+    &bench_attention, &bench_comm, &bench_encoder,
+    &bench_ingest,    &bench_ring, &bench_train,
 };
 
 #define BENCH_HELP                                                                     \
@@ -36,28 +36,28 @@ static int bench_main(int argc, char **argv)
 {
     if (argc < 2) {
         fputs(BENCH_HELP, stderr);
-        return rv_cli_usage_error("bench", "which bench? name one of the benches above");
+        return cli_usage_error("bench", "which bench? name one of the benches above");
     }
     const char *name = argv[1];
-    if (rv_cli_is_help(name)) {
+    if (cli_is_help(name)) {
         fputs(BENCH_HELP, stdout);
         return RV_EXIT_OK;
     }
     if (name[0] == '-')
-        return rv_cli_unknown_arg("bench", name);
+        return cli_unknown_arg("bench", name);
     for (size_t i = 0; i < sizeof benches / sizeof benches[0]; i++) {
         if (strcmp(benches[i]->name, name) != 0)
             continue;
-        if (argc >= 3 && rv_cli_is_help(argv[2])) {
+        if (argc >= 3 && cli_is_help(argv[2])) {
             fputs(benches[i]->help, stdout);
             return RV_EXIT_OK;
         }
         return benches[i]->main(argc - 1, argv + 1);
     }
-    return rv_cli_usage_error("bench", "unknown bench '%s'", name);
+    return cli_usage_error("bench", "unknown bench '%s'", name);
 }
 
-const rv_command rv_cmd_bench = {
+const cli_command cmd_bench = {
     .name = "bench",
     .summary = "time the compute kernels and communicators (bench attention, comm, ring)",
     .main = bench_main,

@@ -255,7 +255,7 @@ static int parse_shard(const char *v, embed_args *a)
     long i = v[0] >= '0' && v[0] <= '9' ? strtol(v, &end, 10) : -1;
     long n = end && *end == '/' && end[1] >= '0' && end[1] <= '9' ? strtol(end + 1, &end2, 10) : -1;
     if (errno || i < 0 || n < 1 || n > 1000000 || !end2 || *end2 || i >= n)
-        return rv_cli_usage_error(CMD, "--shard wants I/N, this job's number I of N jobs with 0 "
+        return cli_usage_error(CMD, "--shard wants I/N, this job's number I of N jobs with 0 "
                                   "<= I < N (0/2 and 1/2 for two jobs), got '%s'", v);
     a->shard_index = (int)i;
     a->shard_count = (int)n;
@@ -283,7 +283,7 @@ static int parse_args(int argc, char **argv, embed_args *a)
     a->manifests = calloc((size_t)argc, sizeof *a->manifests);
     a->inputs = calloc((size_t)argc, sizeof *a->inputs);
     if (!a->manifests || !a->inputs) {
-        rv_cli_error("embed: out of memory");
+        cli_error("embed: out of memory");
         return RV_EXIT_FAIL;
     }
     int rc = 0, audio_set = 0, video_set = 0;
@@ -291,74 +291,74 @@ static int parse_args(int argc, char **argv, embed_args *a)
         const char *s = argv[i], *v;
 #define VALUE()                                                            \
     do {                                                                   \
-        if (!(v = rv_cli_flag_value(CMD, argc, argv, &i)))                 \
+        if (!(v = cli_flag_value(CMD, argc, argv, &i)))                 \
             return RV_EXIT_USAGE;                                          \
     } while (0)
-        if (rv_cli_flag_is(s, "-o") || rv_cli_flag_is(s, "--output")) {
+        if (cli_flag_is(s, "-o") || cli_flag_is(s, "--output")) {
             VALUE();
             a->out = v;
-        } else if (rv_cli_flag_is(s, "--out-dir")) {
+        } else if (cli_flag_is(s, "--out-dir")) {
             VALUE();
             a->out_dir = v;
-        } else if (rv_cli_flag_is(s, "--log")) {
+        } else if (cli_flag_is(s, "--log")) {
             VALUE();
             a->log = v;
-        } else if (rv_cli_flag_is(s, "--manifest")) {
+        } else if (cli_flag_is(s, "--manifest")) {
             VALUE();
             a->manifests[a->nmanifests++] = v;
-        } else if (rv_cli_flag_is(s, "--model")) {
+        } else if (cli_flag_is(s, "--model")) {
             VALUE();
             a->model = v;
-        } else if (rv_cli_flag_is(s, "--seed")) {
-            rc = rv_cli_take_i64(CMD, argc, argv, &i, 0, INT64_MAX, &a->seed);
+        } else if (cli_flag_is(s, "--seed")) {
+            rc = cli_take_i64(CMD, argc, argv, &i, 0, INT64_MAX, &a->seed);
             a->seed_set = 1;
-        } else if (rv_cli_flag_is(s, "--cp")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1024, &a->cp);
+        } else if (cli_flag_is(s, "--cp")) {
+            rc = cli_take_int(CMD, argc, argv, &i, 1, 1024, &a->cp);
             a->cp_set = 1;
-        } else if (rv_cli_flag_is(s, "--ranks")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1024, &a->ranks);
-        } else if (rv_cli_flag_is(s, "--prefetch")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 0, EMBED_MAX_PREFETCH, &a->prefetch);
-        } else if (rv_cli_flag_is(s, "--backend")) {
+        } else if (cli_flag_is(s, "--ranks")) {
+            rc = cli_take_int(CMD, argc, argv, &i, 1, 1024, &a->ranks);
+        } else if (cli_flag_is(s, "--prefetch")) {
+            rc = cli_take_int(CMD, argc, argv, &i, 0, EMBED_MAX_PREFETCH, &a->prefetch);
+        } else if (cli_flag_is(s, "--backend")) {
             VALUE();
             if (strcmp(v, "local") && strcmp(v, "mpi") && strcmp(v, "nccl"))
-                return rv_cli_usage_error(CMD, "--backend wants local, mpi or nccl, got '%s'", v);
+                return cli_usage_error(CMD, "--backend wants local, mpi or nccl, got '%s'", v);
             a->backend = v;
-        } else if (rv_cli_flag_is(s, "--device")) {
-            rc = rv_cli_take_device(CMD, argc, argv, &i, &a->device);
-        } else if (rv_cli_flag_is(s, "--gpu")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 0, 1023, &a->gpu);
-        } else if (rv_cli_flag_is(s, "--strategy")) {
+        } else if (cli_flag_is(s, "--device")) {
+            rc = cli_take_device(CMD, argc, argv, &i, &a->device);
+        } else if (cli_flag_is(s, "--gpu")) {
+            rc = cli_take_int(CMD, argc, argv, &i, 0, 1023, &a->gpu);
+        } else if (cli_flag_is(s, "--strategy")) {
             VALUE();
             if (rv_cp_strategy_parse(v, &a->strategy) != RV_OK)
-                return rv_cli_usage_error(CMD, "--strategy wants ring, allgather or ulysses, "
+                return cli_usage_error(CMD, "--strategy wants ring, allgather or ulysses, "
                                           "got '%s'", v);
-        } else if (rv_cli_flag_is(s, "--segment")) {
-            rc = rv_cli_take_double(CMD, argc, argv, &i, 0.001, 1e9, &a->segment_s);
+        } else if (cli_flag_is(s, "--segment")) {
+            rc = cli_take_double(CMD, argc, argv, &i, 0.001, 1e9, &a->segment_s);
             a->segment_set = 1;
-        } else if (rv_cli_flag_is(s, "--max-tokens")) {
-            rc = rv_cli_take_i64(CMD, argc, argv, &i, 1, INT64_MAX, &a->max_tokens);
-        } else if (rv_cli_flag_is(s, "--hop")) {
-            rc = rv_cli_take_double(CMD, argc, argv, &i, 0.001, 1e9, &a->hop_s);
-        } else if (rv_cli_flag_is(s, "--attention")) {
+        } else if (cli_flag_is(s, "--max-tokens")) {
+            rc = cli_take_i64(CMD, argc, argv, &i, 1, INT64_MAX, &a->max_tokens);
+        } else if (cli_flag_is(s, "--hop")) {
+            rc = cli_take_double(CMD, argc, argv, &i, 0.001, 1e9, &a->hop_s);
+        } else if (cli_flag_is(s, "--attention")) {
             VALUE();
             if (rv_span_parse(v, &a->span) != RV_OK)
-                return rv_cli_usage_error(CMD, "--attention: %s", rv_last_error());
-        } else if (rv_cli_flag_is(s, "--threads")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, RV_CLI_MAX_THREADS, &a->threads);
-        } else if (rv_cli_flag_is(s, "--decode-threads")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 256, &a->decode_threads);
-        } else if (rv_cli_flag_is(s, "--timeout")) {
-            rc = rv_cli_take_double(CMD, argc, argv, &i, 0.001, 1e7, &a->timeout_s);
-        } else if (rv_cli_flag_is(s, "--size")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 8, 4096, &a->io.size);
+                return cli_usage_error(CMD, "--attention: %s", rv_last_error());
+        } else if (cli_flag_is(s, "--threads")) {
+            rc = cli_take_int(CMD, argc, argv, &i, 1, RV_CLI_MAX_THREADS, &a->threads);
+        } else if (cli_flag_is(s, "--decode-threads")) {
+            rc = cli_take_int(CMD, argc, argv, &i, 1, 256, &a->decode_threads);
+        } else if (cli_flag_is(s, "--timeout")) {
+            rc = cli_take_double(CMD, argc, argv, &i, 0.001, 1e7, &a->timeout_s);
+        } else if (cli_flag_is(s, "--size")) {
+            rc = cli_take_int(CMD, argc, argv, &i, 8, 4096, &a->io.size);
             a->size_set = 1;
-        } else if (rv_cli_ingest_flag(CMD, argc, argv, &i, &a->io, &audio_set, &video_set, &rc)) {
+        } else if (cli_ingest_flag(CMD, argc, argv, &i, &a->io, &audio_set, &video_set, &rc)) {
             /* --fps --pad --start --duration --audio-stream --video-stream --max-corrupt */
-        } else if (rv_cli_flag_is(s, "--heads")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 65536, &a->heads);
-        } else if (rv_cli_flag_is(s, "--tubelet")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 64, &a->tubelet);
+        } else if (cli_flag_is(s, "--heads")) {
+            rc = cli_take_int(CMD, argc, argv, &i, 1, 65536, &a->heads);
+        } else if (cli_flag_is(s, "--tubelet")) {
+            rc = cli_take_int(CMD, argc, argv, &i, 1, 64, &a->tubelet);
         } else if (strcmp(s, "--no-audio") == 0) {
             a->no_audio = 1;
         } else if (strcmp(s, "--no-video") == 0) {
@@ -377,7 +377,7 @@ static int parse_args(int argc, char **argv, embed_args *a)
             a->quiet = 1;
         } else if (strcmp(s, "--json") == 0) {
             a->json = 1;
-        } else if (rv_cli_flag_is(s, "--dtype")) {
+        } else if (cli_flag_is(s, "--dtype")) {
             VALUE();
             if (strcmp(v, "f32") == 0)
                 a->dtype = RV_F32;
@@ -386,24 +386,24 @@ static int parse_args(int argc, char **argv, embed_args *a)
             else if (strcmp(v, "bf16") == 0)
                 a->dtype = RV_BF16;
             else
-                return rv_cli_usage_error(CMD, "--dtype wants f32, f16 or bf16, got '%s'", v);
+                return cli_usage_error(CMD, "--dtype wants f32, f16 or bf16, got '%s'", v);
         } else if (strcmp(s, "--normalize") == 0) {
             a->normalize = 1;
-        } else if (rv_cli_flag_is(s, "--progress")) {
-            rc = rv_cli_take_double(CMD, argc, argv, &i, 0, 1e6, &a->progress_s);
-        } else if (rv_cli_flag_is(s, "--shard")) {
+        } else if (cli_flag_is(s, "--progress")) {
+            rc = cli_take_double(CMD, argc, argv, &i, 0, 1e6, &a->progress_s);
+        } else if (cli_flag_is(s, "--shard")) {
             VALUE();
             if ((rc = parse_shard(v, a)) != 0)
                 return rc;
-        } else if (rv_cli_flag_is(s, "--claim-stale")) {
-            rc = rv_cli_take_double(CMD, argc, argv, &i, 1, 1e7, &a->claim_stale_s);
+        } else if (cli_flag_is(s, "--claim-stale")) {
+            rc = cli_take_double(CMD, argc, argv, &i, 1, 1e7, &a->claim_stale_s);
         } else if (strcmp(s, "--") == 0) {
             for (i++; i < argc; i++)
                 a->inputs[a->ninputs++] = argv[i];
         } else if (s[0] == '-' && s[1] != '\0') {
-            return rv_cli_unknown_arg(CMD, s);
+            return cli_unknown_arg(CMD, s);
         } else if (strcmp(s, "-") == 0) {
-            return rv_cli_usage_error(CMD, "standard input ('-') cannot be embedded: every rank "
+            return cli_usage_error(CMD, "standard input ('-') cannot be embedded: every rank "
                                       "opens the file itself; save it to a file first");
         } else {
             a->inputs[a->ninputs++] = s;
@@ -413,43 +413,43 @@ static int parse_args(int argc, char **argv, embed_args *a)
     if (rc)
         return rc;
     if (a->no_audio && audio_set)
-        return rv_cli_usage_error(CMD, "--no-audio and --audio-stream contradict each other");
+        return cli_usage_error(CMD, "--no-audio and --audio-stream contradict each other");
     if (a->no_video && video_set)
-        return rv_cli_usage_error(CMD, "--no-video and --video-stream contradict each other");
+        return cli_usage_error(CMD, "--no-video and --video-stream contradict each other");
     if (a->no_audio && a->no_video)
-        return rv_cli_usage_error(CMD, "--no-audio and --no-video leave nothing to embed");
+        return cli_usage_error(CMD, "--no-audio and --no-video leave nothing to embed");
     /* Choosing a stream insists on its modality, as --audio / --video do. */
     a->want_audio |= audio_set;
     a->want_video |= video_set;
     if ((a->no_audio && a->want_audio) || (a->no_video && a->want_video))
-        return rv_cli_usage_error(CMD, "--%s and --no-%s contradict each other",
+        return cli_usage_error(CMD, "--%s and --no-%s contradict each other",
                                   a->want_audio && a->no_audio ? "audio" : "video",
                                   a->want_audio && a->no_audio ? "audio" : "video");
     /* The claims live beside the outputs, in a folder the jobs share. */
     if (a->shard_count && a->out)
-        return rv_cli_usage_error(CMD, "--shard divides the inputs of jobs sharing --out-dir; "
+        return cli_usage_error(CMD, "--shard divides the inputs of jobs sharing --out-dir; "
                                   "-o %s names one output: use --out-dir DIR",
-                                  rv_out_is_stdout(a->out) ? "-" : "OUT");
+                                  out_is_stdout(a->out) ? "-" : "OUT");
     if (a->shard_count && !a->out_dir)
-        return rv_cli_usage_error(CMD, "--shard needs --out-dir DIR, the folder the jobs share "
+        return cli_usage_error(CMD, "--shard needs --out-dir DIR, the folder the jobs share "
                                   "(outputs and claim files)");
     if (a->claim_stale_s > 0 && !a->shard_count)
-        return rv_cli_usage_error(CMD, "--claim-stale is about the claim files of --shard I/N");
+        return cli_usage_error(CMD, "--claim-stale is about the claim files of --shard I/N");
     if (a->out && a->out_dir)
-        return rv_cli_usage_error(CMD, "-o names one output, --out-dir a folder of them: "
+        return cli_usage_error(CMD, "-o names one output, --out-dir a folder of them: "
                                   "give one of them");
-    if (rv_out_is_stdout(a->out) && a->json)
-        return rv_cli_usage_error(CMD, "-o - and --json both want standard output: give one "
+    if (out_is_stdout(a->out) && a->json)
+        return cli_usage_error(CMD, "-o - and --json both want standard output: give one "
                                   "of them");
-    if (rv_out_is_stdout(a->out) && a->resume)
-        return rv_cli_usage_error(CMD, "--resume has no output to look at with -o -");
+    if (out_is_stdout(a->out) && a->resume)
+        return cli_usage_error(CMD, "--resume has no output to look at with -o -");
     /* mpiexec forwards each process's standard output (OpenMPI through a
      * terminal, which would mangle the bytes). */
-    if (rv_out_is_stdout(a->out) && strcmp(a->backend, "local") != 0)
-        return rv_cli_usage_error(CMD, "-o - needs --backend local (under mpiexec standard "
+    if (out_is_stdout(a->out) && strcmp(a->backend, "local") != 0)
+        return cli_usage_error(CMD, "-o - needs --backend local (under mpiexec standard "
                                   "output is the launcher's): write a file");
     if (a->ninputs == 0 && a->nmanifests == 0)
-        return rv_cli_usage_error(CMD, "which recordings? give INPUT files or --manifest LIST");
+        return cli_usage_error(CMD, "which recordings? give INPUT files or --manifest LIST");
     if ((rc = model_cli_check_backend(CMD, a->backend, strcmp(a->device, "cuda") == 0, a->gpu,
                                       &a->span)) != 0)
         return rc;
@@ -457,10 +457,10 @@ static int parse_args(int argc, char **argv, embed_args *a)
         if (a->ranks == 0)
             a->ranks = a->cp;
         if (a->ranks % a->cp)
-            return rv_cli_usage_error(CMD, "--ranks %d is not a multiple of --cp %d (the ranks "
+            return cli_usage_error(CMD, "--ranks %d is not a multiple of --cp %d (the ranks "
                                       "form groups of --cp)", a->ranks, a->cp);
     } else if (a->ranks) {
-        return rv_cli_usage_error(CMD, "--ranks is the thread count of --backend local; under "
+        return cli_usage_error(CMD, "--ranks is the thread count of --backend local; under "
                                   "mpiexec the ranks are its processes (-n)");
     }
     return 0;
@@ -480,14 +480,14 @@ static int make_dirs(const char *dir)
         char c = path[i];
         path[i] = '\0';
         if (mkdir(path, 0777) != 0 && errno != EEXIST) {
-            rv_cli_error("embed: cannot create the folder %s: %s", path, strerror(errno));
+            cli_error("embed: cannot create the folder %s: %s", path, strerror(errno));
             return RV_EXIT_FAIL;
         }
         path[i] = c;
     }
     struct stat sb;
     if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-        rv_cli_error("embed: %s is not a folder", dir);
+        cli_error("embed: %s is not a folder", dir);
         return RV_EXIT_FAIL;
     }
     return 0;
@@ -530,12 +530,12 @@ static int embed_main(int argc, char **argv)
     double t0 = rv_clock_s();
     if ((rc = parse_args(argc, argv, &a)) != 0)
         goto end;
-    if (rv_out_is_stdout(a.out) && (rc = rv_out_stdout_take(CMD)) != 0)
+    if (out_is_stdout(a.out) && (rc = out_stdout_take(CMD)) != 0)
         goto end;
     set.cuda = strcmp(a.device, "cuda") == 0;
-    rv_status dst = rv_cli_device_check(set.cuda); /* before any work */
+    rv_status dst = cli_device_check(set.cuda); /* before any work */
     if (dst != RV_OK) {
-        rc = rv_cli_fail(dst, CMD);
+        rc = cli_fail(dst, CMD);
         goto end;
     }
     for (int i = 0; i < a.ninputs; i++)
@@ -545,11 +545,11 @@ static int embed_main(int argc, char **argv)
         if ((rc = embed_inputs_manifest(a.manifests[i], &in, &n, &cap)) != 0)
             goto end;
     if (n == 0) {
-        rc = rv_cli_usage_error(CMD, "the manifest lists no recordings");
+        rc = cli_usage_error(CMD, "the manifest lists no recordings");
         goto end;
     }
     if (a.out && n > 1) {
-        rc = rv_cli_usage_error(CMD, "-o names the output of one input; for %d inputs use "
+        rc = cli_usage_error(CMD, "-o names the output of one input; for %d inputs use "
                                 "--out-dir DIR", n);
         goto end;
     }
@@ -565,17 +565,17 @@ static int embed_main(int argc, char **argv)
         if (!rv_comm_backend_built("mpi")) {
             rv_fail(RV_ERR_UNSUPPORTED, "this build has no MPI (rebuild with MPI found, "
                     "-DRINGVIT_MPI=ON); --backend local runs --cp N ranks as threads");
-            rc = rv_cli_fail(RV_ERR_UNSUPPORTED, CMD);
+            rc = cli_fail(RV_ERR_UNSUPPORTED, CMD);
             goto end;
         }
         rv_status st = rv_comm_mpi_world(&world);
         if (st != RV_OK) {
-            rc = rv_cli_fail(st, CMD);
+            rc = cli_fail(st, CMD);
             goto end;
         }
         rank = world->rank;
         if (a.cp_set && world->size % a.cp) {
-            rc = rank == 0 ? rv_cli_usage_error(CMD, "--cp %d does not divide the %d processes "
+            rc = rank == 0 ? cli_usage_error(CMD, "--cp %d does not divide the %d processes "
                                                 "mpiexec started (the ranks form groups of --cp; "
                                                 "leave --cp out for one group of all)", a.cp,
                                                 world->size)
@@ -601,7 +601,7 @@ static int embed_main(int argc, char **argv)
     model = mc.m;
     const rv_vit_config *cfg = &model->cfg;
     if (a.strategy == RV_CP_ULYSSES && cfg->heads % set.ranks != 0) {
-        rc = loud ? rv_cli_usage_error(CMD, "ulysses needs the model's heads (%d) to be a multiple "
+        rc = loud ? cli_usage_error(CMD, "ulysses needs the model's heads (%d) to be a multiple "
                                        "of the ranks (%d); use ring or allgather", cfg->heads,
                                        set.ranks)
                   : RV_EXIT_USAGE;
@@ -617,7 +617,7 @@ static int embed_main(int argc, char **argv)
     set.random_weights = mc.random;
     rv_vit_hash(model, set.model_hash);
     if (!(set.config_json = rv_vit_config_to_json(cfg))) {
-        rc = loud ? (rv_cli_error("embed: out of memory"), RV_EXIT_FAIL) : RV_EXIT_FAIL;
+        rc = loud ? (cli_error("embed: out of memory"), RV_EXIT_FAIL) : RV_EXIT_FAIL;
         goto end;
     }
     set.io = a.io;
@@ -627,18 +627,18 @@ static int embed_main(int argc, char **argv)
      * as if each block were embedded alone. */
     if (rv_vit_input_opts(cfg, a.size_set ? a.io.size : 0, !use_video, !use_audio, &a.span,
                           &set.to, &set.io) != RV_OK) {
-        rc = loud ? rv_cli_usage_error(CMD, "%s", rv_last_error()) : RV_EXIT_USAGE;
+        rc = loud ? cli_usage_error(CMD, "%s", rv_last_error()) : RV_EXIT_USAGE;
         goto end;
     }
     if (loud && !a.quiet) {
         model_cli_warn_random(CMD, &mc, a.model);
         if (why[0])
-            rv_cli_error("embed: %s", why);
+            cli_error("embed: %s", why);
     }
     set.strategy = a.strategy;
     set.causal = a.causal;
     set.span = a.span;
-    set.threads = rv_cli_threads_per_rank(a.threads, set.world, set.mpi);
+    set.threads = cli_threads_per_rank(a.threads, set.world, set.mpi);
     /* Decoders by default as many as the compute threads, up to what FFmpeg's
      * decoders take (--threads 4096 failed every input). */
     set.io.threads = a.decode_threads > 0                   ? a.decode_threads
@@ -684,7 +684,7 @@ static int embed_main(int argc, char **argv)
     pthread_mutex_init(&b.lock, NULL);
     pthread_cond_init(&b.changed, NULL);
     if (!(b.res = calloc((size_t)n, sizeof *b.res))) {
-        rc = loud ? (rv_cli_error("embed: out of memory"), RV_EXIT_FAIL) : RV_EXIT_FAIL;
+        rc = loud ? (cli_error("embed: out of memory"), RV_EXIT_FAIL) : RV_EXIT_FAIL;
         goto end;
     }
     if (rank == 0) {
@@ -696,11 +696,11 @@ static int embed_main(int argc, char **argv)
             goto end;
         /* Before any work: an output that is a device, FIFO, socket or folder
          * would stop the batch only after its input was embedded. */
-        for (int i = 0; i < n && !rv_out_is_stdout(a.out); i++) {
+        for (int i = 0; i < n && !out_is_stdout(a.out); i++) {
             char target[4096];
-            rv_status ost = rv_out_target(in[i].output, target, sizeof target);
+            rv_status ost = out_target_path(in[i].output, target, sizeof target);
             if (ost != RV_OK) {
-                rc = rv_cli_fail(ost, CMD);
+                rc = cli_fail(ost, CMD);
                 goto end;
             }
         }
@@ -712,7 +712,7 @@ static int embed_main(int argc, char **argv)
         if (st == RV_OK && set.shard_count)
             st = embed_shard_open(&set, in, n, dir, b.report, &b.shard);
         if (st != RV_OK) {
-            rc = rv_cli_fail(st, NULL);
+            rc = cli_fail(st, NULL);
             goto end;
         }
         for (int i = 0; i < n && !a.quiet; i++)
@@ -720,11 +720,11 @@ static int embed_main(int argc, char **argv)
                 embed_report_message(b.report, "embed: %s: %s", in[i].path, in[i].note);
     }
 
-    rv_cli_on_stop_signals(on_signal);
+    cli_on_stop_signals(on_signal);
     if (set.mpi) {
         embed_batch_rank(world, &b);
     } else {
-        rv_status st = rv_local_run_copy(set.world, embed_batch_rank, &b, rv_cli_device_copy(set.cuda));
+        rv_status st = rv_local_run_copy(set.world, embed_batch_rank, &b, cli_device_copy(set.cuda));
         if (st != RV_OK && !b.fatal) {
             b.fatal = 1;
             snprintf(b.fatal_msg, sizeof b.fatal_msg, "%s", rv_last_error());
@@ -753,12 +753,12 @@ static int embed_main(int argc, char **argv)
     if (b.stopped) {
         rc = 128 + (embed_stop_signal ? (int)embed_stop_signal : SIGTERM);
         if (loud)
-            rv_cli_error("embed: stopped by a signal after %d of %d inputs (%d ok, %d failed, %d "
+            cli_error("embed: stopped by a signal after %d of %d inputs (%d ok, %d failed, %d "
                          "skipped); rerun with --resume to finish", b.done, n, ok, bad, skipped);
     } else if (b.fatal) {
         rc = RV_EXIT_FAIL;
         if (loud)
-            rv_cli_error("embed: %s%s (%d of %d inputs done)",
+            cli_error("embed: %s%s (%d of %d inputs done)",
                          b.done ? "the batch could not go on: " : "nothing could run: ",
                          b.fatal_msg[0] ? b.fatal_msg : "the ranks lost each other", b.done, n);
     } else {
@@ -767,7 +767,7 @@ static int embed_main(int argc, char **argv)
         if (log_error[0]) {
             rc = rc == RV_EXIT_OK ? RV_EXIT_FAIL : rc;
             if (loud)
-                rv_cli_error("embed: %s (the outputs are written; the log is incomplete)",
+                cli_error("embed: %s (the outputs are written; the log is incomplete)",
                              log_error);
         }
         char others[64] = "";
@@ -779,7 +779,7 @@ static int embed_main(int argc, char **argv)
     }
     if (index_error[0]) {
         rc = rc == RV_EXIT_OK ? RV_EXIT_FAIL : rc;
-        rv_cli_error("embed: %s (the outputs are written; the index is not)", index_error);
+        cli_error("embed: %s (the outputs are written; the index is not)", index_error);
     }
 end:
     if (world) {
@@ -791,7 +791,7 @@ end:
                 struct timespec pause = {EMBED_ABORT_PAUSE_S, 0};
                 nanosleep(&pause, NULL);
                 /* Still here: rank 0 could not say it. */
-                rv_cli_error("embed: the batch could not go on: %s",
+                cli_error("embed: the batch could not go on: %s",
                              b.fatal_msg[0] ? b.fatal_msg : "the ranks lost each other");
             }
             rv_comm_abort(world, rc);
@@ -813,7 +813,7 @@ end:
     return rc;
 }
 
-const rv_command rv_cmd_embed = {
+const cli_command cmd_embed = {
     .name = "embed",
     .summary = "embed recordings with the encoder (embed INPUT... -o OUT | --out-dir DIR)",
     .main = embed_main,

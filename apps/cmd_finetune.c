@@ -207,94 +207,94 @@ static int parse_args(int argc, char **argv, ft_args *a)
         const char *s = argv[i], *v;
 #define VALUE(dst)                                                         \
     do {                                                                   \
-        if (!(v = rv_cli_flag_value(CMD, argc, argv, &i)))                 \
+        if (!(v = cli_flag_value(CMD, argc, argv, &i)))                 \
             return RV_EXIT_USAGE;                                          \
         dst = v;                                                           \
     } while (0)
-        if (rv_cli_flag_is(s, "--task"))
+        if (cli_flag_is(s, "--task"))
             VALUE(a->task);
-        else if (rv_cli_flag_is(s, "--manifest"))
+        else if (cli_flag_is(s, "--manifest"))
             VALUE(a->manifest);
-        else if (rv_cli_flag_is(s, "--val"))
+        else if (cli_flag_is(s, "--val"))
             VALUE(a->val);
-        else if (rv_cli_flag_is(s, "--model")) {
+        else if (cli_flag_is(s, "--model")) {
             VALUE(a->model);
             a->model_set = 1;
         }
-        else if (rv_cli_flag_is(s, "-o") || rv_cli_flag_is(s, "--output"))
+        else if (cli_flag_is(s, "-o") || cli_flag_is(s, "--output"))
             VALUE(a->out);
-        else if (rv_cli_flag_is(s, "--log"))
+        else if (cli_flag_is(s, "--log"))
             VALUE(a->log);
-        else if (rv_cli_flag_is(s, "--ckpt"))
+        else if (cli_flag_is(s, "--ckpt"))
             VALUE(a->ckpt);
-        else if (rv_cli_flag_is(s, "--resume"))
+        else if (cli_flag_is(s, "--resume"))
             VALUE(a->resume);
-        else if (rv_cli_flag_is(s, "--backend")) {
+        else if (cli_flag_is(s, "--backend")) {
             VALUE(a->backend);
             if (strcmp(v, "local") && strcmp(v, "mpi") && strcmp(v, "nccl"))
-                return rv_cli_usage_error(CMD, "--backend wants local, mpi or nccl, got '%s'", v);
-        } else if (rv_cli_flag_is(s, "--device")) {
-            rc = rv_cli_take_device(CMD, argc, argv, &i, &a->device);
-        } else if (rv_cli_flag_is(s, "--gpu")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 0, 1023, &a->gpu);
-        } else if (rv_cli_flag_is(s, "--strategy")) {
+                return cli_usage_error(CMD, "--backend wants local, mpi or nccl, got '%s'", v);
+        } else if (cli_flag_is(s, "--device")) {
+            rc = cli_take_device(CMD, argc, argv, &i, &a->device);
+        } else if (cli_flag_is(s, "--gpu")) {
+            rc = cli_take_int(CMD, argc, argv, &i, 0, 1023, &a->gpu);
+        } else if (cli_flag_is(s, "--strategy")) {
             VALUE(v);
             if (rv_cp_strategy_parse(v, &a->strategy) != RV_OK)
-                return rv_cli_usage_error(CMD, "--strategy wants ring, allgather or ulysses, "
+                return cli_usage_error(CMD, "--strategy wants ring, allgather or ulysses, "
                                           "got '%s'", v);
-        } else if (rv_cli_flag_is(s, "--seed")) {
-            rc = rv_cli_take_i64(CMD, argc, argv, &i, 0, INT64_MAX, &a->seed);
+        } else if (cli_flag_is(s, "--seed")) {
+            rc = cli_take_i64(CMD, argc, argv, &i, 0, INT64_MAX, &a->seed);
             a->seed_set = 1;
-        } else if (rv_cli_flag_is(s, "--cp")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1024, &a->cp);
+        } else if (cli_flag_is(s, "--cp")) {
+            rc = cli_take_int(CMD, argc, argv, &i, 1, 1024, &a->cp);
             a->cp_set = 1;
-        } else if (rv_cli_flag_is(s, "--dp")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1024, &a->dp);
+        } else if (cli_flag_is(s, "--dp")) {
+            rc = cli_take_int(CMD, argc, argv, &i, 1, 1024, &a->dp);
             a->dp_set = 1;
-        } else if (rv_cli_flag_is(s, "--accum")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1 << 20, &a->accum);
-        } else if (rv_cli_flag_is(s, "--threads")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, RV_CLI_MAX_THREADS, &a->threads);
-        } else if (rv_cli_flag_is(s, "--epochs")) {
-            rc = rv_cli_take_double(CMD, argc, argv, &i, 1e-9, 1e9, &a->epochs);
+        } else if (cli_flag_is(s, "--accum")) {
+            rc = cli_take_int(CMD, argc, argv, &i, 1, 1 << 20, &a->accum);
+        } else if (cli_flag_is(s, "--threads")) {
+            rc = cli_take_int(CMD, argc, argv, &i, 1, RV_CLI_MAX_THREADS, &a->threads);
+        } else if (cli_flag_is(s, "--epochs")) {
+            rc = cli_take_double(CMD, argc, argv, &i, 1e-9, 1e9, &a->epochs);
             a->epochs_set = 1;
-        } else if (rv_cli_flag_is(s, "--steps")) {
-            rc = rv_cli_take_i64(CMD, argc, argv, &i, 1, (int64_t)1 << 40, &a->steps);
-        } else if (rv_cli_flag_is(s, "--lr")) {
-            rc = rv_cli_take_double(CMD, argc, argv, &i, 0, 10, &a->opt.lr);
-        } else if (rv_cli_flag_is(s, "--head-lr")) {
-            rc = rv_cli_take_double(CMD, argc, argv, &i, 0, 10, &a->head_lr);
-        } else if (rv_cli_flag_is(s, "--min-lr")) {
-            rc = rv_cli_take_double(CMD, argc, argv, &i, 0, 10, &a->opt.min_lr);
-        } else if (rv_cli_flag_is(s, "--wd")) {
-            rc = rv_cli_take_double(CMD, argc, argv, &i, 0, 10, &a->opt.wd);
-        } else if (rv_cli_flag_is(s, "--warmup")) {
-            rc = rv_cli_take_i64(CMD, argc, argv, &i, 0, (int64_t)1 << 40, &a->opt.warmup);
-        } else if (rv_cli_flag_is(s, "--clip")) {
-            rc = rv_cli_take_double(CMD, argc, argv, &i, 0, 1e9, &a->opt.clip);
-        } else if (rv_cli_flag_is(s, "--mask-ratio")) {
-            rc = rv_cli_take_double(CMD, argc, argv, &i, 0.001, 1, &a->mask_ratio);
-        } else if (rv_cli_flag_is(s, "--fps")) {
-            rc = rv_cli_take_fps(CMD, argc, argv, &i, &a->fps_num, &a->fps_den);
-        } else if (rv_cli_flag_is(s, "--size")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 8, 4096, &a->size);
+        } else if (cli_flag_is(s, "--steps")) {
+            rc = cli_take_i64(CMD, argc, argv, &i, 1, (int64_t)1 << 40, &a->steps);
+        } else if (cli_flag_is(s, "--lr")) {
+            rc = cli_take_double(CMD, argc, argv, &i, 0, 10, &a->opt.lr);
+        } else if (cli_flag_is(s, "--head-lr")) {
+            rc = cli_take_double(CMD, argc, argv, &i, 0, 10, &a->head_lr);
+        } else if (cli_flag_is(s, "--min-lr")) {
+            rc = cli_take_double(CMD, argc, argv, &i, 0, 10, &a->opt.min_lr);
+        } else if (cli_flag_is(s, "--wd")) {
+            rc = cli_take_double(CMD, argc, argv, &i, 0, 10, &a->opt.wd);
+        } else if (cli_flag_is(s, "--warmup")) {
+            rc = cli_take_i64(CMD, argc, argv, &i, 0, (int64_t)1 << 40, &a->opt.warmup);
+        } else if (cli_flag_is(s, "--clip")) {
+            rc = cli_take_double(CMD, argc, argv, &i, 0, 1e9, &a->opt.clip);
+        } else if (cli_flag_is(s, "--mask-ratio")) {
+            rc = cli_take_double(CMD, argc, argv, &i, 0.001, 1, &a->mask_ratio);
+        } else if (cli_flag_is(s, "--fps")) {
+            rc = cli_take_fps(CMD, argc, argv, &i, &a->fps_num, &a->fps_den);
+        } else if (cli_flag_is(s, "--size")) {
+            rc = cli_take_int(CMD, argc, argv, &i, 8, 4096, &a->size);
             a->size_set = 1;
-        } else if (rv_cli_flag_is(s, "--save-every")) {
-            rc = rv_cli_take_i64(CMD, argc, argv, &i, 1, (int64_t)1 << 40, &a->save_every);
-        } else if (rv_cli_flag_is(s, "--stop-at")) {
-            rc = rv_cli_take_i64(CMD, argc, argv, &i, 1, (int64_t)1 << 40, &a->stop_at);
-        } else if (rv_cli_flag_is(s, "--check-sync")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1 << 30, &a->check_sync);
-        } else if (rv_cli_flag_is(s, "--timeout")) {
-            rc = rv_cli_take_double(CMD, argc, argv, &i, 0.001, 1e7, &a->timeout_s);
+        } else if (cli_flag_is(s, "--save-every")) {
+            rc = cli_take_i64(CMD, argc, argv, &i, 1, (int64_t)1 << 40, &a->save_every);
+        } else if (cli_flag_is(s, "--stop-at")) {
+            rc = cli_take_i64(CMD, argc, argv, &i, 1, (int64_t)1 << 40, &a->stop_at);
+        } else if (cli_flag_is(s, "--check-sync")) {
+            rc = cli_take_int(CMD, argc, argv, &i, 1, 1 << 30, &a->check_sync);
+        } else if (cli_flag_is(s, "--timeout")) {
+            rc = cli_take_double(CMD, argc, argv, &i, 0.001, 1e7, &a->timeout_s);
         } else if (strcmp(s, "--causal") == 0) {
             a->causal = 1;
-        } else if (rv_cli_flag_is(s, "--attention")) {
-            const char *v = rv_cli_flag_value(CMD, argc, argv, &i);
+        } else if (cli_flag_is(s, "--attention")) {
+            const char *v = cli_flag_value(CMD, argc, argv, &i);
             if (!v)
                 return RV_EXIT_USAGE;
             if (rv_span_parse(v, &a->span) != RV_OK)
-                return rv_cli_usage_error(CMD, "--attention: %s", rv_last_error());
+                return cli_usage_error(CMD, "--attention: %s", rv_last_error());
         } else if (strcmp(s, "--no-cache") == 0) {
             a->no_cache = 1;
         } else if (strcmp(s, "--quiet") == 0 || strcmp(s, "-q") == 0) {
@@ -302,28 +302,28 @@ static int parse_args(int argc, char **argv, ft_args *a)
         } else if (strcmp(s, "--json") == 0) {
             a->json = 1;
         } else {
-            return rv_cli_unknown_arg(CMD, s);
+            return cli_unknown_arg(CMD, s);
         }
 #undef VALUE
     }
     if (rc)
         return rc;
     if (!a->task)
-        return rv_cli_usage_error(CMD, "which task? give --task classify or --task mae");
+        return cli_usage_error(CMD, "which task? give --task classify or --task mae");
     rv_task t;
     if (rv_task_parse(a->task, &t) != RV_OK)
-        return rv_cli_usage_error(CMD, "--task wants classify or mae, got '%s'", a->task);
+        return cli_usage_error(CMD, "--task wants classify or mae, got '%s'", a->task);
     if (!a->manifest)
-        return rv_cli_usage_error(CMD, "which recordings? give --manifest TRAIN.tsv");
+        return cli_usage_error(CMD, "which recordings? give --manifest TRAIN.tsv");
     if (!a->out || !a->out[0])
-        return rv_cli_usage_error(CMD, "where to? give -o TUNED.safetensors");
+        return cli_usage_error(CMD, "where to? give -o TUNED.safetensors");
     if (a->steps && a->epochs_set)
-        return rv_cli_usage_error(CMD, "--epochs and --steps both say how long: give one");
+        return cli_usage_error(CMD, "--epochs and --steps both say how long: give one");
     if (a->resume && a->model_set)
-        return rv_cli_usage_error(CMD, "--model and --resume: the checkpoint holds the model; "
+        return cli_usage_error(CMD, "--model and --resume: the checkpoint holds the model; "
                                   "leave --model out");
     if (a->opt.min_lr > a->opt.lr)
-        return rv_cli_usage_error(CMD, "--min-lr %g is above --lr %g", a->opt.min_lr, a->opt.lr);
+        return cli_usage_error(CMD, "--min-lr %g is above --lr %g", a->opt.min_lr, a->opt.lr);
     return model_cli_check_backend(CMD, a->backend, strcmp(a->device, "cuda") == 0, a->gpu,
                                    &a->span);
 }
@@ -360,7 +360,7 @@ static int build_settings(const char *model, ft_settings *set)
         set->train.n, "model", model, "classes_count", set->classes.n, "classes_hash",
         hex64(ft_classes_hash(&set->classes), h2));
     if (!j) {
-        rv_cli_error(CMD ": out of memory (or a path that is not UTF-8)");
+        cli_error(CMD ": out of memory (or a path that is not UTF-8)");
         return RV_EXIT_FAIL;
     }
     if (set->task == RV_TASK_MAE)
@@ -387,7 +387,7 @@ static int build_settings(const char *model, ft_settings *set)
         free(text);
         json_object_del(j, "classes"); /* the hash still pins them */
     }
-    rv_cli_error(CMD ": the settings do not fit the checkpoint's %zu bytes (a very long "
+    cli_error(CMD ": the settings do not fit the checkpoint's %zu bytes (a very long "
                  "manifest path?)", sizeof set->settings);
     rc = RV_EXIT_FAIL;
 end:
@@ -401,7 +401,7 @@ static int check_resume_settings(const char *ckpt, const char *theirs, const cha
     json_t *a = json_loads(theirs, 0, NULL), *b = json_loads(ours, 0, NULL);
     int rc = 0;
     if (!json_is_object(a) || !json_is_object(b)) {
-        rc = rv_cli_usage_error(CMD, "--resume %s: its settings are not a finetune settings "
+        rc = cli_usage_error(CMD, "--resume %s: its settings are not a finetune settings "
                                 "object", ckpt);
         goto end;
     }
@@ -417,7 +417,7 @@ static int check_resume_settings(const char *ckpt, const char *theirs, const cha
                 continue;
             char *tv = json_dumps(pass ? w : v, JSON_ENCODE_ANY | JSON_REAL_PRECISION(17));
             char *ov = json_dumps(pass ? v : w, JSON_ENCODE_ANY | JSON_REAL_PRECISION(17));
-            rc = rv_cli_usage_error(CMD, "--resume %s: the checkpoint was written with %s %s, "
+            rc = cli_usage_error(CMD, "--resume %s: the checkpoint was written with %s %s, "
                                     "this run has %s %s; resume with the same settings", ckpt,
                                     key, tv ? tv : "(none)", key, ov ? ov : "(none)");
             free(tv), free(ov);
@@ -437,7 +437,7 @@ static int setup_model(const ft_args *a, model_cli *mc)
     if (a->resume) {
         memset(mc, 0, sizeof *mc);
         if ((st = rv_vit_load(a->resume, NULL, &mc->m)) != RV_OK)
-            return rv_cli_fail(st, CMD ": --resume");
+            return cli_fail(st, CMD ": --resume");
         return 0;
     }
     /* --seed seeds more than a preset here (the data order, the head): a file
@@ -524,10 +524,10 @@ static int summary(const ft_args *a, const ft_settings *set, const ft_job *job, 
         json_object_set_new(j, "classes", cl);
     }
     if (!j) {
-        rv_cli_error(CMD ": out of memory");
+        cli_error(CMD ": out of memory");
         return RV_EXIT_FAIL;
     }
-    int rc = rv_cli_json_print(j);
+    int rc = cli_json_print(j);
     json_decref(j);
     return rc;
 }
@@ -559,7 +559,7 @@ static int finetune_main(int argc, char **argv)
                            &set.train)) != 0)
         goto end;
     if (classify && set.classes.n < 2) {
-        rc = rv_cli_usage_error(CMD, "%s: classify needs at least 2 classes; the manifest has "
+        rc = cli_usage_error(CMD, "%s: classify needs at least 2 classes; the manifest has "
                                 "%d ('%s')", a.manifest, set.classes.n, set.classes.name[0]);
         goto end;
     }
@@ -573,26 +573,26 @@ static int finetune_main(int argc, char **argv)
     set.dp = a.dp;
     set.gpu = a.gpu;
     set.cuda = strcmp(a.device, "cuda") == 0;
-    if ((st = rv_cli_device_check(set.cuda)) != RV_OK) { /* before any work */
-        rc = rv_cli_fail(st, CMD);
+    if ((st = cli_device_check(set.cuda)) != RV_OK) { /* before any work */
+        rc = cli_fail(st, CMD);
         goto end;
     }
     if (set.mpi) {
         if (!rv_comm_backend_built("mpi")) {
             rv_fail(RV_ERR_UNSUPPORTED, "this build has no MPI; --backend local runs the ranks "
                     "as threads");
-            rc = rv_cli_fail(RV_ERR_UNSUPPORTED, CMD);
+            rc = cli_fail(RV_ERR_UNSUPPORTED, CMD);
             goto end;
         }
         if ((st = rv_comm_mpi_world(&world)) != RV_OK) {
-            rc = rv_cli_fail(st, CMD);
+            rc = cli_fail(st, CMD);
             goto end;
         }
         rank = world->rank;
         if (!a.dp_set && world->size % set.cp == 0)
             set.dp = world->size / set.cp;
         if (set.cp * set.dp != world->size) {
-            rc = rv_cli_usage_error(CMD, "--cp %d x --dp %d is %d ranks, but mpiexec started %d "
+            rc = cli_usage_error(CMD, "--cp %d x --dp %d is %d ranks, but mpiexec started %d "
                                     "processes", set.cp, set.dp, set.cp * set.dp, world->size);
             goto end;
         }
@@ -604,7 +604,7 @@ static int finetune_main(int argc, char **argv)
                (rc = model_cli_gpu(CMD, a.gpu, 0, &set.gpu, NULL, 0)) != 0) {
         goto end;
     } else if (set.cp * set.dp > 1024) {
-        rc = rv_cli_usage_error(CMD, "--cp %d x --dp %d is more than 1024 ranks", set.cp, set.dp);
+        rc = cli_usage_error(CMD, "--cp %d x --dp %d is more than 1024 ranks", set.cp, set.dp);
         goto end;
     }
 
@@ -616,7 +616,7 @@ static int finetune_main(int argc, char **argv)
         model_cli_warn_random(CMD, &mc, a.model);
     const rv_vit_config *cfg = &model->cfg;
     if (a.strategy == RV_CP_ULYSSES && cfg->heads % set.cp != 0) {
-        rc = rv_cli_usage_error(CMD, "ulysses needs the model's heads (%d) to be a multiple of "
+        rc = cli_usage_error(CMD, "ulysses needs the model's heads (%d) to be a multiple of "
                                 "--cp (%d); use ring or allgather", cfg->heads, set.cp);
         goto end;
     }
@@ -627,7 +627,7 @@ static int finetune_main(int argc, char **argv)
     set.io.fps_den = a.fps_den;
     if (rv_vit_input_opts(cfg, a.size_set ? a.size : 0, 0, 0, &a.span, &set.to, &set.io) !=
         RV_OK) {
-        rc = rv_cli_usage_error(CMD, "%s", rv_last_error());
+        rc = cli_usage_error(CMD, "%s", rv_last_error());
         goto end;
     }
     set.manifest = a.manifest;
@@ -640,7 +640,7 @@ static int finetune_main(int argc, char **argv)
     set.log = a.log ? a.log : log_path;
     set.resume = a.resume;
     set.accum = a.accum;
-    set.threads = rv_cli_threads_per_rank(a.threads, set.mpi ? 1 : set.cp * set.dp, set.mpi);
+    set.threads = cli_threads_per_rank(a.threads, set.mpi ? 1 : set.cp * set.dp, set.mpi);
     set.io.threads = set.threads > RV_INGEST_MAX_THREADS ? RV_INGEST_MAX_THREADS : set.threads;
     set.strategy = a.strategy;
     set.causal = a.causal;
@@ -668,7 +668,7 @@ static int finetune_main(int argc, char **argv)
     set.save_every = a.save_every;
     set.stop_at = a.stop_at;
     if (!folder_of_exists(a.out)) {
-        rv_cli_error(CMD ": cannot write %s: its folder does not exist", a.out);
+        cli_error(CMD ": cannot write %s: its folder does not exist", a.out);
         rc = RV_EXIT_FAIL;
         goto end;
     }
@@ -676,9 +676,9 @@ static int finetune_main(int argc, char **argv)
      * file (see out_path.h); both are checked again when written. */
     {
         char target[4096];
-        if ((st = rv_out_target(set.out, target, sizeof target)) != RV_OK ||
-            (st = rv_out_target(set.ckpt, target, sizeof target)) != RV_OK) {
-            rc = rv_cli_fail(st, CMD);
+        if ((st = out_target_path(set.out, target, sizeof target)) != RV_OK ||
+            (st = out_target_path(set.ckpt, target, sizeof target)) != RV_OK) {
+            rc = cli_fail(st, CMD);
             goto end;
         }
     }
@@ -688,7 +688,7 @@ static int finetune_main(int argc, char **argv)
     /* The head, and the checkpoint of --resume. */
     if ((st = rv_train_head_new(cfg, set.task, set.classes.n, &head)) != RV_OK ||
         (st = rv_train_head_init(head, ft_mix64(set.seed ^ 0x68656164ull))) != RV_OK) {
-        rc = rv_cli_fail(st, CMD ": head");
+        rc = cli_fail(st, CMD ": head");
         goto end;
     }
     if (a.resume) {
@@ -696,7 +696,7 @@ static int finetune_main(int argc, char **argv)
         memset(&info, 0, sizeof info);
         if ((st = rv_adamw_new_model(model, head, &adam)) != RV_OK ||
             (st = rv_ckpt_load(a.resume, model, head, adam, &info)) != RV_OK) {
-            rc = rv_cli_fail(st, CMD ": --resume");
+            rc = cli_fail(st, CMD ": --resume");
             goto end;
         }
         if ((rc = check_resume_settings(a.resume, info.settings, set.settings)) != 0)
@@ -710,13 +710,13 @@ static int finetune_main(int argc, char **argv)
             goto end;
         int64_t want_pos = 0; /* step x batch; the checkpoint's counters are bounded */
         if (__builtin_mul_overflow(info.step, batch, &want_pos) || info.data_pos != want_pos) {
-            rv_cli_error(CMD ": --resume %s: data position %" PRId64 " is not step %" PRId64
+            cli_error(CMD ": --resume %s: data position %" PRId64 " is not step %" PRId64
                          " x %" PRId64 " recordings", a.resume, info.data_pos, info.step, batch);
             rc = RV_EXIT_FAIL;
             goto end;
         }
         if (info.step >= set.steps) {
-            rc = rv_cli_usage_error(CMD, "--resume %s: the checkpoint is at step %" PRId64
+            rc = cli_usage_error(CMD, "--resume %s: the checkpoint is at step %" PRId64
                                     ", the run has %" PRId64 " steps: nothing left to do",
                                     a.resume, info.step, set.steps);
             goto end;
@@ -725,7 +725,7 @@ static int finetune_main(int argc, char **argv)
         set.adam0 = adam;
     }
     if (set.stop_at > 0 && set.stop_at <= set.step0) {
-        rc = rv_cli_usage_error(CMD, "--stop-at %" PRId64 " is not after the checkpoint's step "
+        rc = cli_usage_error(CMD, "--stop-at %" PRId64 " is not after the checkpoint's step "
                                 "%" PRId64, set.stop_at, set.step0);
         goto end;
     }
@@ -739,7 +739,7 @@ static int finetune_main(int argc, char **argv)
         if (classify)
             snprintf(ncls, sizeof ncls, ", %d classes", set.classes.n);
         if ((st = ft_report_open(&set, set.log, a.resume != NULL, &job.report)) != RV_OK) {
-            rc = rv_cli_fail(st, CMD);
+            rc = cli_fail(st, CMD);
             goto end;
         }
         ft_report_event(job.report, a.resume ? "resume" : "start", set.step0, a.resume);
@@ -752,11 +752,11 @@ static int finetune_main(int argc, char **argv)
                               rv_vit_params(model) + (int64_t)head->arena_floats,
                               a.resume ? ", resumed" : "");
     }
-    rv_cli_on_stop_signals(on_signal);
+    cli_on_stop_signals(on_signal);
     if (set.mpi) {
         st = ft_rank_main(world, &job);
     } else {
-        st = rv_local_run_copy(set.cp * set.dp, ft_rank_main, &job, rv_cli_device_copy(set.cuda));
+        st = rv_local_run_copy(set.cp * set.dp, ft_rank_main, &job, cli_device_copy(set.cuda));
     }
     char log_error[320] = "";
     if (ft_report_log_error(job.report))
@@ -764,9 +764,9 @@ static int finetune_main(int argc, char **argv)
     ft_report_close(&job.report);
     if (st != RV_OK) {
         if (job.error[0])
-            rv_cli_error(CMD ": %s", job.error);
+            cli_error(CMD ": %s", job.error);
         else if (rank == 0)
-            rv_cli_error(CMD ": %s", rv_last_error());
+            cli_error(CMD ": %s", rv_last_error());
         rc = ft_stop_signal ? 128 + (int)ft_stop_signal : RV_EXIT_FAIL;
         goto end;
     }
@@ -774,7 +774,7 @@ static int finetune_main(int argc, char **argv)
     if (rc == RV_EXIT_OK && job.res.stopped == 2)
         rc = 128 + (int)ft_stop_signal;
     if (log_error[0] && rc == RV_EXIT_OK) { /* the model is written; its record is not */
-        rv_cli_error(CMD ": %s (%s); the outputs are written", log_error, set.log ? set.log : "--log");
+        cli_error(CMD ": %s (%s); the outputs are written", log_error, set.log ? set.log : "--log");
         rc = RV_EXIT_FAIL;
     }
 end:
@@ -794,7 +794,7 @@ end:
     return rc;
 }
 
-const rv_command rv_cmd_finetune = {
+const cli_command cmd_finetune = {
     .name = "finetune",
     .summary = "train the encoder with a task head (finetune --task classify|mae ...)",
     .main = finetune_main,

@@ -75,7 +75,7 @@ static const char help_text[] =
 
 
 typedef struct frames_state {
-    rv_spill frames, audio;
+    spill frames, audio;
     double *times, *src_times;
     int64_t nframes, times_cap, nsamples;
     int progress;          /* stderr is a terminal */
@@ -98,7 +98,7 @@ static rv_status on_chunk(const rv_ingest_chunk *c, void *user)
                        (long long)fs->max_frames);
     if (c->nframes > 0) {
         size_t fsize = (size_t)c->size * c->size * 3;
-        if ((st = rv_spill_write(&fs->frames, c->frames, fsize * (size_t)c->nframes)) != RV_OK)
+        if ((st = spill_write(&fs->frames, c->frames, fsize * (size_t)c->nframes)) != RV_OK)
             return st;
         if (fs->nframes + c->nframes > fs->times_cap) {
             int64_t cap = fs->times_cap ? fs->times_cap : 1024;
@@ -121,7 +121,7 @@ static rv_status on_chunk(const rv_ingest_chunk *c, void *user)
         fs->nframes += c->nframes;
     }
     if (c->nsamples > 0) {
-        if ((st = rv_spill_write(&fs->audio, c->audio, sizeof(float) * (size_t)c->nsamples)) != RV_OK)
+        if ((st = spill_write(&fs->audio, c->audio, sizeof(float) * (size_t)c->nsamples)) != RV_OK)
             return st;
         fs->nsamples += c->nsamples;
     }
@@ -162,40 +162,40 @@ static int parse_args(int argc, char **argv, frames_args *a)
     int rc = 0, no_audio = 0, audio_set = 0, video_set = 0;
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
-        if (rv_cli_flag_is(s, "-o") || rv_cli_flag_is(s, "--output")) {
-            if (!(a->out = rv_cli_flag_value(CMD, argc, argv, &i)))
+        if (cli_flag_is(s, "-o") || cli_flag_is(s, "--output")) {
+            if (!(a->out = cli_flag_value(CMD, argc, argv, &i)))
                 return RV_EXIT_USAGE;
-        } else if (rv_cli_ingest_flag(CMD, argc, argv, &i, &a->o, &audio_set, &video_set,
+        } else if (cli_ingest_flag(CMD, argc, argv, &i, &a->o, &audio_set, &video_set,
                                       &rc)) {
             /* parsed into a->o */
         } else if (strcmp(s, "--no-audio") == 0) {
             no_audio = 1;
-        } else if (rv_cli_flag_is(s, "--max-frames")) {
-            rc = rv_cli_take_i64(CMD, argc, argv, &i, 1, INT64_MAX, &a->max_frames);
+        } else if (cli_flag_is(s, "--max-frames")) {
+            rc = cli_take_i64(CMD, argc, argv, &i, 1, INT64_MAX, &a->max_frames);
         } else if (strcmp(s, "--decode-all") == 0) {
             a->o.decode_all = 1;
         } else if (s[0] == '-' && s[1] != '\0') {
-            return rv_cli_unknown_arg(CMD, s);
+            return cli_unknown_arg(CMD, s);
         } else if (!a->path) {
             a->path = s;
         } else {
-            return rv_cli_usage_error(CMD, "one FILE at a time (got '%s' and '%s')", a->path, s);
+            return cli_usage_error(CMD, "one FILE at a time (got '%s' and '%s')", a->path, s);
         }
         if (rc)
             return rc;
     }
     if (no_audio && audio_set)
-        return rv_cli_usage_error(CMD, "--no-audio and --audio-stream contradict each other");
+        return cli_usage_error(CMD, "--no-audio and --audio-stream contradict each other");
     if (no_audio)
         a->o.audio_stream = -2;
     a->start_at = a->o.start_s;
     a->o.start_s = 0;
     if (!a->path)
-        return rv_cli_usage_error(CMD, "which file? give a media FILE");
+        return cli_usage_error(CMD, "which file? give a media FILE");
     if (!a->out)
-        return rv_cli_usage_error(CMD, "no output file; give -o OUT.safetensors");
-    if (rv_out_is_stdout(a->out))
-        return rv_out_stdout_take(CMD);
+        return cli_usage_error(CMD, "no output file; give -o OUT.safetensors");
+    if (out_is_stdout(a->out))
+        return out_stdout_take(CMD);
     return 0;
 }
 
@@ -241,24 +241,24 @@ static int frames_main(int argc, char **argv)
     int spooled = 0;
     /* Before the work, and again just before writing (see out_path.h); "-" is
      * standard output (its scratch files go to $TMPDIR). */
-    if (rv_out_is_stdout(a.out))
+    if (out_is_stdout(a.out))
         snprintf(target, sizeof target, "-");
-    else if ((st = rv_out_target(a.out, target, sizeof target)) != RV_OK)
-        return rv_cli_fail(st, CMD);
-    if ((rc = rv_cli_input_open(CMD, a.path, input, sizeof input, &spooled)) != 0)
+    else if ((st = out_target_path(a.out, target, sizeof target)) != RV_OK)
+        return cli_fail(st, CMD);
+    if ((rc = cli_input_open(CMD, a.path, input, sizeof input, &spooled)) != 0)
         return rc;
     a.path = input;
     rc = RV_EXIT_FAIL;
 
     if ((st = rv_probe_file(a.path, &probe)) != RV_OK) {
-        rv_cli_fail(st, CMD);
+        cli_fail(st, CMD);
         goto end;
     }
     if (spooled)
         snprintf(probe->path, sizeof probe->path, "-");
     rv_timeline tl;
     if ((st = rv_ingest_timeline(a.path, &a.o, &tl)) != RV_OK) {
-        rv_cli_fail(st, CMD);
+        cli_fail(st, CMD);
         goto end;
     }
     a.o.start_s = rv_timeline_start(&tl, a.start_at);
@@ -269,7 +269,7 @@ static int frames_main(int argc, char **argv)
     const double planned = floor(span * a.o.fps_num / a.o.fps_den);
     if (probe->video >= 0 && a.o.video_stream != -2 && isfinite(planned) &&
         planned > (double)a.max_frames) {
-        rv_cli_fail(rv_fail(RV_ERR_INVALID, "%s: %.0f frames (%.0f s at %d/%d fps), more than "
+        cli_fail(rv_fail(RV_ERR_INVALID, "%s: %.0f frames (%.0f s at %d/%d fps), more than "
                             "--max-frames %lld; raise --max-frames if the time and disk "
                             "(%.0f MB) are meant", a.path, planned, span, a.o.fps_num,
                             a.o.fps_den, (long long)a.max_frames,
@@ -279,9 +279,9 @@ static int frames_main(int argc, char **argv)
     }
     fs.max_frames = a.max_frames;
     fs.path = a.path;
-    if ((st = rv_spill_open(&fs.frames, target)) != RV_OK ||
-        (st = rv_spill_open(&fs.audio, target)) != RV_OK) {
-        rv_cli_fail(st, CMD);
+    if ((st = spill_open(&fs.frames, target)) != RV_OK ||
+        (st = spill_open(&fs.audio, target)) != RV_OK) {
+        cli_fail(st, CMD);
         goto end;
     }
     fs.progress = isatty(STDERR_FILENO);
@@ -291,19 +291,19 @@ static int frames_main(int argc, char **argv)
     if ((st = rv_ingest_stream(a.path, &a.o, on_chunk, &fs, &stats)) != RV_OK) {
         if (fs.progress)
             fputc('\n', stderr);
-        rv_cli_fail(st, CMD);
+        cli_fail(st, CMD);
         goto end;
     }
-    if ((st = rv_spill_map(&fs.frames)) != RV_OK || (st = rv_spill_map(&fs.audio)) != RV_OK) {
-        rv_cli_fail(st, CMD);
+    if ((st = spill_map(&fs.frames)) != RV_OK || (st = spill_map(&fs.audio)) != RV_OK) {
+        cli_fail(st, CMD);
         goto end;
     }
-    json_t *pj = rv_probe_json(probe);
+    json_t *pj = cli_probe_json(probe);
     probe_text = pj ? json_dumps(pj, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(17)) : NULL;
     json_decref(pj);
     meta_text = ingest_meta(&a, &stats);
     if (!probe_text || !meta_text) {
-        rv_cli_error("%s: out of memory", CMD);
+        cli_error("%s: out of memory", CMD);
         goto end;
     }
     char origin_text[40];
@@ -321,8 +321,8 @@ static int frames_main(int argc, char **argv)
         (st = rv_st_writer_meta(w, "probe", probe_text)) != RV_OK ||
         (st = rv_st_writer_meta(w, "ingest", meta_text)) != RV_OK ||
         (st = rv_st_writer_meta(w, "time_origin", origin_text)) != RV_OK ||
-        (st = rv_out_write_st(w, a.out)) != RV_OK) {
-        rv_cli_fail(st, CMD);
+        (st = out_write_st(w, a.out)) != RV_OK) {
+        cli_fail(st, CMD);
         goto end;
     }
     printf("%s: %lld frames of %lldx%lld at %d/%d fps, %lld audio samples (%.3f s), "
@@ -333,18 +333,18 @@ static int frames_main(int argc, char **argv)
     rc = RV_EXIT_OK;
 end:
     rv_st_writer_free(&w);
-    rv_spill_close(&fs.frames);
-    rv_spill_close(&fs.audio);
+    spill_close(&fs.frames);
+    spill_close(&fs.audio);
     free(fs.times);
     free(fs.src_times);
     free(probe_text);
     free(meta_text);
     rv_probe_free(&probe);
-    rv_cli_input_done(input, spooled);
+    cli_input_done(input, spooled);
     return rc;
 }
 
-const rv_command rv_cmd_frames = {
+const cli_command cmd_frames = {
     .name = "frames",
     .summary = "sample frames and audio of a media file (frames FILE -o OUT)",
     .main = frames_main,

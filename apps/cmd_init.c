@@ -48,43 +48,43 @@ static int init_main(int argc, char **argv)
     int tubelet = 0, patch = 0, grid = 0, heads = 0, no_cls = 0, json = 0, rc = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (rv_cli_flag_is(a, "--preset")) {
-            if (!(preset = rv_cli_flag_value(CMD, argc, argv, &i)))
+        if (cli_flag_is(a, "--preset")) {
+            if (!(preset = cli_flag_value(CMD, argc, argv, &i)))
                 return RV_EXIT_USAGE;
-        } else if (rv_cli_flag_is(a, "-o") || rv_cli_flag_is(a, "--output")) {
-            if (!(outpath = rv_cli_flag_value(CMD, argc, argv, &i)))
+        } else if (cli_flag_is(a, "-o") || cli_flag_is(a, "--output")) {
+            if (!(outpath = cli_flag_value(CMD, argc, argv, &i)))
                 return RV_EXIT_USAGE;
-        } else if (rv_cli_flag_is(a, "--seed")) {
-            if ((rc = rv_cli_take_i64(CMD, argc, argv, &i, 0, INT64_MAX, &seed)))
+        } else if (cli_flag_is(a, "--seed")) {
+            if ((rc = cli_take_i64(CMD, argc, argv, &i, 0, INT64_MAX, &seed)))
                 return rc;
-        } else if (rv_cli_flag_is(a, "--tubelet")) {
-            if ((rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 64, &tubelet)))
+        } else if (cli_flag_is(a, "--tubelet")) {
+            if ((rc = cli_take_int(CMD, argc, argv, &i, 1, 64, &tubelet)))
                 return rc;
-        } else if (rv_cli_flag_is(a, "--patch")) {
-            if ((rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1024, &patch)))
+        } else if (cli_flag_is(a, "--patch")) {
+            if ((rc = cli_take_int(CMD, argc, argv, &i, 1, 1024, &patch)))
                 return rc;
-        } else if (rv_cli_flag_is(a, "--grid")) {
-            if ((rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 1024, &grid)))
+        } else if (cli_flag_is(a, "--grid")) {
+            if ((rc = cli_take_int(CMD, argc, argv, &i, 1, 1024, &grid)))
                 return rc;
-        } else if (rv_cli_flag_is(a, "--heads")) {
-            if ((rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 65536, &heads)))
+        } else if (cli_flag_is(a, "--heads")) {
+            if ((rc = cli_take_int(CMD, argc, argv, &i, 1, 65536, &heads)))
                 return rc;
         } else if (strcmp(a, "--no-cls") == 0) {
             no_cls = 1;
         } else if (strcmp(a, "--json") == 0) {
             json = 1;
         } else {
-            return rv_cli_unknown_arg(CMD, a);
+            return cli_unknown_arg(CMD, a);
         }
     }
     if (!preset)
-        return rv_cli_usage_error(CMD, "which model? give --preset tiny, small or base");
+        return cli_usage_error(CMD, "which model? give --preset tiny, small or base");
     if (!outpath || !outpath[0])
-        return rv_cli_usage_error(CMD, "where to? give -o OUT.safetensors");
+        return cli_usage_error(CMD, "where to? give -o OUT.safetensors");
 
     rv_vit_config c;
     if (rv_vit_preset(preset, &c) != RV_OK)
-        return rv_cli_usage_error(CMD, "%s", rv_last_error());
+        return cli_usage_error(CMD, "%s", rv_last_error());
     const rv_vit_config base = c;
     if (tubelet)
         c.tubelet = tubelet;
@@ -101,20 +101,20 @@ static int init_main(int argc, char **argv)
     if (memcmp(&c, &base, sizeof c) != 0)
         snprintf(c.preset, sizeof c.preset, "custom"); /* no longer the preset's sizes */
     if (rv_vit_config_check(&c) != RV_OK)
-        return rv_cli_usage_error(CMD, "%s", rv_last_error());
+        return cli_usage_error(CMD, "%s", rv_last_error());
 
     rv_vit_model *m = NULL;
     rv_status st;
     char target[4096];
     /* Before the work, and again just before writing (see out_path.h). */
-    if ((st = rv_out_target(outpath, target, sizeof target)) != RV_OK)
-        return rv_cli_fail(st, CMD);
+    if ((st = out_target_path(outpath, target, sizeof target)) != RV_OK)
+        return cli_fail(st, CMD);
     if ((st = rv_vit_new(&c, &m)) != RV_OK)
-        return rv_cli_fail(st, CMD);
+        return cli_fail(st, CMD);
     if ((st = rv_vit_init_random(m, (uint64_t)seed)) != RV_OK ||
-        (st = rv_out_target(outpath, target, sizeof target)) != RV_OK ||
+        (st = out_target_path(outpath, target, sizeof target)) != RV_OK ||
         (st = rv_vit_save(m, target)) != RV_OK) {
-        rc = rv_cli_fail(st, CMD);
+        rc = cli_fail(st, CMD);
         goto end;
     }
     char hash[17];
@@ -127,11 +127,11 @@ static int init_main(int argc, char **argv)
                                  (json_int_t)rv_vit_params(m), "hash", hash, "config", cfg);
         free(cj);
         if (!root) {
-            rv_cli_error("%s: out of memory", CMD);
+            cli_error("%s: out of memory", CMD);
             rc = RV_EXIT_FAIL;
             goto end;
         }
-        rc = rv_cli_json_print(root);
+        rc = cli_json_print(root);
         json_decref(root);
     } else {
         printf("init: %s%s, %" PRId64 " parameters, seed %" PRId64 ", hash %s -> %s\n", preset,
@@ -143,7 +143,7 @@ end:
     return rc;
 }
 
-const rv_command rv_cmd_init = {
+const cli_command cmd_init = {
     .name = "init",
     .summary = "write a fresh seeded encoder (init --preset tiny -o M.safetensors)",
     .main = init_main,

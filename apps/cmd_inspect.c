@@ -174,30 +174,30 @@ static int inspect_main(int argc, char **argv)
         const char *a = argv[i];
         if (strcmp(a, "--json") == 0)
             json = 1;
-        else if (rv_cli_flag_is(a, "--heads"))
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 65536, &heads);
-        else if (rv_cli_flag_is(a, "--tubelet"))
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 64, &tubelet);
-        else if (rv_cli_flag_is(a, "--seed")) {
-            rc = rv_cli_take_i64(CMD, argc, argv, &i, 0, INT64_MAX, &seed);
+        else if (cli_flag_is(a, "--heads"))
+            rc = cli_take_int(CMD, argc, argv, &i, 1, 65536, &heads);
+        else if (cli_flag_is(a, "--tubelet"))
+            rc = cli_take_int(CMD, argc, argv, &i, 1, 64, &tubelet);
+        else if (cli_flag_is(a, "--seed")) {
+            rc = cli_take_i64(CMD, argc, argv, &i, 0, INT64_MAX, &seed);
             seed_set = 1;
         } else if (a[0] == '-' && a[1])
-            return rv_cli_unknown_arg(CMD, a);
+            return cli_unknown_arg(CMD, a);
         else if (spec)
-            return rv_cli_usage_error(CMD, "one MODEL at a time (got '%s' and '%s')", spec, a);
+            return cli_usage_error(CMD, "one MODEL at a time (got '%s' and '%s')", spec, a);
         else
             spec = a;
     }
     if (rc)
         return rc;
     if (!spec)
-        return rv_cli_usage_error(CMD, "which model? give a folder, a weights file or a preset");
+        return cli_usage_error(CMD, "which model? give a folder, a weights file or a preset");
     model_cli mc;
     if ((rc = model_cli_open(CMD, spec, seed, seed_set, heads, tubelet, 1, &mc)) != 0)
         return rc;
     if (json) {
         json_t *o = report_json(spec, &mc);
-        rc = o ? rv_cli_json_print(o) : (rv_cli_error("inspect: out of memory"), RV_EXIT_FAIL);
+        rc = o ? cli_json_print(o) : (cli_error("inspect: out of memory"), RV_EXIT_FAIL);
         json_decref(o);
     } else {
         report_text(spec, &mc);
@@ -206,7 +206,7 @@ static int inspect_main(int argc, char **argv)
     return rc;
 }
 
-const rv_command rv_cmd_inspect = {
+const cli_command cmd_inspect = {
     .name = "inspect",
     .summary = "what a model is: family, sizes, modalities, inputs, tensors (inspect MODEL)",
     .main = inspect_main,

@@ -80,33 +80,33 @@ static int probe_main(int argc, char **argv)
         if (strcmp(a, "--json") == 0)
             json = 1;
         else if (a[0] == '-' && a[1] != '\0')
-            return rv_cli_unknown_arg(CMD, a);
+            return cli_unknown_arg(CMD, a);
         else if (!path)
             path = a;
         else
-            return rv_cli_usage_error(CMD, "one FILE at a time (got '%s' and '%s')", path, a);
+            return cli_usage_error(CMD, "one FILE at a time (got '%s' and '%s')", path, a);
     }
     if (!path)
-        return rv_cli_usage_error(CMD, "which file? give a media FILE");
+        return cli_usage_error(CMD, "which file? give a media FILE");
 
     char input[4096];
-    int spooled = 0, rc = rv_cli_input_open(CMD, path, input, sizeof input, &spooled);
+    int spooled = 0, rc = cli_input_open(CMD, path, input, sizeof input, &spooled);
     if (rc)
         return rc;
     rv_probe *p = NULL;
     rv_status st = rv_probe_file(input, &p);
-    rv_cli_input_done(input, spooled);
+    cli_input_done(input, spooled);
     if (st != RV_OK)
-        return rv_cli_fail(st, CMD);
+        return cli_fail(st, CMD);
     if (spooled)
         snprintf(p->path, sizeof p->path, "-");
     if (json) {
-        json_t *root = rv_probe_json(p);
+        json_t *root = cli_probe_json(p);
         if (!root) {
-            rv_cli_error("%s: out of memory", CMD);
+            cli_error("%s: out of memory", CMD);
             rc = RV_EXIT_FAIL;
         } else {
-            rc = rv_cli_json_print(root);
+            rc = cli_json_print(root);
             json_decref(root);
         }
     } else {
@@ -116,7 +116,7 @@ static int probe_main(int argc, char **argv)
     return rc;
 }
 
-const rv_command rv_cmd_probe = {
+const cli_command cmd_probe = {
     .name = "probe",
     .summary = "show the streams of a media file (probe FILE)",
     .main = probe_main,

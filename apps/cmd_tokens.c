@@ -140,7 +140,7 @@ static int parse_triple(const char *flag, const char *text, float lo, float hi, 
         double v = strtod(p, &end);
         if (end == p || errno || !isfinite(v) || v < lo || v > hi ||
             (c < 2 ? *end != ',' : *end != '\0'))
-            return rv_cli_usage_error(CMD, "%s wants three numbers in [%g, %g] like "
+            return cli_usage_error(CMD, "%s wants three numbers in [%g, %g] like "
                                       "0.485,0.456,0.406, got '%s'", flag, lo, hi, text);
         out[c] = (float)v;
         p = end + 1;
@@ -162,58 +162,58 @@ static int parse_args(int argc, char **argv, tokens_args *a)
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         const char *v;
-        if (rv_cli_flag_is(s, "-o") || rv_cli_flag_is(s, "--output")) {
-            if (!(a->out = rv_cli_flag_value(CMD, argc, argv, &i)))
+        if (cli_flag_is(s, "-o") || cli_flag_is(s, "--output")) {
+            if (!(a->out = cli_flag_value(CMD, argc, argv, &i)))
                 return RV_EXIT_USAGE;
-        } else if (rv_cli_ingest_flag(CMD, argc, argv, &i, &a->io, &audio_set, &video_set,
+        } else if (cli_ingest_flag(CMD, argc, argv, &i, &a->io, &audio_set, &video_set,
                                       &rc)) {
             /* parsed into a->io */
-        } else if (rv_cli_flag_is(s, "--tubelet")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 64, &a->to.tubelet);
-        } else if (rv_cli_flag_is(s, "--patch")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 4096, &a->to.patch);
-        } else if (rv_cli_flag_is(s, "--mean") || rv_cli_flag_is(s, "--std")) {
-            int is_mean = rv_cli_flag_is(s, "--mean");
-            if (!(v = rv_cli_flag_value(CMD, argc, argv, &i)))
+        } else if (cli_flag_is(s, "--tubelet")) {
+            rc = cli_take_int(CMD, argc, argv, &i, 1, 64, &a->to.tubelet);
+        } else if (cli_flag_is(s, "--patch")) {
+            rc = cli_take_int(CMD, argc, argv, &i, 1, 4096, &a->to.patch);
+        } else if (cli_flag_is(s, "--mean") || cli_flag_is(s, "--std")) {
+            int is_mean = cli_flag_is(s, "--mean");
+            if (!(v = cli_flag_value(CMD, argc, argv, &i)))
                 return RV_EXIT_USAGE;
             rc = is_mean ? parse_triple("--mean", v, -10, 10, a->to.mean)
                          : parse_triple("--std", v, 1e-6f, 1e6f, a->to.std);
-        } else if (rv_cli_flag_is(s, "--audio-freq")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, RV_FBANK_BINS, &a->to.audio_freq);
-        } else if (rv_cli_flag_is(s, "--audio-freq-stride")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 0, RV_FBANK_BINS, &a->to.audio_fstride);
-        } else if (rv_cli_flag_is(s, "--audio-time")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 4096, &a->to.audio_time);
-        } else if (rv_cli_flag_is(s, "--audio-stride")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 4096, &a->to.audio_stride);
+        } else if (cli_flag_is(s, "--audio-freq")) {
+            rc = cli_take_int(CMD, argc, argv, &i, 1, RV_FBANK_BINS, &a->to.audio_freq);
+        } else if (cli_flag_is(s, "--audio-freq-stride")) {
+            rc = cli_take_int(CMD, argc, argv, &i, 0, RV_FBANK_BINS, &a->to.audio_fstride);
+        } else if (cli_flag_is(s, "--audio-time")) {
+            rc = cli_take_int(CMD, argc, argv, &i, 1, 4096, &a->to.audio_time);
+        } else if (cli_flag_is(s, "--audio-stride")) {
+            rc = cli_take_int(CMD, argc, argv, &i, 1, 4096, &a->to.audio_stride);
             stride_set = 1;
-        } else if (rv_cli_flag_is(s, "--audio-mean")) {
-            rc = rv_cli_take_float(CMD, argc, argv, &i, -1e6f, 1e6f, &a->to.audio_mean);
-        } else if (rv_cli_flag_is(s, "--audio-std")) {
-            rc = rv_cli_take_float(CMD, argc, argv, &i, 1e-6f, 1e6f, &a->to.audio_std);
-        } else if (rv_cli_flag_is(s, "--audio-window")) {
-            rc = rv_cli_take_double(CMD, argc, argv, &i, 0.01, 86400, &a->to.window_s);
+        } else if (cli_flag_is(s, "--audio-mean")) {
+            rc = cli_take_float(CMD, argc, argv, &i, -1e6f, 1e6f, &a->to.audio_mean);
+        } else if (cli_flag_is(s, "--audio-std")) {
+            rc = cli_take_float(CMD, argc, argv, &i, 1e-6f, 1e6f, &a->to.audio_std);
+        } else if (cli_flag_is(s, "--audio-window")) {
+            rc = cli_take_double(CMD, argc, argv, &i, 0.01, 86400, &a->to.window_s);
             window_set = 1;
-        } else if (rv_cli_flag_is(s, "--block")) {
+        } else if (cli_flag_is(s, "--block")) {
             if (a->blocks == 2)
-                return rv_cli_usage_error(CMD, "--block and --frame contradict each other "
+                return cli_usage_error(CMD, "--block and --frame contradict each other "
                                           "(blocks of seconds or of one tubelet)");
-            rc = rv_cli_take_double(CMD, argc, argv, &i, 0.01, 86400, &a->to.window_s);
+            rc = cli_take_double(CMD, argc, argv, &i, 0.01, 86400, &a->to.window_s);
             a->blocks = 1;
         } else if (strcmp(s, "--frame") == 0) {
             if (a->blocks == 1)
-                return rv_cli_usage_error(CMD, "--block and --frame contradict each other "
+                return cli_usage_error(CMD, "--block and --frame contradict each other "
                                           "(blocks of seconds or of one tubelet)");
             a->blocks = 2;
-        } else if (rv_cli_flag_is(s, "--cp")) {
-            rc = rv_cli_take_int(CMD, argc, argv, &i, 1, 65536, &a->cp);
-        } else if (rv_cli_flag_is(s, "--max-tokens")) {
-            rc = rv_cli_take_i64(CMD, argc, argv, &i, 1, INT64_MAX, &a->max_tokens);
-        } else if (rv_cli_flag_is(s, "--shard")) {
-            if (!(v = rv_cli_flag_value(CMD, argc, argv, &i)))
+        } else if (cli_flag_is(s, "--cp")) {
+            rc = cli_take_int(CMD, argc, argv, &i, 1, 65536, &a->cp);
+        } else if (cli_flag_is(s, "--max-tokens")) {
+            rc = cli_take_i64(CMD, argc, argv, &i, 1, INT64_MAX, &a->max_tokens);
+        } else if (cli_flag_is(s, "--shard")) {
+            if (!(v = cli_flag_value(CMD, argc, argv, &i)))
                 return RV_EXIT_USAGE;
             if (rv_shard_kind_parse(v, &a->shard) != RV_OK)
-                return rv_cli_usage_error(CMD, "--shard wants contiguous or zigzag, got '%s'", v);
+                return cli_usage_error(CMD, "--shard wants contiguous or zigzag, got '%s'", v);
         } else if (strcmp(s, "--cls") == 0) {
             /* --dist already asks for the class token it follows */
             a->to.cls = a->to.cls > 1 ? a->to.cls : 1;
@@ -228,26 +228,26 @@ static int parse_args(int argc, char **argv, tokens_args *a)
         } else if (strcmp(s, "--json") == 0) {
             a->json = 1;
         } else if (s[0] == '-' && s[1] != '\0') {
-            return rv_cli_unknown_arg(CMD, s);
+            return cli_unknown_arg(CMD, s);
         } else if (!a->path) {
             a->path = s;
         } else {
-            return rv_cli_usage_error(CMD, "one FILE at a time (got '%s' and '%s')", a->path, s);
+            return cli_usage_error(CMD, "one FILE at a time (got '%s' and '%s')", a->path, s);
         }
         if (rc)
             return rc;
     }
     if (no_audio && audio_set)
-        return rv_cli_usage_error(CMD, "--no-audio and --audio-stream contradict each other");
+        return cli_usage_error(CMD, "--no-audio and --audio-stream contradict each other");
     if (no_video && video_set)
-        return rv_cli_usage_error(CMD, "--no-video and --video-stream contradict each other");
+        return cli_usage_error(CMD, "--no-video and --video-stream contradict each other");
     if (no_audio && no_video)
-        return rv_cli_usage_error(CMD, "--no-audio and --no-video leave nothing to tokenize");
+        return cli_usage_error(CMD, "--no-audio and --no-video leave nothing to tokenize");
     if (a->blocks && window_set)
-        return rv_cli_usage_error(CMD, "--audio-window and --%s both set the windows",
+        return cli_usage_error(CMD, "--audio-window and --%s both set the windows",
                                   a->blocks == 1 ? "block" : "frame");
     if (a->blocks == 2 && no_video)
-        return rv_cli_usage_error(CMD, "--frame makes blocks of video tubelets, and --no-video "
+        return cli_usage_error(CMD, "--frame makes blocks of video tubelets, and --no-video "
                                   "leaves the video out");
     if (a->blocks) {
         /* the windows become attention blocks: each led by the special tokens asked
@@ -269,16 +269,16 @@ static int parse_args(int argc, char **argv, tokens_args *a)
     a->start_at = a->io.start_s;
     a->io.start_s = 0;
     if (a->io.size % a->to.patch)
-        return rv_cli_usage_error(CMD, "--patch %d must divide --size %d", a->to.patch, a->io.size);
+        return cli_usage_error(CMD, "--patch %d must divide --size %d", a->to.patch, a->io.size);
     if (a->plan_only && a->out)
-        return rv_cli_usage_error(CMD, "--plan-only decodes nothing, so -o has nothing to write");
+        return cli_usage_error(CMD, "--plan-only decodes nothing, so -o has nothing to write");
     if (!a->path)
-        return rv_cli_usage_error(CMD, "which file? give a media FILE");
-    if (rv_out_is_stdout(a->out) && a->json)
-        return rv_cli_usage_error(CMD, "-o - and --json both want standard output: give one "
+        return cli_usage_error(CMD, "which file? give a media FILE");
+    if (out_is_stdout(a->out) && a->json)
+        return cli_usage_error(CMD, "-o - and --json both want standard output: give one "
                                   "of them (the table goes to stderr with -o -)");
-    if (rv_out_is_stdout(a->out))
-        return rv_out_stdout_take(CMD);
+    if (out_is_stdout(a->out))
+        return out_stdout_take(CMD);
     return 0;
 }
 
@@ -289,7 +289,7 @@ enum { SP_VIDEO, SP_FBANK, SP_AUDIO, SP_MOD, SP_POS, SP_TIME, SP_WINDOW, SP_COUN
 
 typedef struct collect {
     int write;                 /* spill the tensors (-o) */
-    rv_spill sp[SP_COUNT];
+    spill sp[SP_COUNT];
     int64_t tokens, video, audio, cls, fbank;
     int64_t video_dim, audio_dim;
     int64_t max_tokens;        /* --max-tokens */
@@ -318,19 +318,19 @@ static rv_status on_batch(const rv_tok_batch *b, void *user)
     if (!c->write)
         return RV_OK;
     rv_status st;
-    if ((st = rv_spill_write(&c->sp[SP_VIDEO], b->video, sizeof(float) * (size_t)(b->nvideo * c->video_dim))) ||
-        (st = rv_spill_write(&c->sp[SP_AUDIO], b->audio, sizeof(float) * (size_t)(b->naudio * c->audio_dim))) ||
-        (st = rv_spill_write(&c->sp[SP_FBANK], b->fbank, sizeof(float) * (size_t)(b->nfbank * RV_FBANK_BINS))) ||
-        (st = rv_spill_write(&c->sp[SP_MOD], b->modality, (size_t)b->count)) ||
-        (st = rv_spill_write(&c->sp[SP_POS], b->pos, sizeof(int64_t) * 3 * (size_t)b->count)) ||
-        (st = rv_spill_write(&c->sp[SP_WINDOW], b->window, sizeof(int64_t) * (size_t)b->count)))
+    if ((st = spill_write(&c->sp[SP_VIDEO], b->video, sizeof(float) * (size_t)(b->nvideo * c->video_dim))) ||
+        (st = spill_write(&c->sp[SP_AUDIO], b->audio, sizeof(float) * (size_t)(b->naudio * c->audio_dim))) ||
+        (st = spill_write(&c->sp[SP_FBANK], b->fbank, sizeof(float) * (size_t)(b->nfbank * RV_FBANK_BINS))) ||
+        (st = spill_write(&c->sp[SP_MOD], b->modality, (size_t)b->count)) ||
+        (st = spill_write(&c->sp[SP_POS], b->pos, sizeof(int64_t) * 3 * (size_t)b->count)) ||
+        (st = spill_write(&c->sp[SP_WINDOW], b->window, sizeof(int64_t) * (size_t)b->count)))
         return st;
     double t[512]; /* the times on the container's clock, 256 tokens at a time */
     for (int64_t i = 0; i < 2 * b->count; i += 512) {
         int64_t n = 2 * b->count - i < 512 ? 2 * b->count - i : 512;
         for (int64_t j = 0; j < n; j++)
             t[j] = b->time[i + j] + c->origin;
-        if ((st = rv_spill_write(&c->sp[SP_TIME], t, sizeof(double) * (size_t)n)))
+        if ((st = spill_write(&c->sp[SP_TIME], t, sizeof(double) * (size_t)n)))
             return st;
     }
     return RV_OK;
@@ -427,7 +427,7 @@ static void report_table(const report *r)
         printf("\n");
     }
     if (r->a->out)
-        printf("wrote:      %s\n", rv_out_is_stdout(r->a->out) ? "standard output" : r->a->out);
+        printf("wrote:      %s\n", out_is_stdout(r->a->out) ? "standard output" : r->a->out);
 }
 
 static rv_status write_output(const tokens_args *a, collect *c, const rv_tok_layout *L,
@@ -437,14 +437,14 @@ static rv_status write_output(const tokens_args *a, collect *c, const rv_tok_lay
     rv_st_writer *w = NULL;
     char *probe_text = NULL, *meta_text = NULL;
     for (int i = 0; i < SP_COUNT && st == RV_OK; i++)
-        st = rv_spill_map(&c->sp[i]);
+        st = spill_map(&c->sp[i]);
     if (st != RV_OK)
         return st;
     if (c->tokens != L->seq || c->video != L->nvideo || c->audio != L->naudio ||
         c->fbank != L->fbank_frames)
         return rv_fail(RV_ERR_INTERNAL, "tokens: %lld tokens collected, the layout has %lld",
                        (long long)c->tokens, (long long)L->seq);
-    json_t *pj = rv_probe_json(probe);
+    json_t *pj = cli_probe_json(probe);
     probe_text = pj ? json_dumps(pj, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(17)) : NULL;
     json_decref(pj);
     json_t *mj = report_json(rep);
@@ -472,7 +472,7 @@ static rv_status write_output(const tokens_args *a, collect *c, const rv_tok_lay
         (st = rv_st_writer_meta(w, "probe", probe_text)) != RV_OK ||
         (st = rv_st_writer_meta(w, "tokens", meta_text)) != RV_OK ||
         (st = rv_st_writer_meta(w, "time_origin", origin_text)) != RV_OK ||
-        (st = rv_out_write_st(w, a->out)) != RV_OK)
+        (st = out_write_st(w, a->out)) != RV_OK)
         goto end;
 end:
     rv_st_writer_free(&w);
@@ -502,19 +502,19 @@ static int tokens_main(int argc, char **argv)
     char target[4096];
     /* Before the work, and again just before writing (see out_path.h); "-" is
      * standard output (its scratch files go to $TMPDIR). */
-    if (rv_out_is_stdout(a.out))
+    if (out_is_stdout(a.out))
         snprintf(target, sizeof target, "-");
-    else if (a.out && !a.plan_only && (st = rv_out_target(a.out, target, sizeof target)) != RV_OK)
-        return rv_cli_fail(st, CMD);
+    else if (a.out && !a.plan_only && (st = out_target_path(a.out, target, sizeof target)) != RV_OK)
+        return cli_fail(st, CMD);
     rc = RV_EXIT_FAIL;
 
     if ((st = rv_probe_file(a.path, &probe)) != RV_OK) {
-        rv_cli_fail(st, CMD);
+        cli_fail(st, CMD);
         goto end;
     }
     rv_timeline tl;
     if ((st = rv_ingest_timeline(a.path, &a.io, &tl)) != RV_OK) {
-        rv_cli_fail(st, CMD);
+        cli_fail(st, CMD);
         goto end;
     }
     a.io.start_s = rv_timeline_start(&tl, a.start_at);
@@ -526,27 +526,27 @@ static int tokens_main(int argc, char **argv)
         rv_log(RV_LOG_INFO, "%s; counting while decoding", rv_last_error());
         source = "decode";
     } else if (st != RV_OK) {
-        rv_cli_fail(st, CMD);
+        cli_fail(st, CMD);
         goto end;
     }
     col.max_tokens = a.max_tokens;
     col.path = a.path;
     if (!a.plan_only && strcmp(source, "probe") == 0 && plan.seq > a.max_tokens) {
-        rv_cli_fail(too_many(a.path, plan.seq, a.max_tokens), CMD);
+        cli_fail(too_many(a.path, plan.seq, a.max_tokens), CMD);
         goto end;
     }
     if (!a.plan_only) {
         if (a.out) {
             col.write = 1;
             for (int i = 0; i < SP_COUNT; i++)
-                if ((st = rv_spill_open(&col.sp[i], target)) != RV_OK) {
-                    rv_cli_fail(st, CMD);
+                if ((st = spill_open(&col.sp[i], target)) != RV_OK) {
+                    cli_fail(st, CMD);
                     goto end;
                 }
         }
         rv_tok_layout shape;
         if ((st = rv_tok_layout_make(&a.to, &a.io, 0, 0, &shape)) != RV_OK) {
-            rv_cli_fail(st, CMD);
+            cli_fail(st, CMD);
             goto end;
         }
         col.video_dim = shape.video_dim;
@@ -557,7 +557,7 @@ static int tokens_main(int argc, char **argv)
         else
             st = rv_tokenize_file(a.path, &a.io, &a.to, on_batch, &col, &stats);
         if (st != RV_OK) {
-            rv_cli_fail(st, CMD);
+            cli_fail(st, CMD);
             goto end;
         }
         plan = stats.layout;
@@ -570,19 +570,19 @@ static int tokens_main(int argc, char **argv)
                    plan_end, (long long)stats.dropped_frames, (long long)stats.dropped_samples);
         double wall = rv_clock_s() - t0;
         if ((st = rv_tok_shard_plan(&plan, a.shard, a.cp, &sp)) != RV_OK) {
-            rv_cli_fail(st, CMD);
+            cli_fail(st, CMD);
             goto end;
         }
         double end = isfinite(plan_end) ? plan_end : stats.ingest.end_s;
         report rep = {.a = &a, .L = &plan, .plan_source = source, .plan_end_s = plan_end,
                       .end_s = end, .decoded = 1, .st = &stats, .wall_s = wall, .sp = &sp};
         if (a.out && (st = write_output(&a, &col, &plan, probe, &rep)) != RV_OK) {
-            rv_cli_fail(st, CMD);
+            cli_fail(st, CMD);
             goto end;
         }
         if (a.json) {
             json_t *j = report_json(&rep);
-            rc = j ? rv_cli_json_print(j) : (rv_cli_error("%s: out of memory", CMD), RV_EXIT_FAIL);
+            rc = j ? cli_json_print(j) : (cli_error("%s: out of memory", CMD), RV_EXIT_FAIL);
             json_decref(j);
         } else {
             report_table(&rep);
@@ -590,14 +590,14 @@ static int tokens_main(int argc, char **argv)
         }
     } else {
         if ((st = rv_tok_shard_plan(&plan, a.shard, a.cp, &sp)) != RV_OK) {
-            rv_cli_fail(st, CMD);
+            cli_fail(st, CMD);
             goto end;
         }
         report rep = {.a = &a, .L = &plan, .plan_source = source, .plan_end_s = plan_end,
                       .end_s = plan_end, .sp = &sp};
         if (a.json) {
             json_t *j = report_json(&rep);
-            rc = j ? rv_cli_json_print(j) : (rv_cli_error("%s: out of memory", CMD), RV_EXIT_FAIL);
+            rc = j ? cli_json_print(j) : (cli_error("%s: out of memory", CMD), RV_EXIT_FAIL);
             json_decref(j);
         } else {
             report_table(&rep);
@@ -606,12 +606,12 @@ static int tokens_main(int argc, char **argv)
     }
 end:
     for (int i = 0; i < SP_COUNT; i++)
-        rv_spill_close(&col.sp[i]);
+        spill_close(&col.sp[i]);
     rv_probe_free(&probe);
     return rc;
 }
 
-const rv_command rv_cmd_tokens = {
+const cli_command cmd_tokens = {
     .name = "tokens",
     .summary = "tokenize a media file and show its shard plan (tokens FILE)",
     .main = tokens_main,

@@ -214,7 +214,7 @@ rv_status embed_batch_rank(rv_comm *world, void *arg)
     }
     /* Local ranks: --gpu, else rank % GPUs; a process under MPI: its own GPU. */
     const int gpu = set->gpu >= 0 ? set->gpu : world->rank;
-    st = rv_cli_backend_create(set->cuda, set->threads, gpu, &k.be);
+    st = cli_backend_create(set->cuda, set->threads, gpu, &k.be);
     if (st == RV_OK && set->cuda)
         st = rv_vit_to_backend(set->model, k.be, &k.dev_weights);
     /* The patch embedding of what is tokenized in turn runs on the host: the
@@ -237,7 +237,7 @@ rv_status embed_batch_rank(rv_comm *world, void *arg)
         } else {
             st = rv_comm_split(comm, 0, comm->rank, &k.dev);
             if (st == RV_OK)
-                st = rv_comm_mpi_stage_device(k.dev, rv_cli_device_copy(1));
+                st = rv_comm_mpi_stage_device(k.dev, cli_device_copy(1));
         }
         if (st == RV_OK)
             st = rv_comm_set_timeout(k.dev, set->timeout_s);

@@ -17,7 +17,7 @@ int embed_inputs_add(const char *path, embed_input **in, int *n, int *cap)
         int nc = *cap ? *cap * 2 : 16;
         embed_input *p = realloc(*in, sizeof *p * (size_t)nc);
         if (!p) {
-            rv_cli_error("embed: out of memory for %d inputs", nc);
+            cli_error("embed: out of memory for %d inputs", nc);
             return RV_EXIT_FAIL;
         }
         *in = p;
@@ -26,7 +26,7 @@ int embed_inputs_add(const char *path, embed_input **in, int *n, int *cap)
     embed_input *e = &(*in)[*n];
     memset(e, 0, sizeof *e);
     if (!(e->path = strdup(path))) {
-        rv_cli_error("embed: out of memory");
+        cli_error("embed: out of memory");
         return RV_EXIT_FAIL;
     }
     (*n)++;
@@ -37,7 +37,7 @@ int embed_inputs_manifest(const char *manifest, embed_input **in, int *n, int *c
 {
     FILE *f = fopen(manifest, "r");
     if (!f)
-        return rv_cli_usage_error("embed", "cannot read the manifest %s: %s", manifest,
+        return cli_usage_error("embed", "cannot read the manifest %s: %s", manifest,
                                   strerror(errno));
     /* Relative entries are relative to the manifest's folder. */
     const char *slash = strrchr(manifest, '/');
@@ -54,7 +54,7 @@ int embed_inputs_manifest(const char *manifest, embed_input **in, int *n, int *c
         /* getline counts past a NUL byte, the string functions stop at it: such a
          * line would name another file than it holds. */
         if (memchr(line, '\0', (size_t)len)) {
-            rc = rv_cli_usage_error("embed", "%s:%d: a NUL byte in the line", manifest, lineno);
+            rc = cli_usage_error("embed", "%s:%d: a NUL byte in the line", manifest, lineno);
             goto end;
         }
         char *s = line;
@@ -67,7 +67,7 @@ int embed_inputs_manifest(const char *manifest, embed_input **in, int *n, int *c
         if (s[0] != '/' && dirlen > 0) {
             size_t need = (size_t)dirlen + strlen(s) + 1;
             if (!(full = malloc(need))) {
-                rv_cli_error("embed: out of memory");
+                cli_error("embed: out of memory");
                 rc = RV_EXIT_FAIL;
                 goto end;
             }
@@ -77,7 +77,7 @@ int embed_inputs_manifest(const char *manifest, embed_input **in, int *n, int *c
             goto end;
     }
     if (ferror(f))
-        rc = rv_cli_usage_error("embed", "cannot read the manifest %s: %s", manifest,
+        rc = cli_usage_error("embed", "cannot read the manifest %s: %s", manifest,
                                 strerror(errno));
 end:
     free(line);
@@ -160,7 +160,7 @@ int embed_inputs_name(embed_input *in, int n, const char *out, const char *dir)
 {
     if (out) {
         if (!(in[0].output = strdup(out))) {
-            rv_cli_error("embed: out of memory");
+            cli_error("embed: out of memory");
             return RV_EXIT_FAIL;
         }
         return 0;
@@ -222,7 +222,7 @@ int embed_inputs_name(embed_input *in, int n, const char *out, const char *dir)
     rc = 0;
 end:
     if (rc)
-        rv_cli_error("embed: out of memory naming %d outputs", n);
+        cli_error("embed: out of memory naming %d outputs", n);
     for (int i = 0; names && i < n; i++)
         free(names[i]);
     free(names);

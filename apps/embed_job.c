@@ -80,7 +80,7 @@ static int pieces_of(const rv_shard_plan *sp, piece *out)
  * slices before, a sender still sending), and no longer than --timeout after
  * the peer falls silent. */
 static rv_status gather_tokens(embed_rank *k, const rv_shard_plan *sp, const float *y, int dim,
-                               rv_spill *sp_out, rv_status *write_st)
+                               spill *sp_out, rv_status *write_st)
 {
     const size_t row = sizeof(float) * (size_t)dim;
     piece *pc = malloc(sizeof *pc * (size_t)(2 * sp->ranks));
@@ -123,7 +123,7 @@ static rv_status gather_tokens(embed_rank *k, const rv_shard_plan *sp, const flo
             src = buf;
         }
         if (*write_st == RV_OK)
-            *write_st = rv_spill_write(sp_out, src, row * (size_t)pc[i].len);
+            *write_st = spill_write(sp_out, src, row * (size_t)pc[i].len);
         rv_comm_watch_beat(k->watch);
     }
 end:
@@ -178,7 +178,7 @@ int embed_job_run(embed_rank *k, embed_prep *p, embed_result *res)
     embed_slice *s = &p->s;
     rv_vit_pooled pooled;
     rv_vit_stats vs;
-    rv_spill tok_spill = {.fd = -1};
+    spill tok_spill = {.fd = -1};
     double *tok_time = NULL;
     int64_t *tok_pos = NULL;
     uint8_t *tok_mod = NULL;
@@ -310,7 +310,7 @@ int embed_job_run(embed_rank *k, embed_prep *p, embed_result *res)
                 st = rv_fail(RV_ERR_NOMEM, "rank 0: out of memory for %lld tokens' metadata",
                              (long long)L->seq);
             if (st == RV_OK)
-                st = rv_spill_open(&tok_spill, in->output);
+                st = spill_open(&tok_spill, in->output);
         }
         if ((out = embed_agree(k, st, NULL, 0)) != AGREE_OK)
             goto end;
@@ -322,7 +322,7 @@ int embed_job_run(embed_rank *k, embed_prep *p, embed_result *res)
     }
     if (k->rank == 0) {
         if (wst == RV_OK && set->tokens) {
-            wst = rv_spill_map(&tok_spill);
+            wst = spill_map(&tok_spill);
             for (int64_t i = 0; i < L->seq && wst == RV_OK; i++) {
                 rv_token tk;
                 if ((i & 0xffff) == 0)
@@ -340,7 +340,7 @@ int embed_job_run(embed_rank *k, embed_prep *p, embed_result *res)
             pooled.segment_start[g] += p->rec.clock0;
             pooled.segment_end[g] += p->rec.clock0;
         }
-        json_t *pj = rv_probe_json(p->probe);
+        json_t *pj = cli_probe_json(p->probe);
         probe_text = pj ? json_dumps(pj, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(17)) : NULL;
         json_decref(pj);
         if (wst == RV_OK) {
@@ -367,7 +367,7 @@ end:
         failed(out, res);
     /* From the start of its preparation (ahead or in turn) to its output. */
     res->seconds = p->t_start > 0 ? rv_clock_s() - p->t_start : rv_clock_s() - t0;
-    rv_spill_close(&tok_spill);
+    spill_close(&tok_spill);
     free(tok_time), free(tok_pos), free(tok_mod), free(probe_text);
     rv_vit_pooled_free(&pooled);
     embed_prepare_free(p);

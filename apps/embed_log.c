@@ -181,7 +181,7 @@ rv_status embed_report_open(const embed_settings *set, const char *log_path, int
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     if (log_path) {
-        rv_status st = rv_out_open_log(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644,
+        rv_status st = out_open_log(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644,
                                        &r->log_fd);
         if (st == RV_OK && !(r->log_path = strdup(log_path)))
             st = rv_fail(RV_ERR_NOMEM, "embed: out of memory");
@@ -295,15 +295,15 @@ static void log_line(embed_report *r, const embed_input *in, const embed_result 
     strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
     json_t *j = json_object();
     json_object_set_new(j, "time", json_string(when));
-    json_object_set_new(j, "path", rv_cli_json_path(in->path));
-    json_object_set_new(j, "output", rv_cli_json_path(in->output));
+    json_object_set_new(j, "path", cli_json_path(in->path));
+    json_object_set_new(j, "output", cli_json_path(in->output));
     json_object_set_new(j, "status", json_string(status_name(res->status)));
-    json_object_set_new(j, "error", res->status == EMBED_FAILED ? rv_cli_json_path(res->error) : json_null());
+    json_object_set_new(j, "error", res->status == EMBED_FAILED ? cli_json_path(res->error) : json_null());
     json_object_set_new(j, "seconds", json_real(res->seconds));
     json_object_set_new(j, "tokens", json_integer(res->tokens));
     json_object_set_new(j, "group", json_integer(res->group));
     if (in->note)
-        json_object_set_new(j, "note", rv_cli_json_path(in->note));
+        json_object_set_new(j, "note", cli_json_path(in->note));
     char *text = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6) | JSON_ENSURE_ASCII);
     json_decref(j);
     if (!text)
@@ -329,10 +329,10 @@ static void json_line(embed_report *r, const embed_input *in, const embed_result
 {
     const embed_settings *s = r->set;
     json_t *j = json_object(), *st = json_object();
-    json_object_set_new(j, "path", rv_cli_json_path(in->path));
-    json_object_set_new(j, "output", rv_cli_json_path(in->output));
+    json_object_set_new(j, "path", cli_json_path(in->path));
+    json_object_set_new(j, "output", cli_json_path(in->output));
     json_object_set_new(j, "status", json_string(status_name(res->status)));
-    json_object_set_new(j, "error", res->status == EMBED_FAILED ? rv_cli_json_path(res->error) : json_null());
+    json_object_set_new(j, "error", res->status == EMBED_FAILED ? cli_json_path(res->error) : json_null());
     json_object_set_new(j, "seconds", json_real(res->seconds));
     json_object_set_new(j, "tokens", json_integer(res->tokens));
     json_object_set_new(j, "video_tokens", json_integer(res->video_tokens));
@@ -362,7 +362,7 @@ static void json_line(embed_report *r, const embed_input *in, const embed_result
     json_object_set_new(j, "model", json_string(s->model_name));
     json_object_set_new(j, "model_hash", json_string(s->model_hash));
     if (in->note)
-        json_object_set_new(j, "note", rv_cli_json_path(in->note));
+        json_object_set_new(j, "note", cli_json_path(in->note));
     char *text = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9));
     json_decref(j);
     if (text) {
@@ -418,7 +418,7 @@ rv_status embed_report_index(const embed_report *r, const char *path)
     rv_status st;
     if (!r)
         return RV_OK;
-    if ((st = rv_out_target(path, target, sizeof target)) != RV_OK)
+    if ((st = out_target_path(path, target, sizeof target)) != RV_OK)
         return st;
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", target, (long)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
@@ -442,8 +442,8 @@ rv_status embed_report_index(const embed_report *r, const char *path)
         if (o->status == EMBED_SKIPPED || o->other) /* not decoded here: what its output says */
             embed_output_info(o->in->output, &dur, &tokens);
         json_t *j = json_object();
-        json_object_set_new(j, "path", rv_cli_json_path(o->in->path));
-        json_object_set_new(j, "output", rv_cli_json_path(o->in->output));
+        json_object_set_new(j, "path", cli_json_path(o->in->path));
+        json_object_set_new(j, "output", cli_json_path(o->in->output));
         json_object_set_new(j, "duration_s", isfinite(dur) ? json_real(dur) : json_null());
         json_object_set_new(j, "tokens", tokens >= 0 ? json_integer(tokens) : json_null());
         json_object_set_new(j, "model_hash", json_string(r->set->model_hash));

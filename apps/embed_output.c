@@ -31,8 +31,8 @@
  * renames it when complete; a run killed meanwhile leaves that temporary file,
  * which embed_output_clean_stale removes on the next run. Only a regular file
  * (or nothing) is replaced; a symlink is written through to its target, whose
- * folder then holds the temporary file (rv_out_target). "-" (-o -) is standard
- * output, written in one pass (rv_out_write_st). */
+ * folder then holds the temporary file (out_target_path). "-" (-o -) is standard
+ * output, written in one pass (out_write_st). */
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
@@ -163,7 +163,7 @@ static rv_status add_embedding(rv_st_writer *w, out_bufs *b, const embed_setting
 
 /* The tokens (S, D), converted through a scratch file beside the output a
  * block of rows at a time (they may not fit in memory twice). */
-static rv_status add_tokens(rv_st_writer *w, rv_spill *sp, const embed_output *o,
+static rv_status add_tokens(rv_st_writer *w, spill *sp, const embed_output *o,
                             const int64_t *shape)
 {
     const embed_settings *s = o->set;
@@ -172,15 +172,15 @@ static rv_status add_tokens(rv_st_writer *w, rv_spill *sp, const embed_output *o
     const int64_t S = shape[0], D = shape[1], block = 4096;
     const size_t esz = rv_dtype_size(s->dtype);
     void *buf = malloc((size_t)(block * D) * esz + 1);
-    rv_status st = buf ? rv_spill_open(sp, o->path) : rv_fail(RV_ERR_NOMEM, "out of memory");
+    rv_status st = buf ? spill_open(sp, o->path) : rv_fail(RV_ERR_NOMEM, "out of memory");
     for (int64_t r = 0; r < S && st == RV_OK; r += block) {
         const int64_t n = S - r < block ? S - r : block;
         rows_out(o->tokens + r * D, n, D, s->normalize, s->dtype, buf);
-        st = rv_spill_write(sp, buf, (size_t)(n * D) * esz);
+        st = spill_write(sp, buf, (size_t)(n * D) * esz);
     }
     free(buf);
     if (st == RV_OK)
-        st = rv_spill_map(sp);
+        st = spill_map(sp);
     if (st == RV_OK)
         st = rv_st_writer_add(w, "tokens", s->dtype, 2, shape, sp->map);
     return st;
@@ -198,11 +198,11 @@ rv_status embed_output_write(const embed_output *o)
     snprintf(fps, sizeof fps, "%d/%d", L->ingest.fps_num, L->ingest.fps_den);
     rv_st_writer *w = NULL;
     out_bufs bufs = {.n = 0};
-    rv_spill tok_sp = {.fd = -1};
+    spill tok_sp = {.fd = -1};
     rv_status st;
     char attention[64];
     /* Metadata is UTF-8: a file name that is not keeps its other bytes as \xNN. */
-    char *source = rv_cli_utf8_text(o->source);
+    char *source = cli_utf8_text(o->source);
     if (!source)
         return rv_fail(RV_ERR_NOMEM, "%s: out of memory", o->path);
     rv_span_format(&s->span, attention, sizeof attention);
@@ -263,14 +263,14 @@ rv_status embed_output_write(const embed_output *o)
         (st = rv_st_writer_meta(w, "normalize", s->normalize ? "l2" : "none")) != RV_OK ||
         (st = rv_st_writer_meta(w, "ringvit_version", RINGVIT_VERSION)) != RV_OK)
         goto end;
-    if (rv_out_is_stdout(o->path)) { /* -o -: in place, no temporary file */
-        st = rv_out_write_st(w, o->path);
+    if (out_is_stdout(o->path)) { /* -o -: in place, no temporary file */
+        st = out_write_st(w, o->path);
         goto end;
     }
     /* Checked before the batch and again now (see out_path.h); a symlink is
      * written through to its target. */
     char target[4096];
-    if ((st = rv_out_target(o->path, target, sizeof target)) != RV_OK)
+    if ((st = out_target_path(o->path, target, sizeof target)) != RV_OK)
         goto end;
     /* rv_st_writer_write's temporary name, for the signal handler. */
     snprintf(embed_tmp_path, sizeof embed_tmp_path, "%s.tmp.%ld", target, (long)getpid());
@@ -280,7 +280,7 @@ end:
     rv_st_writer_free(&w);
     for (int i = 0; i < bufs.n; i++)
         free(bufs.owned[i]);
-    rv_spill_close(&tok_sp);
+    spill_close(&tok_sp);
     free(source);
     return st;
 }

@@ -121,11 +121,11 @@ static char *claim_text(const embed_shard *s, int i, const char *status, const c
     json_object_set_new(j, "shard", json_string(shard));
     json_object_set_new(j, "started", json_string(s->started));
     json_object_set_new(j, "time", json_string(when));
-    json_object_set_new(j, "path", rv_cli_json_path(s->in[i].path));
-    json_object_set_new(j, "output", rv_cli_json_path(s->in[i].output));
+    json_object_set_new(j, "path", cli_json_path(s->in[i].path));
+    json_object_set_new(j, "output", cli_json_path(s->in[i].output));
     json_object_set_new(j, "status", json_string(status));
     if (error)
-        json_object_set_new(j, "error", rv_cli_json_path(error));
+        json_object_set_new(j, "error", cli_json_path(error));
     char *text = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_PRESERVE_ORDER);
     json_decref(j);
     return text;

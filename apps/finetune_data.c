@@ -83,7 +83,7 @@ static int find_class(const ft_classes *c, const char *label)
 
 static int oom(void)
 {
-    rv_cli_error(FT_CMD ": out of memory");
+    cli_error(FT_CMD ": out of memory");
     return RV_EXIT_FAIL;
 }
 
@@ -93,7 +93,7 @@ int ft_data_read(const char *manifest, int with_labels, ft_classes *derive,
     memset(out, 0, sizeof *out);
     FILE *f = fopen(manifest, "rb");
     if (!f)
-        return rv_cli_usage_error(FT_CMD, "cannot read the manifest %s: %s", manifest,
+        return cli_usage_error(FT_CMD, "cannot read the manifest %s: %s", manifest,
                                   strerror(errno));
     const char *slash = strrchr(manifest, '/');
     const int dirlen = slash ? (int)(slash - manifest) + 1 : 0;
@@ -106,7 +106,7 @@ int ft_data_read(const char *manifest, int with_labels, ft_classes *derive,
         lineno++;
         h = fnv(h, line, (size_t)len);
         if (memchr(line, 0, (size_t)len)) {
-            rc = rv_cli_usage_error(FT_CMD, "%s:%d: a NUL byte in the line", manifest, lineno);
+            rc = cli_usage_error(FT_CMD, "%s:%d: a NUL byte in the line", manifest, lineno);
             goto end;
         }
         while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
@@ -133,7 +133,7 @@ int ft_data_read(const char *manifest, int with_labels, ft_classes *derive,
         while (pl > 0 && s[pl - 1] == ' ')
             s[--pl] = '\0';
         if (with_labels && (!label || !label[0])) {
-            rc = rv_cli_usage_error(FT_CMD, "%s:%d: '%s' has no label (classify wants "
+            rc = cli_usage_error(FT_CMD, "%s:%d: '%s' has no label (classify wants "
                                     "'path<TAB>label' lines)", manifest, lineno, s);
             goto end;
         }
@@ -168,12 +168,12 @@ int ft_data_read(const char *manifest, int with_labels, ft_classes *derive,
         out->n++;
     }
     if (ferror(f)) {
-        rc = rv_cli_usage_error(FT_CMD, "cannot read the manifest %s: %s", manifest,
+        rc = cli_usage_error(FT_CMD, "cannot read the manifest %s: %s", manifest,
                                 strerror(errno));
         goto end;
     }
     if (out->n == 0) {
-        rc = rv_cli_usage_error(FT_CMD, "the manifest %s lists no recordings", manifest);
+        rc = cli_usage_error(FT_CMD, "the manifest %s lists no recordings", manifest);
         goto end;
     }
     out->hash = h;
@@ -211,7 +211,7 @@ int ft_data_read(const char *manifest, int with_labels, ft_classes *derive,
     for (int i = 0; i < out->n; i++) {
         int c = find_class(known, labels[i]);
         if (c < 0) {
-            rc = rv_cli_usage_error(FT_CMD, "%s: label '%s' (of %s) is not a class of the "
+            rc = cli_usage_error(FT_CMD, "%s: label '%s' (of %s) is not a class of the "
                                     "training manifest (%d classes)", manifest, labels[i],
                                     out->item[i].path, known->n);
             goto end;

@@ -88,7 +88,7 @@ rv_status ft_report_open(const ft_settings *set, const char *log_path, int appen
     r->t_start = r->t_last_line = rv_clock_s();
     r->last_line_step = set->step0;
     if (log_path) {
-        rv_status st = rv_out_open_log(
+        rv_status st = out_open_log(
             log_path, O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0666, &r->fd);
         if (st != RV_OK) {
             free(r);
@@ -177,7 +177,7 @@ void ft_report_event(ft_report *r, const char *event, int64_t step, const char *
         return;
     json_t *j = json_pack("{s:s, s:I}", "event", event, "step", (json_int_t)step);
     if (j && path)
-        json_object_set_new(j, "path", rv_cli_json_path(path));
+        json_object_set_new(j, "path", cli_json_path(path));
     log_json(r, j);
 }
 

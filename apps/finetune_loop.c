@@ -117,7 +117,7 @@ static rv_status rank_setup(ft_rank *k)
     k->dpr = k->dp->rank;
     /* Local ranks: --gpu, else rank % GPUs; a process under MPI: its own GPU. */
     const int gpu = set->gpu >= 0 ? set->gpu : k->rank;
-    if ((st = rv_cli_backend_create(set->cuda, set->threads, gpu, &k->be)) != RV_OK ||
+    if ((st = cli_backend_create(set->cuda, set->threads, gpu, &k->be)) != RV_OK ||
         (st = rv_vit_new(cfg, &k->m)) != RV_OK || (st = rv_vit_new(cfg, &k->g)) != RV_OK ||
         (st = rv_train_head_new(cfg, set->task, set->classes.n, &k->h)) != RV_OK ||
         (st = rv_train_head_new(cfg, set->task, set->classes.n, &k->dh)) != RV_OK)
@@ -134,7 +134,7 @@ static rv_status rank_setup(ft_rank *k)
         if (set->nccl)
             st = rv_comm_nccl_create(k->cp, set->gpu, &k->cp_dev);
         else if ((st = rv_comm_split(k->cp, 0, k->cp->rank, &k->cp_dev)) == RV_OK)
-            st = rv_comm_mpi_stage_device(k->cp_dev, rv_cli_device_copy(1));
+            st = rv_comm_mpi_stage_device(k->cp_dev, cli_device_copy(1));
         if (st == RV_OK)
             st = rv_comm_set_timeout(k->cp_dev, set->timeout_s);
         if (st != RV_OK)
@@ -383,7 +383,7 @@ static rv_status save_ckpt(ft_rank *k, int64_t step)
         snprintf(info.settings, sizeof info.settings, "%s", set->settings);
         rv_clear_error();
         char target[4096]; /* a symlink is written through (see out_path.h) */
-        st = rv_out_target(set->ckpt, target, sizeof target);
+        st = out_target_path(set->ckpt, target, sizeof target);
         if (st == RV_OK)
             st = rv_ckpt_save(target, k->m, k->h, k->opt, &info);
         if (st != RV_OK)

@@ -30,7 +30,7 @@ rv_status ft_output_write(const char *path, const rv_vit_model *m, const rv_trai
     /* Checked before training and again now (see out_path.h); a symlink is
      * written through to its target, whose folder holds the scratch file. */
     scratch[0] = '\0';
-    if ((s = rv_out_target(path, target, sizeof target)) != RV_OK)
+    if ((s = out_target_path(path, target, sizeof target)) != RV_OK)
         goto end;
     snprintf(scratch, sizeof scratch, "%s.model.%ld", target, (long)getpid());
     if ((s = rv_vit_save(m, scratch)) != RV_OK || (s = rv_st_open(scratch, &st)) != RV_OK ||

@@ -15,7 +15,7 @@
 #include "cli.h"
 #include "rv_flat.h"
 
-json_t *rv_probe_json(const rv_probe *p)
+json_t *cli_probe_json(const rv_probe *p)
 {
     char *text = NULL;
     json_t *root = rv_probe_json_text(p, 0, &text) == RV_OK ? json_loads(text, 0, NULL) : NULL;
@@ -23,28 +23,28 @@ json_t *rv_probe_json(const rv_probe *p)
     return root;
 }
 
-int rv_cli_parse_fps(const char *cmd, const char *flag, const char *text, int *num, int *den)
+int cli_parse_fps(const char *cmd, const char *flag, const char *text, int *num, int *den)
 {
     char name[64];
     size_t fl = strcspn(flag, "=");
     snprintf(name, sizeof name, "%.*s", (int)(fl < sizeof name ? fl : sizeof name - 1), flag);
     if (rv_ingest_parse_fps(text, num, den) != RV_OK)
-        return rv_cli_usage_error(cmd, "%s wants a frame rate like 30, 29.97 or 30000/1001 "
+        return cli_usage_error(cmd, "%s wants a frame rate like 30, 29.97 or 30000/1001 "
                                   "(above 0, at most 1000), got '%s'",
                                   name, text ? text : "");
     return 0;
 }
 
-int rv_cli_take_fps(const char *cmd, int argc, char **argv, int *i, int *num, int *den)
+int cli_take_fps(const char *cmd, int argc, char **argv, int *i, int *num, int *den)
 {
     const char *flag = argv[*i];
-    const char *text = rv_cli_flag_value(cmd, argc, argv, i);
+    const char *text = cli_flag_value(cmd, argc, argv, i);
     if (!text)
         return RV_EXIT_USAGE;
-    return rv_cli_parse_fps(cmd, flag, text, num, den);
+    return cli_parse_fps(cmd, flag, text, num, den);
 }
 
-int rv_cli_input_open(const char *cmd, const char *arg, char *path, size_t len, int *spooled)
+int cli_input_open(const char *cmd, const char *arg, char *path, size_t len, int *spooled)
 {
     *spooled = 0;
     if (strcmp(arg, "-") != 0) {
@@ -52,12 +52,12 @@ int rv_cli_input_open(const char *cmd, const char *arg, char *path, size_t len, 
         return RV_EXIT_OK;
     }
     if (isatty(STDIN_FILENO))
-        return rv_cli_usage_error(cmd, "FILE is '-' but standard input is a terminal");
+        return cli_usage_error(cmd, "FILE is '-' but standard input is a terminal");
     const char *dir = getenv("TMPDIR");
     snprintf(path, len, "%s/ringvit-stdin.XXXXXX", dir && dir[0] ? dir : "/tmp");
     int fd = mkstemp(path), rc = RV_EXIT_FAIL;
     if (fd < 0) {
-        rv_cli_error("%s: cannot create a temporary file for standard input in %s: %s", cmd,
+        cli_error("%s: cannot create a temporary file for standard input in %s: %s", cmd,
                      dir && dir[0] ? dir : "/tmp", strerror(errno));
         return RV_EXIT_FAIL;
     }
@@ -70,7 +70,7 @@ int rv_cli_input_open(const char *cmd, const char *arg, char *path, size_t len, 
         if (n < 0) {
             if (errno == EINTR)
                 continue;
-            rv_cli_error("%s: reading standard input: %s", cmd, strerror(errno));
+            cli_error("%s: reading standard input: %s", cmd, strerror(errno));
             goto end;
         }
         for (ssize_t off = 0; off < n;) {
@@ -78,7 +78,7 @@ int rv_cli_input_open(const char *cmd, const char *arg, char *path, size_t len, 
             if (w < 0 && errno == EINTR)
                 continue;
             if (w < 0) {
-                rv_cli_error("%s: copying standard input to %s: %s", cmd, path, strerror(errno));
+                cli_error("%s: copying standard input to %s: %s", cmd, path, strerror(errno));
                 goto end;
             }
             off += w;
@@ -86,7 +86,7 @@ int rv_cli_input_open(const char *cmd, const char *arg, char *path, size_t len, 
         total += (size_t)n;
     }
     if (total == 0) {
-        rv_cli_error("%s: standard input is empty", cmd);
+        cli_error("%s: standard input is empty", cmd);
         goto end;
     }
     rc = RV_EXIT_OK;
@@ -98,45 +98,45 @@ end:
     return rc;
 }
 
-void rv_cli_input_done(const char *path, int spooled)
+void cli_input_done(const char *path, int spooled)
 {
     if (spooled)
         unlink(path);
 }
 
-int rv_cli_parse_max_corrupt(const char *cmd, const char *text, rv_ingest_opts *o)
+int cli_parse_max_corrupt(const char *cmd, const char *text, rv_ingest_opts *o)
 {
     if (rv_ingest_parse_max_corrupt(text, o) != RV_OK)
-        return rv_cli_usage_error(cmd, "--max-corrupt wants a count of corrupt packets (0 to "
+        return cli_usage_error(cmd, "--max-corrupt wants a count of corrupt packets (0 to "
                                   "%d) or a share of the file's packets from 0%% to 100%% "
                                   "(like 0.5%%), got '%s'", 1 << 30, text);
     return 0;
 }
 
-int rv_cli_ingest_flag(const char *cmd, int argc, char **argv, int *i, rv_ingest_opts *o,
+int cli_ingest_flag(const char *cmd, int argc, char **argv, int *i, rv_ingest_opts *o,
                        int *audio_set, int *video_set, int *rc)
 {
     const char *s = argv[*i];
     *rc = 0;
-    if (rv_cli_flag_is(s, "--fps")) {
-        *rc = rv_cli_take_fps(cmd, argc, argv, i, &o->fps_num, &o->fps_den);
-    } else if (rv_cli_flag_is(s, "--size")) {
-        *rc = rv_cli_take_int(cmd, argc, argv, i, 8, 4096, &o->size);
-    } else if (rv_cli_flag_is(s, "--start")) {
-        *rc = rv_cli_take_double(cmd, argc, argv, i, 0, 1e8, &o->start_s);
-    } else if (rv_cli_flag_is(s, "--duration")) {
-        *rc = rv_cli_take_double(cmd, argc, argv, i, 1e-6, 1e8, &o->duration_s);
-    } else if (rv_cli_flag_is(s, "--audio-stream")) {
-        *rc = rv_cli_take_int(cmd, argc, argv, i, 0, 65535, &o->audio_stream);
+    if (cli_flag_is(s, "--fps")) {
+        *rc = cli_take_fps(cmd, argc, argv, i, &o->fps_num, &o->fps_den);
+    } else if (cli_flag_is(s, "--size")) {
+        *rc = cli_take_int(cmd, argc, argv, i, 8, 4096, &o->size);
+    } else if (cli_flag_is(s, "--start")) {
+        *rc = cli_take_double(cmd, argc, argv, i, 0, 1e8, &o->start_s);
+    } else if (cli_flag_is(s, "--duration")) {
+        *rc = cli_take_double(cmd, argc, argv, i, 1e-6, 1e8, &o->duration_s);
+    } else if (cli_flag_is(s, "--audio-stream")) {
+        *rc = cli_take_int(cmd, argc, argv, i, 0, 65535, &o->audio_stream);
         *audio_set = 1;
-    } else if (rv_cli_flag_is(s, "--video-stream")) {
-        *rc = rv_cli_take_int(cmd, argc, argv, i, 0, 65535, &o->video_stream);
+    } else if (cli_flag_is(s, "--video-stream")) {
+        *rc = cli_take_int(cmd, argc, argv, i, 0, 65535, &o->video_stream);
         *video_set = 1;
-    } else if (rv_cli_flag_is(s, "--threads")) {
-        *rc = rv_cli_take_int(cmd, argc, argv, i, 0, 256, &o->threads);
-    } else if (rv_cli_flag_is(s, "--max-corrupt")) {
-        const char *text = rv_cli_flag_value(cmd, argc, argv, i);
-        *rc = text ? rv_cli_parse_max_corrupt(cmd, text, o) : RV_EXIT_USAGE;
+    } else if (cli_flag_is(s, "--threads")) {
+        *rc = cli_take_int(cmd, argc, argv, i, 0, 256, &o->threads);
+    } else if (cli_flag_is(s, "--max-corrupt")) {
+        const char *text = cli_flag_value(cmd, argc, argv, i);
+        *rc = text ? cli_parse_max_corrupt(cmd, text, o) : RV_EXIT_USAGE;
     } else if (strcmp(s, "--pad") == 0) {
         o->pad = 1;
     } else {

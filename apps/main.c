@@ -18,19 +18,19 @@
 #include "rv_flat.h"
 
 /* The subcommands, in the order `ringvit --help` lists them. */
-static const rv_command *const commands[] = {
-    &rv_cmd_probe,
-    &rv_cmd_frames,
-    &rv_cmd_tokens,
-    &rv_cmd_embed,
-    &rv_cmd_init,
-    &rv_cmd_inspect,
-    &rv_cmd_finetune,
-    &rv_cmd_bench,
+static const cli_command *const commands[] = {
+    &cmd_probe,
+    &cmd_frames,
+    &cmd_tokens,
+    &cmd_embed,
+    &cmd_init,
+    &cmd_inspect,
+    &cmd_finetune,
+    &cmd_bench,
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 
-static const rv_command *find_command(const char *name)
+static const cli_command *find_command(const char *name)
 {
     for (size_t i = 0; i < N_COMMANDS; i++)
         if (strcmp(commands[i]->name, name) == 0)
@@ -81,7 +81,7 @@ static void print_version(void)
 
 /* A command's help, then, for a command with --backend or --device, what this
  * build can run (the help lists every value a build may have). */
-static void print_help(const rv_command *cmd)
+static void print_help(const cli_command *cmd)
 {
     fputs(cmd->help, stdout);
     if (!strstr(cmd->help, "--backend") && !strstr(cmd->help, "--device"))
@@ -110,9 +110,9 @@ static int help_main(int argc, char **argv)
              "Shows the help of a command; the same as 'ringvit COMMAND --help'.");
         return RV_EXIT_OK;
     }
-    const rv_command *cmd = find_command(argv[1]);
+    const cli_command *cmd = find_command(argv[1]);
     if (!cmd)
-        return rv_cli_usage_error(NULL, "unknown command '%s'", argv[1]);
+        return cli_usage_error(NULL, "unknown command '%s'", argv[1]);
     if (argc == 2) {
         print_help(cmd);
         return RV_EXIT_OK;
@@ -122,7 +122,7 @@ static int help_main(int argc, char **argv)
     int n = argc - 1;
     char **sub = calloc((size_t)n + 2, sizeof *sub);
     if (!sub) {
-        rv_cli_error("out of memory");
+        cli_error("out of memory");
         return RV_EXIT_FAIL;
     }
     for (int i = 0; i < n; i++)
@@ -140,7 +140,7 @@ static int run(int argc, char **argv)
     int i = 1;
     for (; i < argc && argv[i][0] == '-'; i++) {
         const char *a = argv[i];
-        if (rv_cli_is_help(a)) {
+        if (cli_is_help(a)) {
             print_usage(stdout);
             return RV_EXIT_OK;
         } else if (strcmp(a, "--version") == 0) {
@@ -155,10 +155,10 @@ static int run(int argc, char **argv)
         } else if (strcmp(a, "-qq") == 0) {
             verbosity -= 2;
         } else {
-            return rv_cli_usage_error(NULL, "unknown option '%s'", a);
+            return cli_usage_error(NULL, "unknown option '%s'", a);
         }
     }
-    rv_cli_log_init(verbosity);
+    cli_log_init(verbosity);
 
     if (i >= argc) {
         print_usage(stderr);
@@ -167,10 +167,10 @@ static int run(int argc, char **argv)
     const char *name = argv[i];
     if (strcmp(name, "help") == 0)
         return help_main(argc - i, argv + i);
-    const rv_command *cmd = find_command(name);
+    const cli_command *cmd = find_command(name);
     if (!cmd)
-        return rv_cli_usage_error(NULL, "unknown command '%s'", name);
-    if (i + 1 < argc && rv_cli_is_help(argv[i + 1])) {
+        return cli_usage_error(NULL, "unknown command '%s'", name);
+    if (i + 1 < argc && cli_is_help(argv[i + 1])) {
         print_help(cmd);
         return RV_EXIT_OK;
     }
@@ -181,11 +181,11 @@ int main(int argc, char **argv)
 {
     /* Library messages reach stderr from the first call on; run() re-installs the
      * sink at the level RINGVIT_LOG and the global options ask for. */
-    rv_log_set(rv_cli_log_stderr, NULL, RV_LOG_INFO);
+    rv_log_set(cli_log_stderr, NULL, RV_LOG_INFO);
     int rc = run(argc, argv);
     /* A result that could not be written is a failure, not a silent success. */
     if (fflush(stdout) != 0 || ferror(stdout)) {
-        rv_cli_error("could not write to standard output");
+        cli_error("could not write to standard output");
         if (rc == RV_EXIT_OK)
             rc = RV_EXIT_FAIL;
     }

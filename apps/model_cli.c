@@ -31,12 +31,12 @@ int model_cli_open(const char *cmd, const char *spec, int64_t seed, int seed_set
     if (strcmp(model_cli_kind(spec), "preset") == 0) {
         rv_vit_config cfg;
         if (rv_vit_preset(spec, &cfg) != RV_OK)
-            return loud ? rv_cli_usage_error(cmd, "--model wants a preset (tiny, small, base), a "
+            return loud ? cli_usage_error(cmd, "--model wants a preset (tiny, small, base), a "
                                              "weights file or a model folder, got '%s'", spec)
                         : RV_EXIT_USAGE;
         if (heads > 0) {
             if (cfg.dim % heads)
-                return loud ? rv_cli_usage_error(cmd, "--heads %d does not divide the %s "
+                return loud ? cli_usage_error(cmd, "--heads %d does not divide the %s "
                                                  "preset's width %d", heads, spec, cfg.dim)
                             : RV_EXIT_USAGE;
             cfg.heads = heads;
@@ -46,19 +46,19 @@ int model_cli_open(const char *cmd, const char *spec, int64_t seed, int seed_set
         if ((st = rv_vit_new(&cfg, &out->m)) != RV_OK ||
             (st = rv_vit_init_random(out->m, (uint64_t)seed)) != RV_OK) {
             model_cli_close(out);
-            return loud ? rv_cli_fail(st, what) : RV_EXIT_FAIL;
+            return loud ? cli_fail(st, what) : RV_EXIT_FAIL;
         }
         out->random = 1;
         return 0;
     }
     if (seed_set)
-        return loud ? rv_cli_usage_error(cmd, "--seed seeds a preset's random weights; '%s' is a "
+        return loud ? cli_usage_error(cmd, "--seed seeds a preset's random weights; '%s' is a "
                                          "weights %s", spec, model_cli_kind(spec))
                     : RV_EXIT_USAGE;
     rv_vit_load_opts lo = {.heads = heads, .tubelet = tubelet};
     if ((st = rv_vit_load_ex(spec, &lo, &out->m, &out->info)) != RV_OK) {
         model_cli_close(out);
-        return loud ? rv_cli_fail(st, what) : RV_EXIT_FAIL;
+        return loud ? cli_fail(st, what) : RV_EXIT_FAIL;
     }
     return 0;
 }
@@ -73,7 +73,7 @@ void model_cli_warn_random(const char *cmd, const model_cli *mc, const char *spe
 {
     if (!mc->random)
         return;
-    rv_cli_error("warning: %s: --model %s has RANDOM weights (a preset): its embeddings show the "
+    cli_error("warning: %s: --model %s has RANDOM weights (a preset): its embeddings show the "
                  "pipeline works and mean nothing; give --model a checkpoint folder (e.g. "
                  "MCG-NJU/videomae-base saved from the hub) or a weights file for real ones",
                  cmd, spec);
@@ -85,12 +85,12 @@ int model_cli_modalities(const char *cmd, const rv_vit_config *c, int want_video
 {
     const char *family = rv_vit_family_name(c->family);
     if (want_video && !c->video)
-        return loud ? rv_cli_usage_error(cmd, "--video: the %s model has no video weights (its "
+        return loud ? cli_usage_error(cmd, "--video: the %s model has no video weights (its "
                                          "video tokens would be noise); it embeds audio only",
                                          family)
                     : RV_EXIT_USAGE;
     if (want_audio && !c->audio)
-        return loud ? rv_cli_usage_error(cmd, "--audio: the %s model has no audio weights (its "
+        return loud ? cli_usage_error(cmd, "--audio: the %s model has no audio weights (its "
                                          "audio tokens would be noise); it embeds %s only",
                                          family, c->video ? "video" : "nothing")
                     : RV_EXIT_USAGE;
@@ -106,7 +106,7 @@ int model_cli_modalities(const char *cmd, const rv_vit_config *c, int want_video
                  "embedded from their audio and their pictures are left out (--no-video says "
                  "so explicitly)", family);
     if (!*video && !*audio)
-        return loud ? rv_cli_usage_error(cmd, "%s leaves nothing to embed with the %s model",
+        return loud ? cli_usage_error(cmd, "%s leaves nothing to embed with the %s model",
                                          no_video ? "--no-video" : "--no-audio", family)
                     : RV_EXIT_USAGE;
     return 0;
@@ -118,24 +118,24 @@ int model_cli_check_backend(const char *cmd, const char *backend, int cuda, int 
                             const rv_span *span)
 {
     if (gpu_flag >= 0 && !cuda)
-        return rv_cli_usage_error(cmd, "--gpu %d: the ranks run on the CPU; add --device cuda",
+        return cli_usage_error(cmd, "--gpu %d: the ranks run on the CPU; add --device cuda",
                                   gpu_flag);
     if (strcmp(backend, "mpi") == 0 && !rv_comm_backend_built("mpi"))
-        return rv_cli_usage_error(cmd, "--backend mpi: this build has no MPI (configure with MPI "
+        return cli_usage_error(cmd, "--backend mpi: this build has no MPI (configure with MPI "
                                   "found, -DRINGVIT_MPI=ON); --backend local runs the ranks as "
                                   "threads");
     if (strcmp(backend, "nccl") != 0)
         return 0;
     if (!rv_comm_backend_built("nccl"))
-        return rv_cli_usage_error(cmd, "--backend nccl: this build has no NCCL (configure with "
+        return cli_usage_error(cmd, "--backend nccl: this build has no NCCL (configure with "
                                   "CUDA and NCCL found: -DRINGVIT_CUDA=ON, NCCL beside CUDA or "
                                   "under NCCL_HOME); --backend mpi --device cuda moves device "
                                   "memory through host memory instead");
     if (!cuda)
-        return rv_cli_usage_error(cmd, "--backend nccl moves GPU memory: add --device cuda "
+        return cli_usage_error(cmd, "--backend nccl moves GPU memory: add --device cuda "
                                   "(CPU ranks under mpiexec use --backend mpi)");
     if (span && span->kind != RV_SPAN_FULL)
-        return rv_cli_usage_error(cmd, "--backend nccl with --attention other than full: the "
+        return cli_usage_error(cmd, "--backend nccl with --attention other than full: the "
                                   "span's exchange plan moves host memory, which NCCL cannot; "
                                   "use --backend mpi --device cuda");
     return 0;
@@ -172,7 +172,7 @@ int model_cli_gpu(const char *cmd, int gpu_flag, int rank, int *gpu, char *why, 
     *gpu = 0;
     if (gpu_flag >= 0) {
         if (gpu_flag >= n)
-            return rv_cli_usage_error(cmd, "--gpu %d: this process sees %d GPU%s (0..%d)",
+            return cli_usage_error(cmd, "--gpu %d: this process sees %d GPU%s (0..%d)",
                                       gpu_flag, n, n == 1 ? "" : "s", n - 1);
         *gpu = gpu_flag;
         snprintf(why, cap, "--gpu");

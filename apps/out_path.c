@@ -80,12 +80,12 @@ static rv_status out_target(const char *out, const char *verb, char *target, siz
     return RV_OK;
 }
 
-rv_status rv_out_target(const char *out, char *target, size_t len)
+rv_status out_target_path(const char *out, char *target, size_t len)
 {
     return out_target(out, "replace", target, len);
 }
 
-rv_status rv_out_open_log(const char *path, int flags, int mode, int *fd)
+rv_status out_open_log(const char *path, int flags, int mode, int *fd)
 {
     char target[4096];
     struct stat sb;
@@ -119,26 +119,26 @@ end:
     return st;
 }
 
-/* The descriptor on the original standard output (rv_out_stdout_take), or -1. */
+/* The descriptor on the original standard output (out_stdout_take), or -1. */
 static int stdout_fd = -1;
 
-int rv_out_is_stdout(const char *out)
+int out_is_stdout(const char *out)
 {
     return out && strcmp(out, "-") == 0;
 }
 
-int rv_out_stdout_take(const char *cmd)
+int out_stdout_take(const char *cmd)
 {
     if (stdout_fd >= 0)
         return 0;
     if (isatty(STDOUT_FILENO))
-        return rv_cli_usage_error(cmd, "-o - writes the safetensors bytes to standard output, "
+        return cli_usage_error(cmd, "-o - writes the safetensors bytes to standard output, "
                                   "which is a terminal: pipe it to a program or redirect it "
                                   "to a file");
     fflush(stdout);
     int fd = fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
     if (fd < 0 || dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
-        rv_cli_error("%s: cannot set up standard output for -o -: %s", cmd, strerror(errno));
+        cli_error("%s: cannot set up standard output for -o -: %s", cmd, strerror(errno));
         if (fd >= 0)
             close(fd);
         return RV_EXIT_FAIL;
@@ -148,17 +148,17 @@ int rv_out_stdout_take(const char *cmd)
     return 0;
 }
 
-rv_status rv_out_write_st(rv_st_writer *w, const char *out)
+rv_status out_write_st(rv_st_writer *w, const char *out)
 {
     char target[4096];
     rv_status st;
-    if (rv_out_is_stdout(out)) {
+    if (out_is_stdout(out)) {
         if (stdout_fd < 0)
             return rv_fail(RV_ERR_INTERNAL, "-o -: standard output was not set up");
         return rv_st_writer_write_fd(w, stdout_fd, "standard output");
     }
     /* Checked before the work and again now (see out_path.h). */
-    if ((st = rv_out_target(out, target, sizeof target)) != RV_OK)
+    if ((st = out_target_path(out, target, sizeof target)) != RV_OK)
         return st;
     return rv_st_writer_write(w, target);
 }

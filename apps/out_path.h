@@ -21,31 +21,31 @@
  *     to replace it (only a regular file is replaced)".
  * The check runs on lstat/stat: something swapped in between it and the write
  * is not caught (callers check again just before writing to narrow the window). */
-rv_status rv_out_target(const char *out, char *target, size_t len);
+rv_status out_target_path(const char *out, char *target, size_t len);
 
 /* Opens the log path (written in place, not renamed) with open(2) flags
  * (O_WRONLY | O_CREAT and O_APPEND or O_TRUNC) and mode after the same check
  * ("refusing to write it"), and checks the opened file is regular, so a FIFO or
  * device named as the log is refused instead of blocking or being written.
  * *fd is the descriptor (blocking) or -1 on error. */
-rv_status rv_out_open_log(const char *path, int flags, int mode, int *fd);
+rv_status out_open_log(const char *path, int flags, int mode, int *fd);
 
 /* "-" as the output of embed, frames or tokens (-o -): the safetensors bytes go
  * to standard output, written in one pass with no temporary file. */
-int rv_out_is_stdout(const char *out);
+int out_is_stdout(const char *out);
 
 /* For -o -, before any work: refuses a terminal as standard output (a usage
  * error, printed: exit RV_EXIT_USAGE), then keeps standard output for the bytes
- * alone: a duplicate of descriptor 1 is kept for rv_out_write_st, and
+ * alone: a duplicate of descriptor 1 is kept for out_write_st, and
  * descriptor 1 itself is pointed at standard error, so whatever the command
  * prints on stdout (its summary line, its table) goes to stderr instead of
  * into the bytes. SIGPIPE is ignored: a reader that goes away makes the write
  * fail with EPIPE, which is reported, instead of killing the process silently.
  * Returns 0, RV_EXIT_USAGE or RV_EXIT_FAIL (after a message). */
-int rv_out_stdout_take(const char *cmd);
+int out_stdout_take(const char *cmd);
 
-/* Writes w to out: standard output for "-" (after rv_out_stdout_take), else
- * the file rv_out_target names, atomically (rv_st_writer_write). */
-rv_status rv_out_write_st(rv_st_writer *w, const char *out);
+/* Writes w to out: standard output for "-" (after out_stdout_take), else
+ * the file out_target_path names, atomically (rv_st_writer_write). */
+rv_status out_write_st(rv_st_writer *w, const char *out);
 
 #endif

@@ -10,7 +10,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-rv_status rv_spill_open(rv_spill *s, const char *out_path)
+rv_status spill_open(spill *s, const char *out_path)
 {
     char *copy = strdup(out_path);
     char tmpl[4096];
@@ -33,7 +33,7 @@ rv_status rv_spill_open(rv_spill *s, const char *out_path)
     return RV_OK;
 }
 
-rv_status rv_spill_write(rv_spill *s, const void *data, size_t n)
+rv_status spill_write(spill *s, const void *data, size_t n)
 {
     const char *p = data;
     while (n > 0) {
@@ -49,7 +49,7 @@ rv_status rv_spill_write(rv_spill *s, const void *data, size_t n)
     return RV_OK;
 }
 
-rv_status rv_spill_map(rv_spill *s)
+rv_status spill_map(spill *s)
 {
     if (s->bytes == 0)
         return RV_OK;
@@ -61,7 +61,7 @@ rv_status rv_spill_map(rv_spill *s)
     return RV_OK;
 }
 
-void rv_spill_close(rv_spill *s)
+void spill_close(spill *s)
 {
     if (s->map)
         munmap(s->map, s->bytes);

@@ -9,15 +9,15 @@
 
 #include "rv_status.h"
 
-typedef struct rv_spill {
+typedef struct spill {
     int fd;       /* -1 when closed */
     size_t bytes; /* written so far */
-    void *map;    /* (bytes) read-only mapping after rv_spill_map, else NULL */
-} rv_spill;
+    void *map;    /* (bytes) read-only mapping after spill_map, else NULL */
+} spill;
 
-rv_status rv_spill_open(rv_spill *s, const char *out_path);
-rv_status rv_spill_write(rv_spill *s, const void *data, size_t n);
-rv_status rv_spill_map(rv_spill *s);
-void rv_spill_close(rv_spill *s);
+rv_status spill_open(spill *s, const char *out_path);
+rv_status spill_write(spill *s, const void *data, size_t n);
+rv_status spill_map(spill *s);
+void spill_close(spill *s);
 
 #endif
