@@ -15,6 +15,7 @@
 
 #include "rv_backend.h"
 #include "rv_cuda.h"
+#include "rv_flat.h"
 
 void cli_error(const char *fmt, ...)
 {
@@ -336,28 +337,7 @@ void cli_on_stop_signals(void (*handler)(int sig))
 
 char *cli_utf8_text(const char *text)
 {
-    const size_t n = strlen(text);
-    char *out = malloc(4 * n + 1), *o = out;
-    if (!out)
-        return NULL;
-    for (size_t i = 0; i < n;) {
-        const unsigned char c = (unsigned char)text[i];
-        const size_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3
-                                       : (c & 0xF8) == 0xF0  ? 4
-                                                             : 0;
-        json_t *one = NULL; /* jansson validates the character (overlong, surrogates) */
-        if (len && i + len <= n && (len == 1 || (one = json_stringn(text + i, len)))) {
-            memcpy(o, text + i, len);
-            o += len;
-            i += len;
-        } else {
-            o += sprintf(o, "\\x%02X", c);
-            i++;
-        }
-        json_decref(one);
-    }
-    *o = '\0';
-    return out;
+    return rv_utf8_text(text);
 }
 
 json_t *cli_json_path(const char *path)

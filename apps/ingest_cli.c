@@ -13,74 +13,14 @@
 #include <unistd.h>
 
 #include "cli.h"
-
-static json_t *num_or_null(double v)
-{
-    return isfinite(v) ? json_real(v) : json_null();
-}
-
-static const char *kind_name(rv_stream_kind k)
-{
-    switch (k) {
-    case RV_STREAM_VIDEO: return "video";
-    case RV_STREAM_AUDIO: return "audio";
-    default: return "other";
-    }
-}
+#include "rv_flat.h"
 
 json_t *cli_probe_json(const rv_probe *p)
 {
-    json_t *root = json_object(), *arr = json_array();
-    if (!root || !arr) {
-        json_decref(root);
-        json_decref(arr);
-        return NULL;
-    }
-    json_object_set_new(root, "path", cli_json_path(p->path));
-    json_object_set_new(root, "format", json_string(p->format));
-    json_object_set_new(root, "duration_s", num_or_null(p->duration_s));
-    json_object_set_new(root, "start_s", num_or_null(p->start_s));
-    json_object_set_new(root, "bit_rate", json_integer(p->bit_rate));
-    json_object_set_new(root, "size_bytes", json_integer(p->size_bytes));
-    json_object_set_new(root, "video_stream", p->video >= 0 ? json_integer(p->video) : json_null());
-    json_object_set_new(root, "audio_stream", p->audio >= 0 ? json_integer(p->audio) : json_null());
-    for (int i = 0; i < p->nstreams; i++) {
-        const rv_probe_stream *s = &p->streams[i];
-        json_t *o = json_object();
-        json_object_set_new(o, "index", json_integer(s->index));
-        json_object_set_new(o, "type", json_string(kind_name(s->kind)));
-        json_object_set_new(o, "codec", json_string(s->codec));
-        json_object_set_new(o, "decodable", json_boolean(s->decodable));
-        json_object_set_new(o, "default", json_boolean(s->is_default));
-        json_object_set_new(o, "start_s", num_or_null(s->start_s));
-        json_object_set_new(o, "duration_s", num_or_null(s->duration_s));
-        json_object_set_new(o, "nb_frames", s->nb_frames > 0 ? json_integer(s->nb_frames) : json_null());
-        json_object_set_new(o, "bit_rate", json_integer(s->bit_rate));
-        if (s->kind == RV_STREAM_VIDEO) {
-            json_object_set_new(o, "width", json_integer(s->width));
-            json_object_set_new(o, "height", json_integer(s->height));
-            json_object_set_new(o, "rotation", json_integer(s->rotation));
-            json_object_set_new(o, "fps", s->fps > 0 ? json_real(s->fps) : json_null());
-            json_object_set_new(o, "pix_fmt", json_string(s->pix_fmt));
-        } else if (s->kind == RV_STREAM_AUDIO) {
-            json_object_set_new(o, "sample_rate", json_integer(s->sample_rate));
-            json_object_set_new(o, "channels", json_integer(s->channels));
-            json_object_set_new(o, "channel_layout", json_string(s->channel_layout));
-        }
-        json_array_append_new(arr, o);
-    }
-    json_object_set_new(root, "streams", arr);
+    char *text = NULL;
+    json_t *root = rv_probe_json_text(p, 0, &text) == RV_OK ? json_loads(text, 0, NULL) : NULL;
+    free(text);
     return root;
-}
-
-static int64_t gcd64(int64_t a, int64_t b)
-{
-    while (b) {
-        int64_t t = a % b;
-        a = b;
-        b = t;
-    }
-    return a;
 }
 
 int cli_parse_fps(const char *cmd, const char *flag, const char *text, int *num, int *den)
@@ -88,46 +28,10 @@ int cli_parse_fps(const char *cmd, const char *flag, const char *text, int *num,
     char name[64];
     size_t fl = strcspn(flag, "=");
     snprintf(name, sizeof name, "%.*s", (int)(fl < sizeof name ? fl : sizeof name - 1), flag);
-    int64_t n = 0, d = 1;
-    const char *p = text;
-    int ok = p && *p;
-    int digits = 0;
-    for (; ok && *p >= '0' && *p <= '9'; p++, digits++)
-        if ((n = n * 10 + (*p - '0')) > 1000000000)
-            ok = 0;
-    if (ok && *p == '/') {
-        int64_t q = 0;
-        int qd = 0;
-        for (p++; *p >= '0' && *p <= '9'; p++, qd++)
-            if ((q = q * 10 + (*p - '0')) > 1000000000)
-                ok = 0;
-        ok = ok && qd > 0 && digits > 0 && q > 0;
-        d = q;
-    } else if (ok && *p == '.') {
-        int fd = 0;
-        for (p++; *p >= '0' && *p <= '9'; p++, fd++) {
-            if (fd >= 6)
-                ok = 0;
-            n = n * 10 + (*p - '0');
-            d *= 10;
-        }
-        ok = ok && (digits > 0 || fd > 0);
-    } else {
-        ok = ok && digits > 0;
-    }
-    ok = ok && *p == '\0' && n > 0;
-    if (ok) {
-        int64_t g = gcd64(n, d);
-        n /= g;
-        d /= g;
-        ok = n <= 1000000 && d <= 1000000 && n <= 1000 * d;
-    }
-    if (!ok)
+    if (rv_ingest_parse_fps(text, num, den) != RV_OK)
         return cli_usage_error(cmd, "%s wants a frame rate like 30, 29.97 or 30000/1001 "
                                   "(above 0, at most 1000), got '%s'",
                                   name, text ? text : "");
-    *num = (int)n;
-    *den = (int)d;
     return 0;
 }
 
@@ -202,32 +106,10 @@ void cli_input_done(const char *path, int spooled)
 
 int cli_parse_max_corrupt(const char *cmd, const char *text, rv_ingest_opts *o)
 {
-    const int max = 1 << 30;
-    size_t n = strlen(text);
-    int pct = n > 1 && text[n - 1] == '%';
-    char num[64], *endp = NULL;
-    double v = NAN;
-    /* plain decimals only: no sign, exponent, hex, inf or nan */
-    if (n - (size_t)pct < sizeof num && n > (size_t)pct &&
-        strspn(text, "0123456789.") == n - (size_t)pct) {
-        memcpy(num, text, n - (size_t)pct);
-        num[n - (size_t)pct] = '\0';
-        errno = 0;
-        v = strtod(num, &endp);
-        if (errno || *endp != '\0')
-            v = NAN;
-    }
-    if (pct ? !(v >= 0 && v <= 100) : !(v >= 0 && v <= max && v == floor(v)))
+    if (rv_ingest_parse_max_corrupt(text, o) != RV_OK)
         return cli_usage_error(cmd, "--max-corrupt wants a count of corrupt packets (0 to "
                                   "%d) or a share of the file's packets from 0%% to 100%% "
-                                  "(like 0.5%%), got '%s'", max, text);
-    if (pct) {
-        o->max_corrupt = 0;
-        o->max_corrupt_share = v / 100;
-    } else {
-        o->max_corrupt = (int)v;
-        o->max_corrupt_share = 0;
-    }
+                                  "(like 0.5%%), got '%s'", 1 << 30, text);
     return 0;
 }
 

@@ -15,8 +15,7 @@
 #include "cli.h"
 #include "rv_backend.h"
 #include "rv_comm.h"
-#include "rv_cuda.h"
-#include "rv_version.h"
+#include "rv_flat.h"
 
 /* The subcommands, in the order `ringvit --help` lists them. */
 static const cli_command *const commands[] = {
@@ -72,40 +71,12 @@ static void print_usage(FILE *f)
 
 static void print_version(void)
 {
-#ifdef RINGVIT_HAVE_MPI
-    const char *mpi = "yes";
-#else
-    const char *mpi = "no";
-#endif
-    const char *core = rv_blas_corename();
-    printf("ringvit %s\n", RINGVIT_VERSION);
-#ifdef RINGVIT_HAVE_CUDA
-    int ndev = rv_cuda_device_count();
-    char name[256] = "";
-    if (ndev > 0 && rv_cuda_device_name(0, name, sizeof name) != RV_OK)
-        snprintf(name, sizeof name, "%s", rv_last_error());
-    printf("cuda: backend built (sm_%s), %d device%s%s%s\n", rv_cuda_build_archs(), ndev,
-           ndev == 1 ? "" : "s", ndev > 0 ? ": " : "", name);
-#else
-    printf("cuda: no\n");
-#endif
-    printf("mpi: %s\n", mpi);
-    /* NCCL is loaded when the first NCCL communicator is made, not at start-up. */
-    printf("nccl: %s\n", rv_comm_backend_built("nccl") ? "built (libnccl.so.2 loaded on first use)"
-                                                      : "no");
-#ifdef RINGVIT_HAVE_MEDIA
-    printf("media: yes (FFmpeg)\n");
-#else
-    printf("media: no (built without FFmpeg)\n");
-#endif
-    printf("blas: OpenBLAS, core %s\n", core && core[0] ? core : "unknown");
-    /* The attention kernels: the best this CPU runs, or RINGVIT_CPU_KERNELS. */
-    const char *kernels = rv_cpu_kernels();
-    if (kernels)
-        printf("cpu kernels: %s (best on this CPU: %s)\n", kernels, rv_cpu_kernels_best());
+    char *text = NULL;
+    if (rv_version_text(&text) == RV_OK)
+        fputs(text, stdout);
     else
-        printf("cpu kernels: refused: %s\n", rv_last_error());
-    printf("threads: %d (default)\n", rv_cpu_default_threads());
+        printf("ringvit: %s\n", rv_last_error());
+    free(text);
 }
 
 /* A command's help, then, for a command with --backend or --device, what this

@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "model_cli.h"
+#include "rv_flat.h"
 #include "rv_comm.h"
 #ifdef RINGVIT_HAVE_CUDA
 #include "rv_cuda.h"
@@ -17,13 +18,7 @@
 
 const char *model_cli_kind(const char *spec)
 {
-    struct stat sb;
-    size_t n = strlen(spec);
-    if (stat(spec, &sb) == 0)
-        return S_ISDIR(sb.st_mode) ? "folder" : "file";
-    if (strchr(spec, '/') || (n > 12 && strcmp(spec + n - 12, ".safetensors") == 0))
-        return "file"; /* a missing file: the load names it */
-    return "preset";
+    return rv_vit_spec_kind(spec);
 }
 
 int model_cli_open(const char *cmd, const char *spec, int64_t seed, int seed_set, int heads,

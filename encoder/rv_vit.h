@@ -457,6 +457,11 @@ typedef struct rv_vit_run {
      * owned), made once by the caller and passed to every call; NULL: each call
      * creates its own over every core. Not read on a host backend. */
     rv_backend *host;
+    /* Called before each layer of the forward (NULL: never): anything but RV_OK
+     * stops it with that status (an interrupt). A rank that stops alone leaves
+     * its peers failing at their next exchange with it (rv_local_run: at once). */
+    rv_status (*check)(void *arg);
+    void *check_arg;
 } rv_vit_run;
 
 typedef struct rv_vit_stats {

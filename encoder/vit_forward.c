@@ -177,7 +177,7 @@ static rv_status forward(const rv_vit_model *m, const rv_vit_run *run, const rv_
 
     if (rows) {
         size_t rb = 0;
-        if ((st = vit_blocks_rows(be, &cp, c, wm, yd, len, &s, &rb)) != RV_OK)
+        if ((st = vit_blocks_rows(be, &cp, c, wm, run, yd, len, &s, &rb)) != RV_OK)
             goto end;
         bytes += rb;
     } else {
@@ -207,7 +207,8 @@ static rv_status forward(const rv_vit_model *m, const rv_vit_run *run, const rv_
             .tmp_attn = c->layer_scale ? q : NULL, .tmp_mlp = c->layer_scale ? h : NULL,
         };
         for (int l = 0; l < c->layers; l++)
-            if ((st = vit_block_forward(be, &cp, c, &wm->layer[l], len, &io, &s)) != RV_OK)
+            if ((run->check && (st = run->check(run->check_arg)) != RV_OK) ||
+                (st = vit_block_forward(be, &cp, c, &wm->layer[l], len, &io, &s)) != RV_OK)
                 goto end;
     }
     t0 = rv_clock_s();

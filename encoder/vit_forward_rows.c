@@ -21,8 +21,8 @@
 #define ROWS_CHUNK 2048
 
 rv_status vit_blocks_rows(rv_backend *be, rv_cp_attn *cp, const rv_vit_config *c,
-                          const rv_vit_model *wm, float *y, int len, rv_vit_stats *s,
-                          size_t *bytes)
+                          const rv_vit_model *wm, const rv_vit_run *run, float *y, int len,
+                          rv_vit_stats *s, size_t *bytes)
 {
     const int D = c->dim, H = c->heads, M = c->mlp;
     const int cap = len > 0 ? len : 1, ch = cap < ROWS_CHUNK ? cap : ROWS_CHUNK;
@@ -44,6 +44,8 @@ rv_status vit_blocks_rows(rv_backend *be, rv_cp_attn *cp, const rv_vit_config *c
         goto end;
     for (int l = 0; l < c->layers; l++) {
         const rv_vit_layer *w = &wm->layer[l];
+        if (run->check && (st = run->check(run->check_arg)) != RV_OK)
+            goto end;
         double t0 = rv_clock_s(), mlp = 0;
         /* 1. K and V of every row. */
         for (int r0 = 0; r0 < len; r0 += ch) {

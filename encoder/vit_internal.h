@@ -155,8 +155,8 @@ rv_status vit_block_forward(rv_backend *be, rv_cp_attn *cp, const rv_vit_config 
  * (vit_forward_rows.c): y (len, D) the residual stream in the backend's memory,
  * updated in place; *bytes gets the buffers it held. */
 rv_status vit_blocks_rows(rv_backend *be, rv_cp_attn *cp, const rv_vit_config *c,
-                          const rv_vit_model *wm, float *y, int len, rv_vit_stats *s,
-                          size_t *bytes);
+                          const rv_vit_model *wm, const rv_vit_run *run, float *y, int len,
+                          rv_vit_stats *s, size_t *bytes);
 
 /* Scratch the embedding borrows from the forward's buffers (each (len, D) floats
  * of this rank's slice; they are overwritten). */

@@ -2,9 +2,13 @@
  * the tokenizer plans with (frame times, audio indices) and the corrupt-data
  * limit (how many packets a span holds, how many of them may be corrupt); plain
  * arithmetic with no FFmpeg, so a build without it (RINGVIT_MEDIA=OFF) keeps
- * tokenizing synthetic and precomputed sequences. */
+ * tokenizing synthetic and precomputed sequences. Also the text forms of two
+ * options (a frame rate, a corrupt-data limit) the command line and the flat
+ * calls read alike. */
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ingest_time.h"
@@ -133,4 +137,89 @@ double rv_timeline_start(const rv_timeline *tl, double at_s)
             at_us = tl->start_us;
     }
     return (double)(at_us - tl->t0_us) / US;
+}
+
+static int64_t gcd64(int64_t a, int64_t b)
+{
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+rv_status rv_ingest_parse_fps(const char *text, int *num, int *den)
+{
+    int64_t n = 0, d = 1;
+    const char *p = text;
+    int ok = p && *p;
+    int digits = 0;
+    for (; ok && *p >= '0' && *p <= '9'; p++, digits++)
+        if ((n = n * 10 + (*p - '0')) > 1000000000)
+            ok = 0;
+    if (ok && *p == '/') {
+        int64_t q = 0;
+        int qd = 0;
+        for (p++; *p >= '0' && *p <= '9'; p++, qd++)
+            if ((q = q * 10 + (*p - '0')) > 1000000000)
+                ok = 0;
+        ok = ok && qd > 0 && digits > 0 && q > 0;
+        d = q;
+    } else if (ok && *p == '.') {
+        int fd = 0;
+        for (p++; *p >= '0' && *p <= '9'; p++, fd++) {
+            if (fd >= 6)
+                ok = 0;
+            n = n * 10 + (*p - '0');
+            d *= 10;
+        }
+        ok = ok && (digits > 0 || fd > 0);
+    } else {
+        ok = ok && digits > 0;
+    }
+    ok = ok && *p == '\0' && n > 0;
+    if (ok) {
+        int64_t g = gcd64(n, d);
+        n /= g;
+        d /= g;
+        ok = n <= 1000000 && d <= 1000000 && n <= 1000 * d;
+    }
+    if (!ok)
+        return rv_fail(RV_ERR_INVALID, "a frame rate like 30, 29.97 or 30000/1001 (above 0, at "
+                       "most 1000) is wanted, got '%s'", text ? text : "");
+    *num = (int)n;
+    *den = (int)d;
+    return RV_OK;
+}
+
+rv_status rv_ingest_parse_max_corrupt(const char *text, rv_ingest_opts *o)
+{
+    const int max = 1 << 30;
+    size_t n = strlen(text);
+    int pct = n > 1 && text[n - 1] == '%';
+    char num[64], *endp = NULL;
+    double v = NAN;
+    /* plain decimals only: no sign, exponent, hex, inf or nan */
+    if (n - (size_t)pct < sizeof num && n > (size_t)pct &&
+        strspn(text, "0123456789.") == n - (size_t)pct) {
+        memcpy(num, text, n - (size_t)pct);
+        num[n - (size_t)pct] = '\0';
+        errno = 0;
+        v = strtod(num, &endp);
+        if (errno || *endp != '\0')
+            v = NAN;
+    }
+    if (pct ? !(v >= 0 && v <= 100) : !(v >= 0 && v <= max && v == floor(v)))
+        return rv_fail(RV_ERR_INVALID, "a count of corrupt packets (0 to %d) or a share of the "
+                       "file's packets from 0%% to 100%% (like 0.5%%) is wanted, got '%s'", max,
+                       text);
+    if (pct) {
+        o->max_corrupt = 0;
+        o->max_corrupt_share = v / 100;
+    } else {
+        o->max_corrupt = (int)v;
+        o->max_corrupt_share = 0;
+    }
+    return RV_OK;
 }

@@ -197,6 +197,17 @@ RV_API double rv_timeline_start(const rv_timeline *tl, double at_s);
  * field otherwise. Every entry point calls it. */
 RV_API rv_status rv_ingest_opts_check(const rv_ingest_opts *o);
 
+/* A frame rate as text, exactly: "30", "29.97" (up to 6 decimals) or
+ * "30000/1001", above 0 and at most 1000 frames/s, reduced to *num / *den;
+ * RV_ERR_INVALID otherwise. */
+RV_API rv_status rv_ingest_parse_fps(const char *text, int *num, int *den);
+
+/* A corrupt-data limit as text: "N", a count (0 to 2^30), sets max_corrupt = N
+ * and max_corrupt_share = 0 (an absolute limit); "P%", a share (0% to 100%,
+ * like 0.5%), sets max_corrupt_share = P / 100 and max_corrupt = 0;
+ * RV_ERR_INVALID otherwise. */
+RV_API rv_status rv_ingest_parse_max_corrupt(const char *text, rv_ingest_opts *o);
+
 /* The most corrupt packets and frames tolerated among packets packets:
  * max(max_corrupt, floor(max_corrupt_share x packets)); packets < 0 (unknown):
  * max_corrupt when max_corrupt_share is 0, else INT64_MAX (the share cannot be

@@ -15,6 +15,8 @@ packages=(
   clang-14 libomp-14-dev
   # peers that generate golden data under tests/peer
   python3 python3-numpy python3-torch python3-torchvision python3-torchaudio python3-av
+  # the Python package's tests (apps/python: pytest, pip install of the package)
+  python3-pytest python3-pip python3-setuptools
 )
 
 missing=()
