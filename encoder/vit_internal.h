@@ -53,7 +53,17 @@
  *   cp_ring_backward.c  ring backward: whole blocks and partial dK/dV travel
  *   cp_allgather.c      all-gather strategy, forward and backward
  *   cp_ulysses.c        Ulysses: all-to-all to head shards and back
- *   cp_span.c           attention spans: key ranges, masks, the span ring */
+ *   cp_span.c           attention spans: key ranges, masks, the span ring
+ * Flat calls for other languages (rv_flat.h, flat_internal.h; Python's ctypes)
+ *   flat_arrays.c       named arrays (rv_arrays) the caller copies and frees
+ *   flat_opts.c         options as JSON text, checked key by key
+ *   flat_probe.c        probe JSON, the --version text, build info
+ *   flat_reader.c       frames and audio pulled chunk by chunk (a producer thread)
+ *   flat_tokens.c       a whole token sequence as `ringvit tokens` writes it;
+ *                       tok_report.c (rv_tok_report.h), the tokens report JSON
+ *   flat_encoder.c      embed in-process, cp ranks as threads, as `ringvit embed`
+ *   flat_model.c        a --model spec: preset, weights file or folder
+ *   flat_interrupt.c    rv_flat_interrupt: a counter the long loops poll */
 #ifndef RV_VIT_INTERNAL_H
 #define RV_VIT_INTERNAL_H
 
