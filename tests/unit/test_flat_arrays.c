@@ -114,11 +114,18 @@ static void failing_calls(int n)
     }
 }
 
+/* Under the sanitizers ASan's quarantine holds freed blocks, so RSS grows by
+ * design; there LeakSanitizer checks the same calls at exit, and the release
+ * pass measures RSS. */
 Test(flat_arrays, failing_calls_leave_memory_flat)
 {
     failing_calls(100); /* warm-up: the allocator's and FFmpeg's one-time state */
     long before = rss_kb();
     failing_calls(1000);
     long after = rss_kb();
+#ifndef RV_TEST_SANITIZED
     cr_assert(after - before < 1024, "RSS grew %ld kB over 1000 failing calls", after - before);
+#else
+    (void)before, (void)after;
+#endif
 }

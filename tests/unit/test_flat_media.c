@@ -45,10 +45,13 @@ static rv_status on_chunk(const rv_ingest_chunk *c, void *user)
     w->t = realloc(w->t, sizeof(double) * (size_t)(w->nframes + c->nframes + 1));
     w->src = realloc(w->src, sizeof(double) * (size_t)(w->nframes + c->nframes + 1));
     w->audio = realloc(w->audio, sizeof(float) * (size_t)(w->nsamples + c->nsamples + 1));
-    memcpy(w->frames + fb * (size_t)w->nframes, c->frames, fb * (size_t)c->nframes);
-    memcpy(w->t + w->nframes, c->frame_time, sizeof(double) * (size_t)c->nframes);
-    memcpy(w->src + w->nframes, c->source_time, sizeof(double) * (size_t)c->nframes);
-    memcpy(w->audio + w->nsamples, c->audio, sizeof(float) * (size_t)c->nsamples);
+    if (c->nframes > 0) { /* an audio-only or empty chunk has NULL pointers */
+        memcpy(w->frames + fb * (size_t)w->nframes, c->frames, fb * (size_t)c->nframes);
+        memcpy(w->t + w->nframes, c->frame_time, sizeof(double) * (size_t)c->nframes);
+        memcpy(w->src + w->nframes, c->source_time, sizeof(double) * (size_t)c->nframes);
+    }
+    if (c->nsamples > 0)
+        memcpy(w->audio + w->nsamples, c->audio, sizeof(float) * (size_t)c->nsamples);
     w->nframes += c->nframes;
     w->nsamples += c->nsamples;
     return RV_OK;
@@ -214,10 +217,12 @@ static rv_status on_batch(const rv_tok_batch *b, void *user)
     t->mod = realloc(t->mod, (size_t)(t->n + b->count + 1));
     t->time = realloc(t->time, sizeof(double) * 2 * (size_t)(t->n + b->count + 1));
     t->video = realloc(t->video, sizeof(float) * (size_t)((t->nv + b->nvideo) * t->vd + 1));
-    memcpy(t->mod + t->n, b->modality, (size_t)b->count);
+    if (b->count > 0)
+        memcpy(t->mod + t->n, b->modality, (size_t)b->count);
     for (int64_t i = 0; i < 2 * b->count; i++)
         t->time[2 * t->n + i] = b->time[i] + t->clock0;
-    memcpy(t->video + t->nv * t->vd, b->video, sizeof(float) * (size_t)(b->nvideo * t->vd));
+    if (b->nvideo > 0)
+        memcpy(t->video + t->nv * t->vd, b->video, sizeof(float) * (size_t)(b->nvideo * t->vd));
     t->n += b->count;
     t->nv += b->nvideo;
     return RV_OK;
