@@ -149,15 +149,9 @@ static int write_line(int fd, const char *text)
  * by hand); who holds it in who. */
 static int claim_failed(const char *path, char *who, size_t len)
 {
-    char buf[4096];
     int failed = 0;
     snprintf(who, len, "another job");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t got = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    json_t *j = got > 0 ? json_loadb(buf, (size_t)got, 0, NULL) : NULL;
+    json_t *j = json_load_file(path, 0, NULL); /* NULL: gone, empty or being written */
     if (!j)
         return 0;
     const char *st = json_string_value(json_object_get(j, "status"));
@@ -363,13 +357,7 @@ static void *refresh_main(void *arg)
 /* The run_since a live job file states; 0 when it states none (being written). */
 static int job_run_since(const char *path, struct timespec *t)
 {
-    char buf[2048];
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t got = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    json_t *j = got > 0 ? json_loadb(buf, (size_t)got, 0, NULL) : NULL;
+    json_t *j = json_load_file(path, 0, NULL); /* NULL: gone, empty or being written */
     json_t *sec = json_object_get(j, "run_since_s"), *ns = json_object_get(j, "run_since_ns");
     int ok = json_is_integer(sec) && json_is_integer(ns);
     if (ok) {

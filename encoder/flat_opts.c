@@ -89,45 +89,51 @@ rv_status flat_opt_str(const json_t *o, const char *key, const char **v)
     return RV_OK;
 }
 
-/* "fps": an integer, a decimal number (read as its shortest decimal text, up to
- * 6 decimals, as the command reads --fps 29.97) or text "N/D". */
-static rv_status opt_fps(const json_t *o, rv_ingest_opts *io)
+/* x as the command line would spell it: text as it is, an integer as digits, a
+ * decimal (when decimals allows: finite, in (0, 1e6]) as its shortest text of at
+ * most 6 decimals (as the command reads --fps 29.97). 0, or -1 for another type. */
+static int as_flag_text(const json_t *x, int decimals, char *text, size_t cap)
 {
-    const json_t *x = get(o, "fps");
-    char text[64];
-    if (!x)
-        return RV_OK;
-    if (json_is_string(x))
-        snprintf(text, sizeof text, "%s", json_string_value(x));
-    else if (json_is_integer(x))
-        snprintf(text, sizeof text, "%lld", (long long)json_integer_value(x));
-    else if (json_is_real(x) && isfinite(json_real_value(x)) && json_real_value(x) > 0 &&
-             json_real_value(x) <= 1e6) {
-        snprintf(text, sizeof text, "%.6f", json_real_value(x));
+    if (json_is_string(x)) {
+        snprintf(text, cap, "%s", json_string_value(x));
+    } else if (json_is_integer(x)) {
+        snprintf(text, cap, "%lld", (long long)json_integer_value(x));
+    } else if (decimals && json_is_real(x) && isfinite(json_real_value(x)) &&
+               json_real_value(x) > 0 && json_real_value(x) <= 1e6) {
+        snprintf(text, cap, "%.6f", json_real_value(x));
         char *e = text + strlen(text) - 1;
         while (*e == '0')
             *e-- = '\0';
         if (*e == '.')
             *e = '\0';
     } else {
-        return rv_fail(RV_ERR_INVALID, "option \"fps\" wants a number or text like \"30000/1001\"");
+        return -1;
     }
+    return 0;
+}
+
+/* "fps": an integer, a decimal number or text "N/D". */
+static rv_status opt_fps(const json_t *o, rv_ingest_opts *io)
+{
+    const json_t *x = get(o, "fps");
+    char text[64];
+    if (!x)
+        return RV_OK;
+    if (as_flag_text(x, 1, text, sizeof text) != 0)
+        return rv_fail(RV_ERR_INVALID, "option \"fps\" wants a number or text like \"30000/1001\"");
     if (rv_ingest_parse_fps(text, &io->fps_num, &io->fps_den) != RV_OK)
         return rv_fail(RV_ERR_INVALID, "option \"fps\": %s", rv_last_error());
     return RV_OK;
 }
 
+/* "max_corrupt": a count, or text "P%". */
 static rv_status opt_max_corrupt(const json_t *o, rv_ingest_opts *io)
 {
     const json_t *x = get(o, "max_corrupt");
     char text[64];
     if (!x)
         return RV_OK;
-    if (json_is_string(x))
-        snprintf(text, sizeof text, "%s", json_string_value(x));
-    else if (json_is_integer(x))
-        snprintf(text, sizeof text, "%lld", (long long)json_integer_value(x));
-    else
+    if (as_flag_text(x, 0, text, sizeof text) != 0)
         return rv_fail(RV_ERR_INVALID, "option \"max_corrupt\" wants a count or text like \"0.5%%\"");
     if (rv_ingest_parse_max_corrupt(text, io) != RV_OK)
         return rv_fail(RV_ERR_INVALID, "option \"max_corrupt\": %s", rv_last_error());

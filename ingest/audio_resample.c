@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <libavutil/mathematics.h>
 #include <libavutil/opt.h>
 
 #include "ingest_internal.h"
@@ -22,16 +23,6 @@ void rv_resampler_init(rv_resampler *r, AVRational tb, double origin_s, int64_t 
     r->origin_s = origin_s;
     r->first_pts = first_pts;
     r->in_fmt = -1;
-}
-
-static int64_t gcd64(int64_t a, int64_t b)
-{
-    while (b) {
-        int64_t t = a % b;
-        a = b;
-        b = t;
-    }
-    return a;
 }
 
 /* Where a new segment starting with frame (pts) goes, on the grid of a run that
@@ -49,7 +40,7 @@ static double grid_start(rv_resampler *r, const AVFrame *f, int64_t pts, int *sk
     *skip = 0;
     if (r->first_pts == AV_NOPTS_VALUE || rate <= 0)
         return fpos;
-    const int64_t g = gcd64(rate, RV_AUDIO_RATE), L = rate / g, M = RV_AUDIO_RATE / g;
+    const int64_t g = av_gcd(rate, RV_AUDIO_RATE), L = rate / g, M = RV_AUDIO_RATE / g;
     const int64_t m = av_rescale_q(pts - r->first_pts, r->tb, (AVRational){1, (int)rate});
     const int64_t d = ((L - m % L) % L + L) % L;
     if (d >= f->nb_samples)

@@ -5,12 +5,6 @@
  * interrupt; two readers on two threads at once. */
 #include <criterion/criterion.h>
 
-#ifndef RINGVIT_HAVE_MEDIA
-Test(flat_media, needs_ffmpeg)
-{
-    cr_skip_test("built without FFmpeg (RINGVIT_MEDIA OFF): no media to read");
-}
-#else
 #include <pthread.h>
 
 #include "ingest_media.h"
@@ -349,4 +343,3 @@ Test(flat_media, embed_on_two_ranks_equals_one_plain_forward)
     free(j.mean);
     free(p);
 }
-#endif
