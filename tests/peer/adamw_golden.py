@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """adamw_golden.py: the peer reference for ringvit's optimizer
-(encoder/train_adamw.c), so tests/unit/test_train_optim.c can check it against
+(encoder/train/train_adamw.c), so tests/unit/test_train_optim.c can check it against
 torch.optim.AdamW and the schedule against an independent implementation.
 
     adamw_golden.py OUT.safetensors

@@ -1,4 +1,4 @@
-/* test_safetensors.c: the safetensors reader and writer (encoder/rv_safetensors.c).
+/* test_safetensors.c: the safetensors reader and writer (encoder/weights/rv_safetensors.c).
  * Round trip through the writer; a file laid out by hand from the format spec;
  * every hostile-header case with its message; every truncation and random byte
  * corruption of a valid file; atomic-write failure paths; the same bytes written

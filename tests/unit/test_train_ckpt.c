@@ -1,5 +1,5 @@
 /* test_train_ckpt.c: training checkpoints (rv_ckpt_save / rv_ckpt_load of
- * rv_vit_train.h, encoder/train_ckpt.c): bit-exact round trips of the model
+ * rv_vit_train.h, encoder/train/train_ckpt.c): bit-exact round trips of the model
  * (T 1 and 2), the head (classify, mae, none), the optimizer moments (odd bit
  * patterns included) and the info (a seed above 2^63, settings text with
  * quotes and UTF-8); the file read as a model by rv_vit_load without a warning;

@@ -1,4 +1,4 @@
-/* test_train_optim.c: the optimizer half of rv_vit_train.h (encoder/train_adamw.c,
+/* test_train_optim.c: the optimizer half of rv_vit_train.h (encoder/train/train_adamw.c,
  * train_decay.c): the default options; rv_lr_at's warm-up and cosine values
  * against closed forms; AdamW against a double-precision textbook AdamW written
  * here (several steps, decay mask, bias correction, schedule) and against

@@ -1,4 +1,4 @@
-/* test_train_step.c: the training step of rv_vit_train.h (encoder/train_step.c):
+/* test_train_step.c: the training step of rv_vit_train.h (encoder/train/train_step.c):
  * rv_train_step on a tiny model and classify head over a 2 x 2 (dp x cp) mesh of
  * local ranks, each rank adding its own known gradient, for three steps (two
  * clipped, one under the clip; warm-up then cosine; the head at its own

@@ -1,4 +1,4 @@
-/* test_vit_weights.c: the encoder's model half (rv_vit.h; encoder/vit_config.c,
+/* test_vit_weights.c: the encoder's model half (rv_vit.h; encoder/model/vit_config.c,
  * vit_model.c, vit_init.c, vit_load.c, vit_save.c): presets and config checks,
  * config JSON round trip, save -> load bit-exact round trips (T 1 and 2, with and
  * without CLS) with the saved layout checked by an independent index formula, a
