@@ -1,23 +1,53 @@
 #!/usr/bin/env bash
-# install-deps.sh: installs exactly the Debian 12 packages ringvit needs to build,
-# test and run. Idempotent: packages already present are left alone, and apt is
-# not touched at all when everything is installed.
+# install-deps.sh [run|test]: installs the Debian 12 packages ringvit needs.
+#   run    what building and running need: the compiler, CMake, FFmpeg, OpenBLAS,
+#          OpenMPI, jansson, and python3 with NumPy (the Python package and the
+#          quickstart's reader); scripts/quickstart.sh installs this set.
+#   test   the run set plus what the tests need: Criterion, clang and its OpenMP
+#          runtime (the fuzz targets), the peers that make golden data under
+#          tests/peer (torch, torchvision, torchaudio, PyAV) and the Python
+#          package's tests (pytest, pip, setuptools); scripts/test.sh installs it.
+# With no argument: everything (the test set). Idempotent: packages already present
+# are left alone, and apt is not touched at all when everything is installed.
 set -euo pipefail
 
-packages=(
+run_packages=(
   # build
   build-essential cmake pkg-config
-  # media (ingest/tokenize) and the ffmpeg command used by tests and quickstart
+  # media (ingest/tokenize) and the ffmpeg command (the quickstart's sample, the tests)
   libavformat-dev libavcodec-dev libavutil-dev libswscale-dev libswresample-dev ffmpeg
-  # compute, communication, JSON, tests
-  libopenblas-dev libopenblas-openmp-dev libopenmpi-dev openmpi-bin libjansson-dev libcriterion-dev
+  # compute, communication, JSON
+  libopenblas-dev libopenblas-openmp-dev libopenmpi-dev openmpi-bin libjansson-dev
+  # the Python package (apps/python) and reading outputs with NumPy
+  python3 python3-numpy
+)
+test_packages=(
+  # the Criterion tests
+  libcriterion-dev
   # the fuzz targets (scripts/fuzz.sh: libFuzzer, and clang's OpenMP runtime)
   clang-14 libomp-14-dev
   # peers that generate golden data under tests/peer
-  python3 python3-numpy python3-torch python3-torchvision python3-torchaudio python3-av
+  python3-torch python3-torchvision python3-torchaudio python3-av
   # the Python package's tests (apps/python: pytest, pip install of the package)
   python3-pytest python3-pip python3-setuptools
 )
+
+set_name=${1:-test}
+case $set_name in
+run) packages=("${run_packages[@]}") ;;
+test | all)
+  set_name="test"
+  packages=("${run_packages[@]}" "${test_packages[@]}")
+  ;;
+-h | --help)
+  sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+  exit 0
+  ;;
+*)
+  echo "install-deps: unknown set '$set_name' (known: run, test)" >&2
+  exit 2
+  ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do
@@ -27,7 +57,7 @@ for p in "${packages[@]}"; do
 done
 
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps: all ${#packages[@]} packages present"
+  echo "install-deps: all ${#packages[@]} packages of the $set_name set present"
   exit 0
 fi
 

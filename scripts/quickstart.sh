@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# quickstart.sh: from a fresh checkout to a first embedding. Installs the
-# dependencies, builds build/ in Release, generates a 2-minute sample recording
+# quickstart.sh: from a fresh checkout to a first embedding. Installs what
+# building and running need (scripts/install-deps.sh run: no test packages),
+# builds build/ in Release without the tests, generates a 2-minute sample recording
 # with the ffmpeg command (a moving test pattern with a 440 Hz tone, H.264/AAC)
 # unless sample.mp4 exists, embeds it on 2 ranks with
 #   build/ringvit embed sample.mp4 --cp 2 -o sample.safetensors
@@ -13,11 +14,11 @@ cd "$root"
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
 
-echo "== installing dependencies"
-scripts/install-deps.sh
+echo "== installing what building and running need"
+scripts/install-deps.sh run
 
-echo "== building build/ (Release)"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
+echo "== building build/ (Release, without the tests: scripts/test.sh builds them)"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DRINGVIT_TESTS=OFF
 cmake --build build -j"$(nproc)"
 
 echo "== build/ringvit --version"
@@ -38,7 +39,7 @@ echo "== build/ringvit embed sample.mp4 --cp 2 -o sample.safetensors"
 echo "   (the tiny preset with random weights: it shows the pipeline, the numbers"
 echo "    mean nothing; pass --model with a Hugging Face folder such as"
 echo "    videomae-base/ or ast-finetuned-audioset-10-10-0.4593/ for real embeddings:"
-echo "    see README.md, Models)"
+echo "    see docs/models.md)"
 summary=$(mktemp)
 trap 'rm -f "$summary"' EXIT
 build/ringvit embed sample.mp4 --cp 2 -o sample.safetensors --json >"$summary"

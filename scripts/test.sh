@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test.sh: the whole test run, the same locally and in CI (.ci/run):
-#   1. install the build dependencies (scripts/install-deps.sh),
+#   1. install the build and test dependencies (scripts/install-deps.sh test),
 #   2. Release build in build/ with tests, then every ctest test (unit, cli, mpi,
 #      and gpu where a GPU is present; the others report themselves skipped),
 #   3. AddressSanitizer + UBSan build in build-asan/ (CPU only), then the unit tests,
@@ -20,7 +20,7 @@ section() {
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 section "dependencies"
-scripts/install-deps.sh
+scripts/install-deps.sh test
 
 section "release build (build/)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DRINGVIT_TESTS=ON
