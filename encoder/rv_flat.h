@@ -55,7 +55,7 @@ RV_API int rv_arrays_count(const rv_arrays *a);
 /* Index of the array called name, or -1. */
 RV_API int rv_arrays_find(const rv_arrays *a, const char *name);
 RV_API const char *rv_arrays_name(const rv_arrays *a, int i);
-/* "u8", "i64", "f32" or "f64". */
+/* "u8", "i64", "f16", "bf16", "f32" or "f64". */
 RV_API const char *rv_arrays_dtype(const rv_arrays *a, int i);
 RV_API int rv_arrays_ndim(const rv_arrays *a, int i);
 RV_API int64_t rv_arrays_dim(const rv_arrays *a, int i, int d);

@@ -167,9 +167,20 @@ struct rv_backend {
     void (*destroy)(rv_backend *be);
 };
 
-/* Creates a backend by name ("cpu", or "cuda" where built: device 0, or
- * RINGVIT_CUDA_DEVICE). threads <= 0 selects every core (CPU backend). */
-RV_API rv_status rv_backend_create(const char *name, int threads, rv_backend **out);
+/* A backend by device name, as the commands' --device and Python's device= say
+ * it: "cpu" with threads threads (<= 0: every core), or "cuda": GPU gpu modulo
+ * the GPUs this process sees (gpu < 0: RINGVIT_CUDA_DEVICE, else 0). A build without CUDA or a machine
+ * without a GPU is RV_ERR_UNSUPPORTED saying which; another name RV_ERR_INVALID. */
+RV_API rv_status rv_backend_create(const char *device, int threads, int gpu, rv_backend **out);
+/* RV_OK when a backend of device can be created here, else its error (a check
+ * before any work). */
+RV_API rv_status rv_backend_check(const char *device);
+/* Copies bytes between buffers of either memory (host or a device's); 0, or -1
+ * with the message in rv_last_error(). Same signature as rv_comm_copy_fn. */
+typedef int (*rv_backend_copy_fn)(void *dst, const void *src, size_t bytes);
+/* The copy that moves messages between local ranks on device: rv_cuda_copy_sync
+ * for "cuda", NULL (memcpy) for "cpu". */
+RV_API rv_backend_copy_fn rv_backend_copy(const char *device);
 RV_API rv_status rv_backend_cpu_create(int threads, rv_backend **out);
 RV_API void rv_backend_free(rv_backend **be);
 /* 1 when be's buffers are host memory (its host_memory field), 0 otherwise. */
@@ -177,6 +188,11 @@ RV_API int rv_backend_is_host(const rv_backend *be);
 
 /* Number of threads the CPU backend uses when asked for 0. */
 RV_API int rv_cpu_default_threads(void);
+/* Compute threads of one rank: threads when > 0 (local: shared among
+ * local_ranks), else the cores over the ranks sharing them: local_ranks threads
+ * of this process, or (mpi) the processes the launcher started on this machine
+ * (OpenMPI's and MPICH's local size; 1 when neither says). At least 1. */
+RV_API int rv_cpu_threads_per_rank(int threads, int local_ranks, int mpi);
 
 /* Name of the BLAS kernel set in use ("SkylakeX", "Haswell", ...). */
 RV_API const char *rv_blas_corename(void);

@@ -271,57 +271,22 @@ int cli_json_print(const json_t *root)
 
 int cli_threads_per_rank(int threads, int ranks, int mpi)
 {
-    int cores = rv_cpu_default_threads();
-    if (!mpi) {
-        int t = (threads > 0 ? threads : cores) / (ranks > 0 ? ranks : 1);
-        return t > 0 ? t : 1;
-    }
-    if (threads > 0)
-        return threads;
-    const char *env = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    if (!env)
-        env = getenv("MPI_LOCALNRANKS");
-    int local = env ? atoi(env) : 1;
-    int t = cores / (local > 0 ? local : 1);
-    return t > 0 ? t : 1;
+    return rv_cpu_threads_per_rank(threads, ranks, mpi);
 }
 
 rv_status cli_backend_create(int cuda, int threads, int rank, rv_backend **be)
 {
-    *be = NULL;
-    if (!cuda)
-        return rv_backend_cpu_create(threads, be);
-#ifdef RINGVIT_HAVE_CUDA
-    int n = rv_cuda_device_count();
-    if (n == 0)
-        return rv_fail(RV_ERR_UNSUPPORTED, "--device cuda: no CUDA device is visible "
-                       "(check nvidia-smi and CUDA_VISIBLE_DEVICES)");
-    return rv_backend_cuda_create(rank % n, be);
-#else
-    (void)rank;
-    return rv_fail(RV_ERR_UNSUPPORTED, "--device cuda: this ringvit was built without CUDA "
-                   "(configure with -DRINGVIT_CUDA=ON where nvcc is installed)");
-#endif
+    return rv_backend_create(cuda ? "cuda" : "cpu", threads, rank, be);
 }
 
 rv_status cli_device_check(int cuda)
 {
-    if (!cuda)
-        return RV_OK;
-    rv_backend *probe = NULL;
-    rv_status st = cli_backend_create(1, 1, 0, &probe);
-    rv_backend_free(&probe);
-    return st;
+    return rv_backend_check(cuda ? "cuda" : "cpu");
 }
 
 rv_comm_copy_fn cli_device_copy(int cuda)
 {
-#ifdef RINGVIT_HAVE_CUDA
-    return cuda ? rv_cuda_copy_sync : NULL;
-#else
-    (void)cuda;
-    return NULL;
-#endif
+    return rv_backend_copy(cuda ? "cuda" : "cpu");
 }
 
 void cli_on_stop_signals(void (*handler)(int sig))

@@ -7,7 +7,7 @@
 
 typedef struct flat_array {
     char *name;
-    const char *dtype;          /* "u8", "i64", "f32", "f64" (static text) */
+    const char *dtype;          /* "u8", "i64", "f16", "bf16", "f32", "f64" (static text) */
     int ndim;
     int64_t dims[FLAT_MAX_DIMS];
     void *data;                 /* NULL when empty */
@@ -27,6 +27,8 @@ static size_t dtype_size(const char *dtype)
         return 0;
     if (strcmp(dtype, "u8") == 0)
         return 1;
+    if (strcmp(dtype, "f16") == 0 || strcmp(dtype, "bf16") == 0)
+        return 2;
     if (strcmp(dtype, "f32") == 0)
         return 4;
     if (strcmp(dtype, "i64") == 0 || strcmp(dtype, "f64") == 0)
@@ -43,9 +45,9 @@ rv_status flat_arrays_new(rv_arrays **out)
 static rv_status add(rv_arrays *a, const char *name, const char *dtype, int ndim,
                      const int64_t *dims, void *data, size_t *bytes)
 {
-    static const char *const names[] = {"u8", "i64", "f32", "f64"};
+    static const char *const names[] = {"u8", "i64", "f16", "bf16", "f32", "f64"};
     const char *dt = NULL;
-    for (int i = 0; i < 4; i++)
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (strcmp(dtype, names[i]) == 0)
             dt = names[i];
     if (!dt || ndim < 1 || ndim > FLAT_MAX_DIMS)
@@ -242,7 +244,11 @@ rv_status rv_arrays_new(const char *meta_json, rv_arrays **out)
 rv_status rv_arrays_add(rv_arrays *a, const char *name, const char *dtype, int ndim,
                         const int64_t *dims, const void *data)
 {
-    if (!a || !name || !dtype || !dtype_size(dtype) || ndim < 1 || ndim > FLAT_MAX_DIMS ||
+    /* What callers pass in (token arrays) is u8, i64, f32 or f64; f16 and bf16
+     * only come out (embeddings written at a lower precision). */
+    const int input_dtype = dtype && dtype_size(dtype) && strcmp(dtype, "f16") != 0 &&
+                            strcmp(dtype, "bf16") != 0;
+    if (!a || !name || !input_dtype || ndim < 1 || ndim > FLAT_MAX_DIMS ||
         (ndim > 0 && !dims))
         return rv_fail(RV_ERR_INVALID, "arrays: array %s: dtype must be u8, i64, f32 or f64 "
                        "and 1 to %d dimensions", name ? name : "(null)", FLAT_MAX_DIMS);

@@ -107,22 +107,6 @@ rv_status rv_backend_cpu_create(int threads, rv_backend **out)
     return RV_OK;
 }
 
-rv_status rv_backend_create(const char *name, int threads, rv_backend **out)
-{
-    *out = NULL;
-    if (!name || strcmp(name, "cpu") == 0)
-        return rv_backend_cpu_create(threads, out);
-    if (strcmp(name, "cuda") == 0) {
-#ifdef RINGVIT_HAVE_CUDA
-        return rv_backend_cuda_create(-1, out);
-#else
-        return rv_fail(RV_ERR_UNSUPPORTED,
-                       "backend 'cuda': the CUDA kernels are not part of this build yet");
-#endif
-    }
-    return rv_fail(RV_ERR_INVALID, "unknown backend '%s' (known: cpu, cuda)", name);
-}
-
 void rv_backend_free(rv_backend **be)
 {
     if (!be || !*be)

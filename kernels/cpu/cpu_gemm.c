@@ -4,7 +4,15 @@
  * Threading: Debian's OpenMP build of OpenBLAS sizes its thread team from
  * omp_get_max_threads() of the calling thread, so the backend's thread count is
  * set around each call and the caller's value restored afterwards. Inside an
- * OpenMP parallel region OpenBLAS runs on the calling thread alone. */
+ * OpenMP parallel region OpenBLAS runs on the calling thread alone.
+ *
+ * The process may hold another build: NumPy loads Debian's pthreads OpenBLAS,
+ * whose soname (libopenblas.so.0) is the OpenMP build's, so in a Python process
+ * that imported NumPy first the loader hands libringvit that one. Its thread
+ * count is a global of its own, which ignores OpenMP's: set to the backend's
+ * before each call too, so a GEMM splits its work the same way whichever build
+ * runs it, and the library's results do not depend on what its host process
+ * loaded (the same bytes from Python as from the command). */
 #include <cblas.h>
 #include <omp.h>
 #include <stddef.h>
@@ -30,6 +38,15 @@ static void scale_c(int m, int n, float beta, float *c, int ldc)
     }
 }
 
+/* 1 when the OpenBLAS in this process is the pthreads build (see above). */
+static int pthreads_build(void)
+{
+    static _Atomic int kind = -1; /* openblas_get_parallel(): 0 serial, 1 pthreads, 2 OpenMP */
+    if (kind < 0)
+        kind = openblas_get_parallel();
+    return kind == 1;
+}
+
 rv_status cpu_gemm(rv_backend *be, int trans_a, int trans_b, int m, int n, int k,
                    float alpha, const float *a, int lda, const float *b, int ldb,
                    float beta, float *c, int ldc)
@@ -46,6 +63,8 @@ rv_status cpu_gemm(rv_backend *be, int trans_a, int trans_b, int m, int n, int k
 
     int prev_threads = omp_get_max_threads();
     omp_set_num_threads(be->threads);
+    if (pthreads_build())
+        openblas_set_num_threads(be->threads);
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                 trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta,
                 c, ldc);

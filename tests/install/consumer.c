@@ -10,7 +10,7 @@
 int main(void)
 {
     rv_backend *be = NULL;
-    if (rv_backend_create("cpu", 1, &be) != RV_OK) {
+    if (rv_backend_create("cpu", 1, -1, &be) != RV_OK) {
         fprintf(stderr, "consumer: %s\n", rv_last_error());
         return 1;
     }

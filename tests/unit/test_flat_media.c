@@ -272,7 +272,7 @@ static rv_status one_rank_main(rv_comm *comm, void *arg)
     rv_status st;
     if ((st = rv_tok_slice_plan(&j->rec.layout, RV_SHARD_CONTIGUOUS, 1, 0, 1, &s)) != RV_OK ||
         (st = rv_tok_slice_fill(j->path, &j->rec.layout, &s, NULL, NULL, NULL)) != RV_OK ||
-        (st = rv_backend_create("cpu", 1, &be)) != RV_OK)
+        (st = rv_backend_create("cpu", 1, -1, &be)) != RV_OK)
         goto end;
     y = malloc(sizeof(float) * (size_t)(s.len + 1) * (size_t)D);
     rv_vit_tokens tok = rv_vit_slice_tokens(&j->rec.layout, &s);
