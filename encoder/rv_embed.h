@@ -22,7 +22,7 @@
  *   rv_embed_close
  *
  * rv_embed_output_complete tells whether a file is already a complete output of
- * this job (for --resume). Between stages the ranks vote (rv_comm_vote.h): a
+ * such a job (for --resume). Free a job's inputs before the job. Between stages the ranks vote (rv_comm_vote.h): a
  * stage that fails on one rank (a corrupt stretch of its part of the file, no
  * memory) fails the input on every rank at the same point, with that rank's
  * message; a rank asked to stop (hooks.stop) stops them all after the stage, or
@@ -106,8 +106,8 @@ typedef struct rv_embed_opts {
     rv_span span;           /* full (default), window=S, block=S, frame */
     int nccl;               /* MPI group with cuda: the forward's messages over NCCL
                                (else staged through host memory over MPI) */
-    double timeout_s;       /* how long a rank waits for a silent peer; 0 (default):
-                               RINGVIT_COMM_TIMEOUT, else 120 */
+    double timeout_s;       /* how long a rank waits for a silent peer (default
+                               RINGVIT_COMM_TIMEOUT, else 120; 0: the same) */
     /* the output */
     double segment_s;       /* per-segment means, s; 0 (default): 10, or the block's
                                seconds with span block=S */
@@ -225,7 +225,8 @@ typedef struct rv_embed_stats {
  * preparation, agrees on the plan (a file that states no duration is counted
  * first by rank 0), agrees on the slices, runs the forward and pooling. Returns
  * the outcome (rv_last_error() says why when not RV_VOTE_OK; RV_VOTE_FAILED:
- * this input failed on every rank, the job goes on). stats (may be NULL). */
+ * this input failed on every rank, the job goes on). stats (may be NULL). A rank
+ * whose rv_embed_queue failed passes NULL: it votes the failure with the others. */
 RV_API rv_vote_outcome rv_embed_run(rv_embed_job *j, rv_embed_input *in, rv_embed_stats *stats);
 
 /* Every rank together after rv_embed_run succeeded: the output on group rank 0
@@ -244,10 +245,17 @@ RV_API rv_st_writer *rv_embed_output_writer(rv_embed_output *o);
 RV_API rv_status rv_embed_output_write(rv_embed_output *o, const char *path);
 RV_API void rv_embed_output_free(rv_embed_output **o);
 
-/* 1 when path is a complete output of this job: a valid safetensors file of
- * format RV_EMBED_FORMAT by the same model, dtype and normalize, holding every
- * tensor this job writes (the per-token ones with opts.tokens). */
-RV_API int rv_embed_output_complete(const rv_embed_job *j, const char *path);
+/* 1 when path is a complete output of a job over m with o: a valid safetensors
+ * file of format RV_EMBED_FORMAT by the same model (model_hash: its
+ * rv_vit_hash, or NULL to compute it), dtype and normalize, holding every tensor
+ * such a job writes (the per-token ones with o->tokens). For --resume. */
+RV_API int rv_embed_output_complete(const char *path, const rv_vit_model *m,
+                                    const char *model_hash, const rv_embed_opts *o);
+
+/* The job's watch: this rank is still working. For a caller that waits on its
+ * own between inputs (a batch's dispatch), so the group's votes wait for it;
+ * NULL does nothing. */
+RV_API void rv_embed_beat(rv_embed_job *j);
 
 #ifdef __cplusplus
 }

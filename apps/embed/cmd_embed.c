@@ -225,23 +225,17 @@ static const char help_text[] =
     "      --manifest videos.txt --out-dir /shared/emb\n";
 
 typedef struct embed_args {
-    const char *out, *out_dir, *log, *model, *backend, *device;
+    rv_embed_opts o;    /* the job's options, from rv_embed_opts_default and the flags */
+    const char *out, *out_dir, *log, *model, *backend;
     const char **manifests;
     int nmanifests;
     const char **inputs;
     int ninputs;
-    int cp, cp_set, ranks, prefetch, threads, decode_threads, seed_set, size_set, no_audio, no_video, tokens;
+    int cp, cp_set, ranks, seed_set, size_set;
     int gpu; /* --gpu, or -1 */
-    int heads, tubelet, want_audio, want_video, segment_set;
-    rv_span span;
-    double hop_s;
-    int64_t seed, max_tokens;
-    int resume, quiet, json, causal;
-    rv_cp_strategy strategy;
-    double segment_s, timeout_s;
-    rv_ingest_opts io;
-    rv_dtype dtype;     /* --dtype */
-    int normalize;      /* --normalize */
+    int heads, tubelet;
+    int64_t seed;
+    int resume, quiet, json;
     double progress_s;  /* --progress */
     int shard_index, shard_count; /* --shard I/N (count 0: none) */
     double claim_stale_s;         /* --claim-stale (0: not given) */
@@ -265,28 +259,20 @@ static int parse_shard(const char *v, embed_args *a)
 static int parse_args(int argc, char **argv, embed_args *a)
 {
     memset(a, 0, sizeof *a);
-    rv_ingest_opts_default(&a->io);
-    a->io.start_s = NAN; /* --start given or not */
+    rv_embed_opts_default(&a->o);
+    a->o.io.start_s = NAN; /* --start given or not */
     a->model = "tiny";
     a->backend = "local";
-    a->device = "cpu";
     a->cp = 1;
-    a->prefetch = 1;
     a->gpu = -1;
-    a->strategy = RV_CP_RING;
-    a->segment_s = 10.0;
-    a->max_tokens = RV_CLI_MAX_TOKENS;
-    a->dtype = RV_F32;
     a->progress_s = 30;
-    if (rv_comm_default_timeout(&a->timeout_s) != RV_OK)
-        a->timeout_s = RV_COMM_DEFAULT_TIMEOUT_S;
     a->manifests = calloc((size_t)argc, sizeof *a->manifests);
     a->inputs = calloc((size_t)argc, sizeof *a->inputs);
     if (!a->manifests || !a->inputs) {
         cli_error("embed: out of memory");
         return RV_EXIT_FAIL;
     }
-    int rc = 0, audio_set = 0, video_set = 0;
+    int rc = 0, audio_set = 0, video_set = 0, no_audio = 0, no_video = 0;
     for (int i = 1; i < argc && !rc; i++) {
         const char *s = argv[i], *v;
 #define VALUE()                                                            \
@@ -318,77 +304,70 @@ static int parse_args(int argc, char **argv, embed_args *a)
         } else if (cli_flag_is(s, "--ranks")) {
             rc = cli_take_int(CMD, argc, argv, &i, 1, 1024, &a->ranks);
         } else if (cli_flag_is(s, "--prefetch")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 0, EMBED_MAX_PREFETCH, &a->prefetch);
+            rc = cli_take_int(CMD, argc, argv, &i, 0, RV_EMBED_MAX_PREFETCH, &a->o.prefetch);
         } else if (cli_flag_is(s, "--backend")) {
             VALUE();
             if (strcmp(v, "local") && strcmp(v, "mpi") && strcmp(v, "nccl"))
                 return cli_usage_error(CMD, "--backend wants local, mpi or nccl, got '%s'", v);
             a->backend = v;
         } else if (cli_flag_is(s, "--device")) {
-            rc = cli_take_device(CMD, argc, argv, &i, &a->device);
+            rc = cli_take_device(CMD, argc, argv, &i, &a->o.device);
         } else if (cli_flag_is(s, "--gpu")) {
             rc = cli_take_int(CMD, argc, argv, &i, 0, 1023, &a->gpu);
         } else if (cli_flag_is(s, "--strategy")) {
             VALUE();
-            if (rv_cp_strategy_parse(v, &a->strategy) != RV_OK)
+            if (rv_cp_strategy_parse(v, &a->o.strategy) != RV_OK)
                 return cli_usage_error(CMD, "--strategy wants ring, allgather or ulysses, "
                                           "got '%s'", v);
         } else if (cli_flag_is(s, "--segment")) {
-            rc = cli_take_double(CMD, argc, argv, &i, 0.001, 1e9, &a->segment_s);
-            a->segment_set = 1;
+            rc = cli_take_double(CMD, argc, argv, &i, 0.001, 1e9, &a->o.segment_s);
         } else if (cli_flag_is(s, "--max-tokens")) {
-            rc = cli_take_i64(CMD, argc, argv, &i, 1, INT64_MAX, &a->max_tokens);
+            rc = cli_take_i64(CMD, argc, argv, &i, 1, INT64_MAX, &a->o.max_tokens);
         } else if (cli_flag_is(s, "--hop")) {
-            rc = cli_take_double(CMD, argc, argv, &i, 0.001, 1e9, &a->hop_s);
+            rc = cli_take_double(CMD, argc, argv, &i, 0.001, 1e9, &a->o.hop_s);
         } else if (cli_flag_is(s, "--attention")) {
             VALUE();
-            if (rv_span_parse(v, &a->span) != RV_OK)
+            if (rv_span_parse(v, &a->o.span) != RV_OK)
                 return cli_usage_error(CMD, "--attention: %s", rv_last_error());
         } else if (cli_flag_is(s, "--threads")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 1, RV_CLI_MAX_THREADS, &a->threads);
+            rc = cli_take_int(CMD, argc, argv, &i, 1, RV_CLI_MAX_THREADS, &a->o.threads);
         } else if (cli_flag_is(s, "--decode-threads")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 1, 256, &a->decode_threads);
+            rc = cli_take_int(CMD, argc, argv, &i, 1, RV_INGEST_MAX_THREADS, &a->o.io.threads);
         } else if (cli_flag_is(s, "--timeout")) {
-            rc = cli_take_double(CMD, argc, argv, &i, 0.001, 1e7, &a->timeout_s);
+            rc = cli_take_double(CMD, argc, argv, &i, 0.001, 1e7, &a->o.timeout_s);
         } else if (cli_flag_is(s, "--size")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 8, 4096, &a->io.size);
+            rc = cli_take_int(CMD, argc, argv, &i, 8, 4096, &a->o.io.size);
             a->size_set = 1;
-        } else if (cli_ingest_flag(CMD, argc, argv, &i, &a->io, &audio_set, &video_set, &rc)) {
+        } else if (cli_ingest_flag(CMD, argc, argv, &i, &a->o.io, &audio_set, &video_set, &rc)) {
             /* --fps --pad --start --duration --audio-stream --video-stream --max-corrupt */
         } else if (cli_flag_is(s, "--heads")) {
             rc = cli_take_int(CMD, argc, argv, &i, 1, 65536, &a->heads);
         } else if (cli_flag_is(s, "--tubelet")) {
             rc = cli_take_int(CMD, argc, argv, &i, 1, 64, &a->tubelet);
         } else if (strcmp(s, "--no-audio") == 0) {
-            a->no_audio = 1;
+            no_audio = 1;
         } else if (strcmp(s, "--no-video") == 0) {
-            a->no_video = 1;
+            no_video = 1;
         } else if (strcmp(s, "--audio") == 0) {
-            a->want_audio = 1;
+            a->o.want_audio = 1;
         } else if (strcmp(s, "--video") == 0) {
-            a->want_video = 1;
+            a->o.want_video = 1;
         } else if (strcmp(s, "--tokens") == 0) {
-            a->tokens = 1;
+            a->o.tokens = 1;
         } else if (strcmp(s, "--resume") == 0) {
             a->resume = 1;
         } else if (strcmp(s, "--causal") == 0) {
-            a->causal = 1;
+            a->o.causal = 1;
         } else if (strcmp(s, "--quiet") == 0 || strcmp(s, "-q") == 0) {
             a->quiet = 1;
         } else if (strcmp(s, "--json") == 0) {
             a->json = 1;
         } else if (cli_flag_is(s, "--dtype")) {
             VALUE();
-            if (strcmp(v, "f32") == 0)
-                a->dtype = RV_F32;
-            else if (strcmp(v, "f16") == 0)
-                a->dtype = RV_F16;
-            else if (strcmp(v, "bf16") == 0)
-                a->dtype = RV_BF16;
-            else
+            if (rv_embed_dtype_parse(v, &a->o.dtype) != RV_OK)
                 return cli_usage_error(CMD, "--dtype wants f32, f16 or bf16, got '%s'", v);
         } else if (strcmp(s, "--normalize") == 0) {
-            a->normalize = 1;
+            a->o.normalize = 1;
         } else if (cli_flag_is(s, "--progress")) {
             rc = cli_take_double(CMD, argc, argv, &i, 0, 1e6, &a->progress_s);
         } else if (cli_flag_is(s, "--shard")) {
@@ -412,19 +391,25 @@ static int parse_args(int argc, char **argv, embed_args *a)
     }
     if (rc)
         return rc;
-    if (a->no_audio && audio_set)
+    if (no_audio && audio_set)
         return cli_usage_error(CMD, "--no-audio and --audio-stream contradict each other");
-    if (a->no_video && video_set)
+    if (no_video && video_set)
         return cli_usage_error(CMD, "--no-video and --video-stream contradict each other");
-    if (a->no_audio && a->no_video)
+    if (no_audio && no_video)
         return cli_usage_error(CMD, "--no-audio and --no-video leave nothing to embed");
     /* Choosing a stream insists on its modality, as --audio / --video do. */
-    a->want_audio |= audio_set;
-    a->want_video |= video_set;
-    if ((a->no_audio && a->want_audio) || (a->no_video && a->want_video))
+    a->o.want_audio |= audio_set;
+    a->o.want_video |= video_set;
+    if ((no_audio && a->o.want_audio) || (no_video && a->o.want_video))
         return cli_usage_error(CMD, "--%s and --no-%s contradict each other",
-                                  a->want_audio && a->no_audio ? "audio" : "video",
-                                  a->want_audio && a->no_audio ? "audio" : "video");
+                                  a->o.want_audio && no_audio ? "audio" : "video",
+                                  a->o.want_audio && no_audio ? "audio" : "video");
+    if (no_audio)
+        a->o.io.audio_stream = -2;
+    if (no_video)
+        a->o.io.video_stream = -2;
+    a->o.start_at = a->o.io.start_s;
+    a->o.io.start_s = 0;
     /* The claims live beside the outputs, in a folder the jobs share. */
     if (a->shard_count && a->out)
         return cli_usage_error(CMD, "--shard divides the inputs of jobs sharing --out-dir; "
@@ -450,8 +435,8 @@ static int parse_args(int argc, char **argv, embed_args *a)
                                   "output is the launcher's): write a file");
     if (a->ninputs == 0 && a->nmanifests == 0)
         return cli_usage_error(CMD, "which recordings? give INPUT files or --manifest LIST");
-    if ((rc = model_cli_check_backend(CMD, a->backend, strcmp(a->device, "cuda") == 0, a->gpu,
-                                      &a->span)) != 0)
+    if ((rc = model_cli_check_backend(CMD, a->backend, strcmp(a->o.device, "cuda") == 0, a->gpu,
+                                      &a->o.span)) != 0)
         return rc;
     if (strcmp(a->backend, "local") == 0) {
         if (a->ranks == 0)
@@ -532,8 +517,8 @@ static int embed_main(int argc, char **argv)
         goto end;
     if (out_is_stdout(a.out) && (rc = out_stdout_take(CMD)) != 0)
         goto end;
-    set.cuda = strcmp(a.device, "cuda") == 0;
-    rv_status dst = cli_device_check(set.cuda); /* before any work */
+    const int cuda = strcmp(a.o.device, "cuda") == 0;
+    rv_status dst = rv_backend_check(a.o.device); /* before any work */
     if (dst != RV_OK) {
         rc = cli_fail(dst, CMD);
         goto end;
@@ -555,12 +540,12 @@ static int embed_main(int argc, char **argv)
     }
 
     /* The ranks: nccl is an MPI job too (MPI bootstraps NCCL and carries the votes). */
-    set.nccl = strcmp(a.backend, "nccl") == 0;
-    set.mpi = set.nccl || strcmp(a.backend, "mpi") == 0;
+    set.opts = a.o;
+    set.opts.nccl = strcmp(a.backend, "nccl") == 0;
+    set.mpi = set.opts.nccl || strcmp(a.backend, "mpi") == 0;
     set.ranks = a.cp;
     set.world = a.ranks;
-    set.prefetch = a.prefetch;
-    set.gpu = a.gpu;
+    set.opts.gpu = a.gpu;
     if (set.mpi) {
         if (!rv_comm_backend_built("mpi")) {
             rv_fail(RV_ERR_UNSUPPORTED, "this build has no MPI (rebuild with MPI found, "
@@ -584,79 +569,44 @@ static int embed_main(int argc, char **argv)
         }
         set.world = world->size;
         set.ranks = a.cp_set ? a.cp : world->size;
-        if (set.cuda && /* one GPU per process */
-            (rc = model_cli_mpi_gpu(CMD, a.gpu, rank, world->size, a.quiet, set.nccl,
-                                    &set.gpu)) != 0)
+        if (cuda && /* one GPU per process */
+            (rc = model_cli_mpi_gpu(CMD, a.gpu, rank, world->size, a.quiet, set.opts.nccl,
+                                    &set.opts.gpu)) != 0)
             goto end;
-    } else if (set.cuda && a.gpu >= 0) {
+    } else if (cuda && a.gpu >= 0) {
         char why[160];
-        if ((rc = model_cli_gpu(CMD, a.gpu, 0, &set.gpu, why, sizeof why)) != 0)
+        if ((rc = model_cli_gpu(CMD, a.gpu, 0, &set.opts.gpu, why, sizeof why)) != 0)
             goto end;
     }
+    /* --threads: in all for local ranks (the threads of this process share them), a
+     * process's own under MPI. */
+    set.opts.local_ranks = set.mpi ? 1 : set.world;
     const int loud = rank == 0;
 
-    /* The model and the options it decides. */
+    /* The model, and the options checked against it as the job will take them. */
     if ((rc = model_cli_open(CMD, a.model, a.seed, a.seed_set, a.heads, a.tubelet, loud, &mc)) != 0)
         goto end;
     model = mc.m;
-    const rv_vit_config *cfg = &model->cfg;
-    if (a.strategy == RV_CP_ULYSSES && cfg->heads % set.ranks != 0) {
-        rc = loud ? cli_usage_error(CMD, "ulysses needs the model's heads (%d) to be a multiple "
-                                       "of the ranks (%d); use ring or allgather", cfg->heads,
-                                       set.ranks)
-                  : RV_EXIT_USAGE;
+    char why[256];
+    int use_video = 0, use_audio = 0;
+    if (rv_embed_check(model, &set.opts, set.ranks, set.mpi) != RV_OK ||
+        rv_embed_modalities(&model->cfg, &set.opts, &use_video, &use_audio, why, sizeof why) !=
+            RV_OK) {
+        rc = loud ? cli_usage_error(CMD, "%s", rv_last_error()) : RV_EXIT_USAGE;
         goto end;
     }
-    int use_video = 0, use_audio = 0;
-    char why[256];
-    if ((rc = model_cli_modalities(CMD, cfg, a.want_video, a.want_audio, a.no_video, a.no_audio,
-                                   loud, &use_video, &use_audio, why, sizeof why)) != 0)
-        goto end;
     set.model = model;
     set.model_name = a.model;
     set.random_weights = mc.random;
     rv_vit_hash(model, set.model_hash);
-    if (!(set.config_json = rv_vit_config_to_json(cfg))) {
-        rc = loud ? (cli_error("embed: out of memory"), RV_EXIT_FAIL) : RV_EXIT_FAIL;
-        goto end;
-    }
-    set.io = a.io;
-    set.start_at = a.io.start_s;
-    set.io.start_s = 0; /* each input's from its timeline (embed_prepare_probe) */
-    /* The model's tokens and frames; blocks and frames are the tokenizer's windows,
-     * as if each block were embedded alone. */
-    if (rv_vit_input_opts(cfg, a.size_set ? a.io.size : 0, !use_video, !use_audio, &a.span,
-                          &set.to, &set.io) != RV_OK) {
-        rc = loud ? cli_usage_error(CMD, "%s", rv_last_error()) : RV_EXIT_USAGE;
-        goto end;
-    }
     if (loud && !a.quiet) {
         model_cli_warn_random(CMD, &mc, a.model);
         if (why[0])
             cli_error("embed: %s", why);
     }
-    set.strategy = a.strategy;
-    set.causal = a.causal;
-    set.span = a.span;
-    set.threads = cli_threads_per_rank(a.threads, set.world, set.mpi);
-    /* Decoders by default as many as the compute threads, up to what FFmpeg's
-     * decoders take (--threads 4096 failed every input). */
-    set.io.threads = a.decode_threads > 0                   ? a.decode_threads
-                     : set.threads > RV_INGEST_MAX_THREADS ? RV_INGEST_MAX_THREADS
-                                                           : set.threads;
-    set.timeout_s = a.timeout_s;
-    set.segment_s = a.segment_s;
-    set.hop_s = a.hop_s;
-    set.max_tokens = a.max_tokens;
-    /* With blocks the segments are the blocks unless --segment says otherwise. */
-    if (a.span.kind == RV_SPAN_BLOCK && !a.segment_set)
-        set.segment_s = a.span.seconds;
-    set.tokens = a.tokens;
     set.resume = a.resume;
     set.quiet = a.quiet || !loud;
     set.json = a.json && loud;
-    set.dtype = a.dtype;
-    set.normalize = a.normalize;
     set.progress_s = a.progress_s;
     set.shard_index = a.shard_index;
     set.shard_count = a.shard_count;
@@ -724,7 +674,7 @@ static int embed_main(int argc, char **argv)
     if (set.mpi) {
         embed_batch_rank(world, &b);
     } else {
-        rv_status st = rv_local_run_copy(set.world, embed_batch_rank, &b, cli_device_copy(set.cuda));
+        rv_status st = rv_local_run_copy(set.world, embed_batch_rank, &b, rv_backend_copy(set.opts.device));
         if (st != RV_OK && !b.fatal) {
             b.fatal = 1;
             snprintf(b.fatal_msg, sizeof b.fatal_msg, "%s", rv_last_error());
@@ -805,7 +755,6 @@ end:
     }
     embed_shard_close(&b.shard);
     free(b.res);
-    free(set.config_json);
     model_cli_close(&mc);
     embed_inputs_free(in, n);
     free(a.manifests);

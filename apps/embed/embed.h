@@ -1,19 +1,15 @@
-/* embed.h: what the files of `ringvit embed` share.
+/* embed.h: what the files of `ringvit embed` share. The command is batch policy
+ * over the library's embed job (rv_embed.h), which does the work of one input:
  *
  *   cmd_embed.c     flags, help, the model, output names, signals, exit codes
- *   embed_inputs.c  the input list (arguments and --manifest) and output names
- *   embed_batch.c   one rank's loop over the inputs (its group's claims, the
- *                   inputs prepared ahead), and the votes by which the ranks of
- *                   a group agree after every stage that can fail
+ *   embed_inputs.c  the input list (arguments and --manifest), output names, and
+ *                   the output folder's files (stale temporary files, the index's
+ *                   facts of a skipped input)
+ *   embed_batch.c   one rank's loop: its group's job, the inputs its group claims
+ *                   (queued ahead with --prefetch), each run, collected and
+ *                   written by the group's rank 0
  *   embed_dispatch.c which group embeds which input: the next unclaimed input to
  *                   the first free group, outcomes to rank 0's report
- *   embed_prepare.c one recording's work on one rank before the encoder: probe,
- *                   plan, decode and tokenize its slice (ahead, on a thread, with
- *                   --prefetch)
- *   embed_job.c     one recording on one group: the votes on the prepared
- *                   work, forward, pool, gather (--tokens), write
- *   embed_output.c  the output safetensors: write, check (--resume), stale
- *                   temporary files
  *   embed_log.c     the JSON-lines log, progress on standard error, --json
  *   embed_shard.c   --shard I/N: jobs started separately that share --out-dir
  *                   divide the inputs through a claim file per input
@@ -25,8 +21,8 @@
  * --backend mpi or nccl each process has its own copy (the same inputs and
  * settings). Rank 0 of each group writes its outputs; rank 0 of the world
  * hands out the inputs, writes the log and prints; the other ranks compute. */
-#ifndef RV_EMBED_H
-#define RV_EMBED_H
+#ifndef CLI_EMBED_H
+#define CLI_EMBED_H
 
 #include <pthread.h>
 #include <signal.h>
@@ -34,14 +30,11 @@
 #include <stdint.h>
 
 #include "rv_comm.h"
-#include "rv_ingest.h"
-#include "rv_safetensors.h"
-#include "rv_tokens.h"
+#include "rv_embed.h"
 #include "rv_vit.h"
 
 /* Exit status beyond cli.h's: some inputs failed. */
 #define RV_EXIT_SOME_FAILED 3
-#define EMBED_FORMAT "ringvit-embed" /* metadata "format" of every output */
 #define EMBED_LOG_NAME "embed-log.jsonl"
 /* The log of job I of N (--shard I/N): the jobs never write one file. */
 #define EMBED_SHARD_LOG_FMT "embed-log.shard-%d-of-%d.jsonl"
@@ -64,37 +57,17 @@ typedef struct embed_input {
 } embed_input;
 
 typedef struct embed_settings {
+    rv_embed_opts opts;        /* the job's options (rv_embed.h): sampling, the encoder,
+                                  the outputs, --prefetch, --timeout */
     const rv_vit_model *model; /* shared read-only by the local ranks */
     const char *model_name;    /* preset name, weights path or model folder */
     int random_weights;        /* 1: a preset's random weights (said in the metadata) */
     char model_hash[17];
-    char *config_json;         /* rv_vit_config_to_json */
-    rv_tok_opts to;            /* from the model config and flags */
-    rv_ingest_opts io;         /* fps, size, streams (start_s: each input's own, from
-                                  start_at, in embed_prep.io) */
-    double start_at;           /* --start on the container's clock, s (NAN: the
-                                  recording's start) */
-    rv_cp_strategy strategy;
-    int causal;
-    rv_span span;              /* --attention */
     int ranks;                 /* cp size: the ranks of a group */
     int world;                 /* ranks in all (a multiple of ranks) */
-    int prefetch;              /* --prefetch: inputs a rank prepares ahead */
     int mpi;                   /* 1: --backend mpi or nccl (one rank per process) */
-    int nccl;                  /* 1: --backend nccl: the forward's messages over NCCL */
-    int threads;               /* compute threads per rank */
-    int cuda;                  /* --device cuda: each rank's blocks on a GPU */
-    int gpu;                   /* with cuda: this process's GPU under MPI; local: --gpu,
-                                  or -1 (rank % GPUs) */
-    double timeout_s;          /* communication deadline inside the forward */
-    double segment_s, hop_s;   /* --segment, --hop (0: the segment) */
-    int64_t max_tokens;        /* --max-tokens: the most tokens, or segments, of an input */
-    int tokens;                /* --tokens: per-token outputs too */
     int resume;
     int quiet, json;
-    /* The outputs' form (embed_output.c) and the heartbeat (embed_log.c). */
-    rv_dtype dtype;            /* --dtype: the float embeddings as RV_F32, RV_F16 or RV_BF16 */
-    int normalize;             /* --normalize: rows of global, segments, tokens L2-normalised */
     double progress_s;         /* --progress: a line every this many s when stderr is not
                                   a terminal (0: none) */
     /* --shard I/N (embed_shard.c): this job's number and the job count (0: no
@@ -105,12 +78,6 @@ typedef struct embed_settings {
 
 /* The index of an --out-dir run, beside its outputs (embed_log.c). */
 #define EMBED_INDEX_NAME "index.jsonl"
-
-/* The most inputs --prefetch prepares ahead. */
-#define EMBED_MAX_PREFETCH 16
-
-/* An input of this many tokens or more is announced before it is decoded. */
-#define EMBED_LONG_TOKENS 100000
 
 
 typedef enum embed_status {
@@ -182,31 +149,8 @@ void embed_inputs_free(embed_input *in, int n);
  * communication broke (then batch->fatal). */
 rv_status embed_batch_rank(rv_comm *comm, void *arg);
 
-/* ---- embed_output.c --------------------------------------------------------- */
+/* ---- embed_inputs.c: the output folder ---------------------------------------- */
 
-typedef struct embed_output {
-    const char *path;
-    const embed_settings *set;
-    const char *source;        /* the input path */
-    const char *probe_json;
-    const rv_tok_layout *L;
-    double recording_s;        /* the recording's length from its start (or from t0
-                                  when --start is later), s */
-    double time_origin;        /* t0 on the container's clock, s */
-    double start_s;            /* the grid's start on that clock, s */
-    const rv_vit_pooled *pooled; /* times already on the container's clock */
-    /* --tokens: all S tokens in global order */
-    const float *tokens;       /* (S, D) */
-    const double *token_time;  /* (S, 2) */
-    const uint8_t *token_modality; /* (S) */
-    const int64_t *token_pos;  /* (S, 3) */
-} embed_output;
-
-/* Writes o->path atomically (rv_st_writer_write: "<path>.tmp.<pid>", renamed). */
-rv_status embed_output_write(const embed_output *o);
-/* 1 when path is a complete output of this command: a valid safetensors file
- * of format EMBED_FORMAT holding every tensor this run would write. */
-int embed_output_complete(const char *path, const embed_settings *set);
 /* Removes the temporary files "<out>.tmp.<pid>" that a killed run left beside
  * the outputs in[0..n) (only when process pid is gone). Returns how many. */
 int embed_output_clean_stale(const embed_input *in, int n);
@@ -214,8 +158,8 @@ int embed_output_clean_stale(const embed_input *in, int n);
  * input skipped by --resume): *recording_s NAN and *tokens -1 where absent.
  * Returns 0, or -1 when the file cannot be opened. */
 int embed_output_info(const char *path, double *recording_s, int64_t *tokens);
-/* The metadata "dtype" of --dtype ("f32", "f16", "bf16"). */
-const char *embed_output_dtype_name(rv_dtype dtype);
+/* 1 when path is a complete output of this run (rv_embed_output_complete). */
+int embed_output_complete(const char *path, const embed_settings *set);
 
 /* ---- embed_log.c ------------------------------------------------------------ */
 

@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "embed_rank.h"
+#include "rv_clock.h"
 
 enum { MSG_CLAIM = 1, MSG_DONE = 2, MSG_FINISH = 3 };
 #define DISPATCH_TAG 11
@@ -39,8 +40,7 @@ typedef struct dispatch_msg {
 /* World rank 0's answer: a claim's input, or the batch's counts. */
 typedef struct dispatch_reply {
     int32_t index;          /* -1: none left */
-    int32_t pad;
-    double counts[5];       /* ok, failed, skipped, fatal, stopped */
+    embed_counts counts;    /* at the end: the batch's */
 } dispatch_reply;
 
 struct embed_dispatch {
@@ -105,10 +105,22 @@ static void finish_locked(embed_batch *b, int broken, int stopped, const char *m
     pthread_cond_broadcast(&b->changed);
 }
 
-static void counts_locked(const embed_batch *b, double c[5])
+static void counts_locked(const embed_batch *b, embed_counts *c)
 {
-    c[0] = b->counts[0], c[1] = b->counts[1], c[2] = b->counts[2];
-    c[3] = b->fatal, c[4] = b->stopped || embed_stop_signal;
+    *c = (embed_counts){.ok = b->counts[EMBED_OK], .failed = b->counts[EMBED_FAILED],
+                        .skipped = b->counts[EMBED_SKIPPED], .fatal = b->fatal,
+                        .stopped = b->stopped || embed_stop_signal};
+}
+
+/* One wait of at most ms on the batch's condition (its lock held), then a beat
+ * of the group's watch with the lock released: its ranks wait on this one. */
+static void wait_beating(embed_batch *b, long ms, rv_embed_job *job)
+{
+    struct timespec until = rv_clock_realtime_after(ms * 1e-3);
+    pthread_cond_timedwait(&b->changed, &b->lock, &until);
+    pthread_mutex_unlock(&b->lock);
+    rv_embed_beat(job);
+    pthread_mutex_lock(&b->lock);
 }
 
 /* ---- world rank 0's thread under MPI ---------------------------------------------------- */
@@ -160,7 +172,7 @@ static void *serve(void *arg)
         pthread_mutex_lock(&b->lock);
         int left = b->groups_left;
         dispatch_reply fin = {.index = -1};
-        counts_locked(b, fin.counts);
+        counts_locked(b, &fin.counts);
         pthread_mutex_unlock(&b->lock);
         if (left == 0) {
             for (int g = 1; g < G && st == RV_OK; g++)
@@ -225,10 +237,10 @@ static rv_status recv_reply(embed_dispatch *d, dispatch_reply *r, double deadlin
             break;
         if (deadline > 0 && rv_clock_s() > deadline) {
             st = rv_fail(RV_ERR_TIMEOUT, "rank %d: world rank 0 did not hand out an input within "
-                         "%g s", d->k->world_rank, d->k->set->timeout_s);
+                         "%g s", d->k->world_rank, d->k->set->opts.timeout_s);
             break;
         }
-        rv_comm_watch_beat(d->k->watch);
+        rv_embed_beat(d->k->job);
         nap_ms(ms);
         ms = ms < 20 ? ms * 2 : 20;
     }
@@ -252,7 +264,7 @@ rv_status embed_dispatch_claim(embed_dispatch *d, int *index)
     dispatch_reply r;
     rv_status st = send_msg(d, &m);
     if (st == RV_OK)
-        st = recv_reply(d, &r, rv_clock_s() + d->k->set->timeout_s);
+        st = recv_reply(d, &r, rv_clock_s() + d->k->set->opts.timeout_s);
     if (st == RV_OK)
         *index = r.index >= 0 && r.index < b->n ? r.index : -1;
     return st;
@@ -275,15 +287,15 @@ rv_status embed_dispatch_done(embed_dispatch *d, int index, const embed_result *
 }
 
 rv_status embed_dispatch_finish(embed_dispatch *d, int broken, int stopped, const char *msg,
-                                double counts[5])
+                                embed_counts *counts)
 {
     embed_batch *b = d->b;
-    memset(counts, 0, 5 * sizeof *counts);
+    memset(counts, 0, sizeof *counts);
     if (!d->remote) {
         pthread_mutex_lock(&b->lock);
         finish_locked(b, broken, stopped, msg);
         while (!broken && b->groups_left > 0)
-            embed_wait_beating(&b->changed, &b->lock, 50, d->k->watch);
+            wait_beating(b, 50, d->k->job);
         counts_locked(b, counts);
         pthread_mutex_unlock(&b->lock);
         return RV_OK;
@@ -297,7 +309,7 @@ rv_status embed_dispatch_finish(embed_dispatch *d, int broken, int stopped, cons
         return st;
     dispatch_reply r;
     if ((st = recv_reply(d, &r, 0)) == RV_OK)
-        memcpy(counts, r.counts, sizeof r.counts);
+        *counts = r.counts;
     return st;
 }
 

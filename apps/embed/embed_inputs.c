@@ -1,15 +1,22 @@
 /* embed_inputs.c: the input list of `ringvit embed` (command-line arguments and
  * --manifest files) and the output name of each input. Names are decided once,
  * in input order, before anything runs, so a rerun with the same list (--resume)
- * finds the same outputs. */
+ * finds the same outputs. And the output folder: which outputs are complete
+ * (--resume), the facts the index records of a skipped one, and the temporary
+ * files "<out>.tmp.<pid>" a killed run left (rv_st_writer_write's names). */
+#include <dirent.h>
 #include <errno.h>
+#include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "embed.h"
+#include "rv_safetensors.h"
 
 int embed_inputs_add(const char *path, embed_input **in, int *n, int *cap)
 {
@@ -238,4 +245,92 @@ void embed_inputs_free(embed_input *in, int n)
         free(in[i].note);
     }
     free(in);
+}
+
+/* ---- the output folder ---------------------------------------------------------------- */
+
+int embed_output_complete(const char *path, const embed_settings *set)
+{
+    return rv_embed_output_complete(path, set->model, set->model_hash, &set->opts);
+}
+
+int embed_output_info(const char *path, double *recording_s, int64_t *tokens)
+{
+    rv_safetensors *st = NULL;
+    *recording_s = NAN;
+    *tokens = -1;
+    if (rv_st_open(path, &st) != RV_OK)
+        return -1;
+    const char *rs = rv_st_meta(st, "recording_s"), *tk = rv_st_meta(st, "tokens");
+    char *end;
+    if (rs) {
+        double v = strtod(rs, &end);
+        if (end != rs && !*end && isfinite(v))
+            *recording_s = v;
+    }
+    if (tk) {
+        long long v = strtoll(tk, &end, 10);
+        if (end != tk && !*end && v >= 0)
+            *tokens = v;
+    }
+    rv_st_free(&st);
+    return 0;
+}
+
+/* "<name>.tmp.<digits>" -> name length and pid; 0 when not of that form. */
+static size_t tmp_of(const char *entry, long *pid)
+{
+    const char *t = strstr(entry, ".safetensors.tmp.");
+    if (!t)
+        return 0;
+    const char *d = t + strlen(".safetensors.tmp.");
+    if (!*d)
+        return 0;
+    char *end;
+    long v = strtol(d, &end, 10);
+    if (*end || v <= 0)
+        return 0;
+    *pid = v;
+    return (size_t)(t - entry) + strlen(".safetensors");
+}
+
+int embed_output_clean_stale(const embed_input *in, int n)
+{
+    if (n <= 0)
+        return 0;
+    /* Every output lives in one folder (-o's, or --out-dir). */
+    const char *o0 = in[0].output, *slash = strrchr(o0, '/');
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - o0) : 1, slash ? o0 : ".");
+    if (slash == o0)
+        snprintf(dir, sizeof dir, "/");
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int removed = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        long pid = 0;
+        size_t len = tmp_of(e->d_name, &pid);
+        if (!len)
+            continue;
+        /* A live process may be writing it (another run, or a rank of this one). */
+        if (pid == (long)getpid() || !(kill((pid_t)pid, 0) != 0 && errno == ESRCH))
+            continue;
+        for (int i = 0; i < n; i++) {
+            const char *base = strrchr(in[i].output, '/');
+            base = base ? base + 1 : in[i].output;
+            if (strlen(base) == len && strncmp(base, e->d_name, len) == 0) {
+                char full[8192];
+                snprintf(full, sizeof full, "%s/%s", dir, e->d_name);
+                if (unlink(full) == 0) {
+                    removed++;
+                    rv_log(RV_LOG_INFO, "embed: removed %s, left by a run that was stopped", full);
+                }
+                break;
+            }
+        }
+    }
+    closedir(d);
+    return removed;
 }

@@ -358,7 +358,7 @@ static void json_line(embed_report *r, const embed_input *in, const embed_result
     json_object_set_new(j, "peak_rss_mb", json_real(res->rss_mb));
     json_object_set_new(j, "cp", json_integer(s->ranks));
     json_object_set_new(j, "groups", json_integer(s->world / s->ranks));
-    json_object_set_new(j, "strategy", json_string(rv_cp_strategy_name(s->strategy)));
+    json_object_set_new(j, "strategy", json_string(rv_cp_strategy_name(s->opts.strategy)));
     json_object_set_new(j, "model", json_string(s->model_name));
     json_object_set_new(j, "model_hash", json_string(s->model_hash));
     if (in->note)

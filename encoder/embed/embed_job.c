@@ -30,6 +30,12 @@ rv_vote_outcome rv_embed_vote(rv_embed_job *j, rv_status mine, const void *paylo
     return rv_comm_vote(j->watch, mine, embed_stopping(j), payload, bytes, out);
 }
 
+void rv_embed_beat(rv_embed_job *j)
+{
+    if (j)
+        rv_comm_watch_beat(j->watch);
+}
+
 rv_backend *embed_host_backend(const rv_embed_job *j)
 {
     return j->host ? j->host : j->be;

@@ -19,6 +19,8 @@ void rv_embed_opts_default(rv_embed_opts *o)
     o->dtype = RV_F32;
     o->max_tokens = RV_EMBED_MAX_TOKENS;
     o->prefetch = 1;
+    if (rv_comm_default_timeout(&o->timeout_s) != RV_OK)
+        o->timeout_s = RV_COMM_DEFAULT_TIMEOUT_S;
 }
 
 const char *rv_embed_dtype_name(rv_dtype dtype)

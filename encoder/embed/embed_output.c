@@ -468,14 +468,20 @@ void rv_embed_output_free(rv_embed_output **op)
 
 /* ---- --resume ----------------------------------------------------------------------------- */
 
-int rv_embed_output_complete(const rv_embed_job *j, const char *path)
+int rv_embed_output_complete(const char *path, const rv_vit_model *m, const char *model_hash,
+                             const rv_embed_opts *o)
 {
     static const char *const always[] = {"global", "segments", "segment_start", "segment_end",
                                          "segment_tokens", "video_mean", "audio_mean", "pooled"};
     static const char *const per_token[] = {"tokens", "token_time", "token_modality",
                                             "token_pos"};
-    if (access(path, F_OK) != 0)
+    char own_hash[17];
+    if (!path || !m || !o || access(path, F_OK) != 0)
         return 0;
+    if (!model_hash) {
+        rv_vit_hash(m, own_hash);
+        model_hash = own_hash;
+    }
     rv_safetensors *st = NULL;
     int ok = 0;
     if (rv_st_open(path, &st) != RV_OK)
@@ -484,25 +490,26 @@ int rv_embed_output_complete(const rv_embed_job *j, const char *path)
     if (!fmt || strcmp(fmt, RV_EMBED_FORMAT) != 0)
         goto end;
     /* An output of another model is not this run's: it is redone. */
-    const char *hash = rv_st_meta(st, "model_hash");
-    if (!hash || strcmp(hash, j->hash) != 0)
+    const char *file_hash = rv_st_meta(st, "model_hash");
+    if (!file_hash || strcmp(file_hash, model_hash) != 0)
         goto end;
     for (size_t i = 0; i < sizeof always / sizeof always[0]; i++)
         if (!rv_st_find(st, always[i]))
             goto end;
-    for (size_t i = 0; j->o.tokens && i < sizeof per_token / sizeof per_token[0]; i++)
+    for (size_t i = 0; o->tokens && i < sizeof per_token / sizeof per_token[0]; i++)
         if (!rv_st_find(st, per_token[i]))
             goto end;
-    if (j->m.model->cfg.cls && !rv_st_find(st, "cls"))
+    if (m->cfg.cls && !rv_st_find(st, "cls"))
         goto end;
     /* Another dtype or normalize is another output (written before these
      * existed: f32, none). */
     const char *dtype = rv_st_meta(st, "dtype"), *norm = rv_st_meta(st, "normalize");
-    if (strcmp(dtype ? dtype : "f32", rv_embed_dtype_name(j->o.dtype)) != 0 ||
-        strcmp(norm ? norm : "none", j->o.normalize ? "l2" : "none") != 0)
+    if (!rv_embed_dtype_name(o->dtype) ||
+        strcmp(dtype ? dtype : "f32", rv_embed_dtype_name(o->dtype)) != 0 ||
+        strcmp(norm ? norm : "none", o->normalize ? "l2" : "none") != 0)
         goto end;
     const rv_st_tensor *g = rv_st_find(st, "global");
-    ok = g->ndim == 1 && g->shape[0] == j->m.model->cfg.dim && g->dtype == j->o.dtype;
+    ok = g->ndim == 1 && g->shape[0] == m->cfg.dim && g->dtype == o->dtype;
 end:
     rv_st_free(&st);
     return ok;

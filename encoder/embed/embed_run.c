@@ -134,8 +134,6 @@ rv_vote_outcome rv_embed_run(rv_embed_job *j, rv_embed_input *in, rv_embed_stats
 {
     const rv_vit_config *cfg = &j->m.model->cfg;
     const int D = cfg->dim;
-    rv_tok_layout *L = &in->rec.layout;
-    embed_slice *s = &in->s;
     rv_embed_stats scratch;
     rv_vit_stats vs;
     rv_vote_outcome v;
@@ -144,7 +142,16 @@ rv_vote_outcome rv_embed_run(rv_embed_job *j, rv_embed_input *in, rv_embed_stats
     if (!stats)
         stats = &scratch;
     memset(stats, 0, sizeof *stats);
+    if (!in) {
+        /* A rank that could not queue the input still takes part in the vote, so
+         * the group fails it together. */
+        rv_fail(RV_ERR_NOMEM, "rank %d: out of memory for an input", j->rank);
+        v = embed_agree(j, RV_ERR_NOMEM, &(plan_vote){.seq = -1}, sizeof(plan_vote));
+        return v == RV_VOTE_OK ? RV_VOTE_FAILED : v;
+    }
     memset(&vs, 0, sizeof vs);
+    rv_tok_layout *L = &in->rec.layout;
+    embed_slice *s = &in->s;
     const double t_run = rv_clock_s();
     /* Prepared ahead, or now in turn: probe, then this rank's slice. */
     double wait_s;
