@@ -124,9 +124,8 @@ typedef struct rv_embed_opts {
 /* The defaults above (the command's and Python's). */
 RV_API void rv_embed_opts_default(rv_embed_opts *o);
 
-/* "f32", "f16", "bf16": the metadata "dtype" of RV_F32, RV_F16, RV_BF16; NULL
- * for another type. rv_embed_dtype_parse: the reverse (RV_ERR_INVALID). */
-RV_API const char *rv_embed_dtype_name(rv_dtype dtype);
+/* The dtype of the embeddings by name ("f32", "f16", "bf16", as the metadata
+ * "dtype" says it); RV_ERR_INVALID for another name. */
 RV_API rv_status rv_embed_dtype_parse(const char *name, rv_dtype *out);
 
 /* The model of a job, shared read-only by the ranks of a process. */
@@ -183,12 +182,6 @@ RV_API rv_vote_outcome rv_embed_open(const rv_embed_model *m, rv_comm *group,
                                      const rv_embed_opts *o, const rv_embed_hooks *hooks,
                                      rv_embed_job **out);
 RV_API void rv_embed_close(rv_embed_job **j);
-
-/* The job's options as it runs them: threads and timeout resolved, segment_s
- * the default's, io.size the model's (read-only, valid until rv_embed_close). */
-RV_API const rv_embed_opts *rv_embed_job_opts(const rv_embed_job *j);
-/* The model's hash (16 hex digits) as outputs record it ("model_hash"). */
-RV_API const char *rv_embed_model_hash(const rv_embed_job *j);
 
 /* A vote of the job's group on the caller's own stage (rv_comm_vote.h), for a
  * batch's decisions between inputs (which input next, the counts at the end):

@@ -34,6 +34,12 @@
 #include "rv_tokens.h"
 #include "rv_vit.h"
 
+/* ---- embed_opts.c ---------------------------------------------------------------------- */
+
+/* "f32", "f16", "bf16": the metadata "dtype" of RV_F32, RV_F16, RV_BF16; NULL
+ * for another type. */
+const char *embed_dtype_name(rv_dtype dtype);
+
 /* ---- embed_sink.c: bytes that may not fit in memory twice ------------------------- */
 
 typedef struct embed_sink {

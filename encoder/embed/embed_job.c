@@ -41,16 +41,6 @@ rv_backend *embed_host_backend(const rv_embed_job *j)
     return j->host ? j->host : j->be;
 }
 
-const rv_embed_opts *rv_embed_job_opts(const rv_embed_job *j)
-{
-    return &j->o;
-}
-
-const char *rv_embed_model_hash(const rv_embed_job *j)
-{
-    return j->hash;
-}
-
 /* The options a job over cfg on size ranks runs, checked and resolved (the
  * defaults filled in), with the model's tokenizer and sampling. */
 static rv_status resolve(const rv_vit_config *cfg, const rv_embed_opts *o, int size, int mpi,
@@ -66,7 +56,7 @@ static rv_status resolve(const rv_vit_config *cfg, const rv_embed_opts *o, int s
     if (o->strategy == RV_CP_ULYSSES && cfg->heads % size != 0)
         return rv_fail(RV_ERR_INVALID, "ulysses needs the model's heads (%d) to be a multiple of "
                        "the ranks (%d); use ring or allgather", cfg->heads, size);
-    if (!rv_embed_dtype_name(o->dtype))
+    if (!embed_dtype_name(o->dtype))
         return rv_fail(RV_ERR_INVALID, "dtype: the embeddings are f32, f16 or bf16");
     if (o->prefetch < 0 || o->prefetch > RV_EMBED_MAX_PREFETCH)
         return rv_fail(RV_ERR_INVALID, "prefetch %d: from 0 to %d inputs ahead", o->prefetch,

@@ -23,7 +23,7 @@ void rv_embed_opts_default(rv_embed_opts *o)
         o->timeout_s = RV_COMM_DEFAULT_TIMEOUT_S;
 }
 
-const char *rv_embed_dtype_name(rv_dtype dtype)
+const char *embed_dtype_name(rv_dtype dtype)
 {
     return dtype == RV_F32 ? "f32" : dtype == RV_F16 ? "f16" : dtype == RV_BF16 ? "bf16" : NULL;
 }
@@ -32,7 +32,7 @@ rv_status rv_embed_dtype_parse(const char *name, rv_dtype *out)
 {
     static const rv_dtype all[] = {RV_F32, RV_F16, RV_BF16};
     for (size_t i = 0; name && i < sizeof all / sizeof all[0]; i++)
-        if (strcmp(name, rv_embed_dtype_name(all[i])) == 0) {
+        if (strcmp(name, embed_dtype_name(all[i])) == 0) {
             *out = all[i];
             return RV_OK;
         }

@@ -233,7 +233,7 @@ static rv_status add_meta(rv_embed_output *o, const rv_embed_job *j, const rv_em
          (st = meta(o, "tokens", 1, "%lld", (long long)L->seq)) != RV_OK ||
          (st = meta(o, "video_tokens", 1, "%lld", (long long)o->pooled.modality_tokens[0])) != RV_OK ||
          (st = meta(o, "audio_tokens", 1, "%lld", (long long)o->pooled.modality_tokens[1])) != RV_OK ||
-         (st = meta(o, "dtype", 0, "%s", rv_embed_dtype_name(op->dtype))) != RV_OK ||
+         (st = meta(o, "dtype", 0, "%s", embed_dtype_name(op->dtype))) != RV_OK ||
          (st = meta(o, "normalize", 0, "%s", op->normalize ? "l2" : "none")) != RV_OK ||
          (st = meta(o, "ringvit_version", 0, "%s", RINGVIT_VERSION)) != RV_OK)
         goto end;
@@ -504,8 +504,8 @@ int rv_embed_output_complete(const char *path, const rv_vit_model *m, const char
     /* Another dtype or normalize is another output (written before these
      * existed: f32, none). */
     const char *dtype = rv_st_meta(st, "dtype"), *norm = rv_st_meta(st, "normalize");
-    if (!rv_embed_dtype_name(o->dtype) ||
-        strcmp(dtype ? dtype : "f32", rv_embed_dtype_name(o->dtype)) != 0 ||
+    if (!embed_dtype_name(o->dtype) ||
+        strcmp(dtype ? dtype : "f32", embed_dtype_name(o->dtype)) != 0 ||
         strcmp(norm ? norm : "none", o->normalize ? "l2" : "none") != 0)
         goto end;
     const rv_st_tensor *g = rv_st_find(st, "global");

@@ -1,76 +1,57 @@
 /* embed_two_ranks.c: embeds one recording across 2 ranks (threads of this
  * process, context parallelism with ring attention) through the installed
- * library, and prints its global embedding, one value per line. This is the
- * README's example; scripts/test.sh builds it against the installed package and
- * compares its output with `ringvit embed --cp 2` on the same file and model.
- * usage: embed_two_ranks MODEL.safetensors MEDIA */
-#include <math.h>
+ * library's embed job (rv_embed.h), and writes what `ringvit embed --cp 2`
+ * writes. This is the example of docs/c-library.md; scripts/test.sh builds it
+ * against the installed package and checks that its file holds the same
+ * tensors, byte for byte, and the same metadata as the command's.
+ * usage: embed_two_ranks MODEL.safetensors MEDIA OUT.safetensors */
 #include <stdio.h>
-#include <stdlib.h>
 
-#include <rv_tok_slice.h>
-#include <rv_vit.h>
+#include <rv_embed.h>
 
 typedef struct job {
-    const rv_vit_model *m;
-    const char *path;
-    rv_tok_recording rec;  /* the plan every rank shares */
-    rv_vit_pooled pooled;  /* rank 0's result */
+    rv_embed_model model;
+    rv_embed_opts opts;
+    const char *media, *out;
 } job;
 
-static rv_status rank_main(rv_comm *comm, void *arg)
+/* One rank: every rank of the group makes the same calls; rank 0 gets the output. */
+static rv_status rank_main(rv_comm *group, void *arg)
 {
-    job *j = arg;
-    const int rank = rv_comm_rank(comm), D = j->m->cfg.dim;
-    rv_tok_slice s = {0};
-    rv_backend *be = NULL;
-    rv_vit_pooled pooled = {0};
-    float *y = NULL;
-    rv_status st;
-    if ((st = rv_tok_slice_plan(&j->rec.layout, RV_SHARD_CONTIGUOUS, 2, rank, 1, &s)) != RV_OK ||
-        (st = rv_tok_slice_fill(j->path, &j->rec.layout, &s, NULL, NULL, NULL)) != RV_OK ||
-        (st = rv_backend_create("cpu", 1, -1, &be)) != RV_OK)
-        goto end;
-    if (!(y = malloc(sizeof(float) * (size_t)(s.len + 1) * (size_t)D))) {
-        st = rv_fail(RV_ERR_NOMEM, "out of memory");
-        goto end;
-    }
-    rv_vit_tokens tok = rv_vit_slice_tokens(&j->rec.layout, &s);
-    rv_vit_run run = {.be = be, .comm = comm, .plan = s.plan, .strategy = RV_CP_RING};
-    rv_vit_pool_opts po = {.segment_s = 10, .end_s = j->rec.end_s, .start_s = j->rec.io.start_s};
-    if ((st = rv_vit_forward(j->m, &run, &tok, y, NULL)) == RV_OK &&
-        (st = rv_vit_pool(comm, &tok, y, D, &po, &pooled)) == RV_OK && rank == 0) {
-        j->pooled = pooled; /* rank 0's is returned */
-        pooled = (rv_vit_pooled){0};
-    }
-end:
-    rv_vit_pooled_free(&pooled);
-    free(y);
-    rv_backend_free(&be);
-    rv_tok_slice_release(&s);
+    const job *jb = arg;
+    rv_embed_job *j = NULL;
+    rv_embed_input *in = NULL;
+    rv_embed_output *out = NULL;
+    rv_status st = RV_OK;
+    if (rv_embed_open(&jb->model, group, &jb->opts, NULL, &j) != RV_VOTE_OK ||
+        (st = rv_embed_queue(j, jb->media, 0, &in)) != RV_OK ||
+        rv_embed_run(j, in, NULL) != RV_VOTE_OK ||
+        rv_embed_collect(j, in, jb->out, &out, NULL) != RV_VOTE_OK)
+        st = st != RV_OK ? st : RV_ERR_IO;
+    if (st == RV_OK && out) /* rank 0 */
+        st = rv_embed_output_write(out, jb->out);
+    rv_embed_output_free(&out);
+    rv_embed_input_free(&in);
+    rv_embed_close(&j);
     return st;
 }
 
 int main(int argc, char **argv)
 {
-    job j = {.path = argc == 3 ? argv[2] : NULL};
     rv_vit_model *m = NULL;
-    rv_tok_opts to;
-    rv_ingest_opts io;
-    rv_ingest_opts_default(&io);
-    rv_status st = argc == 3 ? RV_OK : rv_fail(RV_ERR_INVALID, "usage: embed_two_ranks MODEL MEDIA");
-    if (st == RV_OK && (st = rv_vit_load(argv[1], NULL, &m)) == RV_OK &&
-        (st = rv_vit_input_opts(&m->cfg, 0, 0, 0, NULL, &to, &io)) == RV_OK &&
-        (st = rv_tok_recording_plan(j.path, &to, &io, NAN, &j.rec, NULL)) == RV_OK) {
-        j.m = m;
-        st = j.rec.need_count ? rv_fail(RV_ERR_UNSUPPORTED, "%s states no duration", j.path)
-                              : rv_local_run(2, rank_main, &j);
+    if (argc != 4) {
+        fprintf(stderr, "usage: embed_two_ranks MODEL.safetensors MEDIA OUT.safetensors\n");
+        return 2;
     }
-    for (int i = 0; st == RV_OK && i < j.pooled.dim; i++)
-        printf("%.9g\n", j.pooled.global[i]);
+    job jb = {.media = argv[2], .out = argv[3]};
+    rv_status st = rv_vit_load(argv[1], NULL, &m);
+    if (st == RV_OK) {
+        jb.model = (rv_embed_model){.model = m, .name = argv[1]};
+        rv_embed_opts_default(&jb.opts); /* the command's defaults */
+        st = rv_local_run(2, rank_main, &jb);
+    }
     if (st != RV_OK)
         fprintf(stderr, "embed_two_ranks: %s\n", rv_last_error());
-    rv_vit_pooled_free(&j.pooled);
     rv_vit_free(&m);
     return st == RV_OK ? 0 : 1;
 }

@@ -16,7 +16,7 @@ message; bad arguments raise ValueError or TypeError before any C call. Long
 calls release the GIL, and Ctrl-C interrupts them cleanly. The library is found
 through RINGVIT_LIB, the build tree, the install prefix or the loader's path."""
 
-from ._arrays import Arrays
+from ._arrays import Arrays, bf16_to_f32
 from ._version import __version__
 from .encoder import Encoder
 from .errors import Error, LibraryNotFoundError
@@ -25,4 +25,5 @@ from .media import Frames, audio, frames, iter_frames, probe
 from .tokens import tokens
 
 __all__ = ["Arrays", "Encoder", "Error", "Frames", "LibraryNotFoundError", "__version__",
-           "audio", "build_info", "frames", "iter_frames", "library_path", "probe", "tokens"]
+           "audio", "bf16_to_f32", "build_info", "frames", "iter_frames", "library_path",
+           "probe", "tokens"]

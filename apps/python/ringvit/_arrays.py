@@ -15,6 +15,17 @@ from .errors import Error
 DTYPES = {"u8": np.dtype("<u1"), "i64": np.dtype("<i8"), "f32": np.dtype("<f4"),
           "f64": np.dtype("<f8")}
 _NAMES = {(v.kind, v.itemsize): k for k, v in DTYPES.items()}
+# What only comes out (embeddings at a lower precision, dtype="f16" or "bf16"):
+# NumPy's float16, and bfloat16, which NumPy lacks, as the uint16 bit patterns
+# (widen exactly with bf16_to_f32).
+_OUT_DTYPES = dict(DTYPES, f16=np.dtype("<f2"), bf16=np.dtype("<u2"))
+
+
+def bf16_to_f32(a):
+    """bfloat16 bit patterns (uint16, as Encoder.embed(dtype="bf16") returns
+    them) as float32, exactly."""
+    a = np.asarray(a, np.uint16)
+    return (a.astype(np.uint32) << 16).view(np.float32)
 
 
 class Arrays(dict):
@@ -44,11 +55,11 @@ def take(handle):
         for i in range(lib.rv_arrays_count(handle)):
             name = lib.rv_arrays_name(handle, i).decode()
             dt = lib.rv_arrays_dtype(handle, i).decode()
-            if dt not in DTYPES:
+            if dt not in _OUT_DTYPES:
                 raise Error(f"ringvit: array '{name}' has an unknown dtype '{dt}'")
             shape = tuple(int(lib.rv_arrays_dim(handle, i, d))
                           for d in range(lib.rv_arrays_ndim(handle, i)))
-            a = np.empty(shape, DTYPES[dt])
+            a = np.empty(shape, _OUT_DTYPES[dt])
             if a.nbytes:
                 src = lib.rv_arrays_data(handle, i)
                 if not src:

@@ -177,8 +177,14 @@ def encoder(cp_=1, device="cpu", strategy="ring", attention_="full", causal=Fals
     return o
 
 
-def embed(segment=None, hop=None, tokens=False):
-    o = {"tokens": _bool("tokens", tokens)}
+DTYPES = ("f32", "f16", "bf16")
+
+
+def embed(segment=None, hop=None, tokens=False, dtype="f32", normalize=False):
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
+    o = {"tokens": _bool("tokens", tokens), "dtype": dtype,
+         "normalize": _bool("normalize", normalize)}
     if segment is not None:
         o["segment"] = _number("segment", segment, 0.001, 1e9)
     if hop is not None:

@@ -23,11 +23,12 @@ class Encoder:
 
     model: a model folder (Hugging Face layout), a weights file or a preset name
     ("tiny", "small", "base": random weights, seeded by seed). cp: ranks sharing
-    one recording; device: "cpu" or "cuda" (a library whose in-process calls run on
-    the CPU only refuses "cuda" with ringvit.Error); strategy: "ring", "allgather" or
-    "ulysses"; attention: "full", "window=S", "block=S" or "frame"; threads:
-    compute threads per rank (default all cores / cp). Use as a context manager
-    or call close()."""
+    one recording; device: "cpu" or "cuda" (the encoder's blocks on a GPU, as
+    `ringvit embed --device cuda`; refused with ringvit.Error and the command's
+    message where it cannot run: a build without CUDA, no GPU); strategy: "ring",
+    "allgather" or "ulysses"; attention: "full", "window=S", "block=S" or "frame";
+    threads: compute threads in all, shared by the cp ranks (default every core).
+    Use as a context manager or call close()."""
 
     def __init__(self, model="tiny", cp=1, device="cpu", strategy="ring", attention="full", *,
                  causal=False, threads=None, seed=None):
@@ -59,17 +60,21 @@ class Encoder:
             lib.rv_flat_free(p)
 
     def embed(self, source, *, fps=1, size=None, start=None, duration=None, pad=False,
-              video=True, audio=True, segment=None, hop=None, tokens=False,
-              decode_threads=None, max_corrupt=None):
+              video=True, audio=True, segment=None, hop=None, tokens=False, dtype="f32",
+              normalize=False, decode_threads=None, max_corrupt=None):
         """Embeds source, a media path or the token arrays ringvit.tokens returned
         (an Arrays, or a dict of arrays plus meta=...), and returns the tensors
         `ringvit embed` writes (global, segments, segment_start, segment_end,
         segment_tokens, video_mean, audio_mean, pooled, ...; tokens=True adds every
-        token's output) as an Arrays, .meta the metadata. The sampling arguments
+        token's output) as an Arrays, .meta the metadata: the same values, bit for
+        bit, as the command's file for the same options. The sampling arguments
         (fps, size, start, duration, pad, video, audio, decode_threads,
-        max_corrupt) apply to a path only; segment and hop (seconds) to both."""
+        max_corrupt) apply to a path only; segment and hop (seconds), tokens,
+        dtype ("f32", "f16" or "bf16": the embeddings rounded to nearest even;
+        bf16 comes back as its uint16 bit patterns, ringvit.bf16_to_f32 widens
+        them) and normalize (L2 rows of global, segments, tokens) to both."""
         lib = _lib.load()
-        eo = _options.embed(segment, hop, tokens)
+        eo = _options.embed(segment, hop, tokens, dtype, normalize)
         if isinstance(source, dict):
             reading = dict(fps=fps, size=size, start=start, duration=duration, pad=pad,
                            video=video, audio=audio, decode_threads=decode_threads,

@@ -84,7 +84,7 @@ def load_safetensors(path):
     n = struct.unpack("<Q", raw[:8])[0]
     head = json.loads(raw[8:8 + n])
     meta = head.pop("__metadata__", {})
-    dt = {"F32": "<f4", "F64": "<f8", "I64": "<i8", "U8": "u1"}
+    dt = {"F32": "<f4", "F64": "<f8", "I64": "<i8", "U8": "u1", "F16": "<f2", "BF16": "<u2"}
     base = 8 + n
     out = {}
     for k, v in head.items():

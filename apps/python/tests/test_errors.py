@@ -4,9 +4,11 @@ TypeError before any C call, and 1000 failing calls leave the resident set flat.
 
 import os
 
+import numpy as np
+
 import pytest
 
-from conftest import rss_kb, run_cli
+from conftest import load_safetensors, rss_kb, run_cli
 
 import ringvit
 from ringvit import _lib
@@ -114,12 +116,24 @@ def test_bad_arguments_before_c(monkeypatch, clips, fn, kw, exc, word):
         ringvit.probe(42)
 
 
-def test_device_cuda_refused_by_the_library():
-    """"cuda" passes Python's check; the library's flat calls run on the CPU only
-    and say so."""
-    with pytest.raises(ringvit.Error, match="device") as e:
-        ringvit.Encoder("tiny", device="cuda")
-    assert e.value.status is not None and e.value.status < 0
+def test_device_cuda_as_the_command(clips, tmp_path):
+    """device="cuda" works from Python where `ringvit embed --device cuda` does, and is
+    refused with the command's own message where it cannot run (no CUDA in the build,
+    no GPU)."""
+    out = tmp_path / "cuda.safetensors"
+    r = run_cli("embed", clips[0], "--device", "cuda", "-o", out, "--quiet", check=False)
+    if r.returncode != 0:
+        msg = r.stderr.strip().split("embed: ", 1)[1]
+        assert msg.startswith("device cuda:"), r.stderr
+        with pytest.raises(ringvit.Error) as e:
+            ringvit.Encoder("tiny", device="cuda")
+        assert str(e.value).endswith(msg) and e.value.status < 0
+    else:
+        cli, _ = load_safetensors(out)
+        with ringvit.Encoder("tiny", device="cuda") as enc:
+            py = enc.embed(clips[0])
+        # Two runs of the GPU's bf16 blocks: within the GPU's stated error.
+        np.testing.assert_allclose(py["global"], cli["global"], rtol=2e-2, atol=2e-2)
 
 
 def test_embed_bad_arguments(clips):

@@ -1,7 +1,9 @@
-"""test_tokens_embed.py: ringvit.tokens against `ringvit tokens -o` (every tensor
-bit-identical) and ringvit.Encoder.embed against `ringvit embed -o` (f32 tensors
-within 1e-6, times and counts equal) at cp 1 and 2; embedding token arrays
-equals embedding the path; the Encoder's life cycle."""
+"""test_tokens_embed.py: ringvit.tokens against `ringvit tokens -o` and
+ringvit.Encoder.embed against `ringvit embed -o`: every tensor bit-identical and
+every metadata value equal, at cp 1, 2 and 3, with spans, strategies, per-token
+outputs, dtype and normalize (one pipeline: both run the library's embed job with
+the same thread split); embedding token arrays equals embedding the path; the
+Encoder's life cycle."""
 
 import json
 
@@ -13,18 +15,20 @@ from conftest import cli_tensors
 import ringvit
 
 
-def _same(py, cli, tol=0.0):
-    """Every tensor the command wrote is in py with the same dtype and shape, and
-    equal (tol 0: bit for bit; else float32 within tol)."""
-    missing = sorted(set(cli) - set(py))
-    assert not missing, f"tensors the command writes but Python lacks: {missing}"
+def _same(py, cli):
+    """The same tensors as the command wrote: names, dtypes, shapes and bytes."""
+    assert sorted(py) == sorted(cli), (sorted(py), sorted(cli))
     for name, ref in cli.items():
         got = py[name]
         assert got.dtype == ref.dtype and got.shape == ref.shape, name
-        if tol and ref.dtype == np.float32:
-            np.testing.assert_allclose(got, ref, rtol=tol, atol=tol, err_msg=name)
-        else:
-            assert np.array_equal(got, ref), name
+        assert got.tobytes() == ref.tobytes(), name
+
+
+def _same_meta(py, meta):
+    """Every metadata key the command writes, with the same value."""
+    assert sorted(py.meta) == sorted(meta), (sorted(py.meta), sorted(meta))
+    for k, v in meta.items():
+        assert py.meta[k] == _parsed(v) or py.meta[k] == v, (k, py.meta[k], v)
 
 
 def _parsed(text):
@@ -80,13 +84,9 @@ def test_embed_equals_cli(clips, tmp_path, encoders, cp):
     for clip in clips:
         t, meta = cli_tensors(tmp_path, "embed", clip, "--model", "tiny", "--cp", str(cp))
         py = encoders[cp].embed(clip)
-        _same(py, t, tol=1e-6)
+        _same(py, t)
         assert py["global"].shape == (192,)
-        # the metadata: every key the command writes, with the same value
-        missing = sorted(set(meta) - set(py.meta))
-        assert not missing, f"metadata the command writes but Python lacks: {missing}"
-        for k, v in meta.items():
-            assert py.meta[k] == _parsed(v) or py.meta[k] == v, (k, py.meta[k], v)
+        _same_meta(py, meta)
 
 
 def test_embed_options_equal_cli(clips, tmp_path, encoders):
@@ -95,7 +95,7 @@ def test_embed_options_equal_cli(clips, tmp_path, encoders):
                        "--no-audio")
     py = encoders[2].embed(clips[1], tokens=True, fps=2, size=64, segment=1.5, hop=0.5,
                            audio=False)
-    _same(py, t, tol=1e-6)
+    _same(py, t)
     assert "tokens" in py and py["tokens"].shape[0] == py["token_time"].shape[0]
 
 
@@ -109,7 +109,26 @@ def test_embed_options_equal_cli(clips, tmp_path, encoders):
 def test_embed_strategies_equal_cli(clips, tmp_path, kw, flags):
     t, _ = cli_tensors(tmp_path, "embed", clips[1], "--model", "tiny", *flags)
     with ringvit.Encoder("tiny", **kw) as enc:
-        _same(enc.embed(clips[1]), t, tol=1e-6)
+        _same(enc.embed(clips[1]), t)
+
+
+@pytest.mark.parametrize("cp,attention,kw,flags", [
+    (1, "full", {"dtype": "f16", "normalize": True, "tokens": True},
+     ["--dtype", "f16", "--normalize", "--tokens"]),
+    (2, "full", {"dtype": "bf16", "tokens": True}, ["--dtype", "bf16", "--tokens"]),
+    (3, "window=1.5", {"normalize": True, "segment": 1.0}, ["--normalize", "--segment", "1"]),
+])
+def test_embed_dtype_normalize_equal_cli(clips, tmp_path, cp, attention, kw, flags):
+    t, meta = cli_tensors(tmp_path, "embed", clips[1], "--model", "tiny", "--cp", str(cp),
+                          "--attention", attention, *flags)
+    with ringvit.Encoder("tiny", cp=cp, attention=attention) as enc:
+        py = enc.embed(clips[1], **kw)
+    _same(py, t)
+    _same_meta(py, meta)
+    if kw.get("dtype") == "bf16":
+        assert py["global"].dtype == np.uint16
+        g = ringvit.bf16_to_f32(py["global"])
+        assert g.dtype == np.float32 and np.all(np.isfinite(g)) and np.any(g != 0)
 
 
 def test_embed_token_arrays(clips, encoders):
@@ -117,7 +136,7 @@ def test_embed_token_arrays(clips, encoders):
     toks = ringvit.tokens(clips[0], model="tiny", fps=2)
     a = encoders[1].embed(toks)
     b = encoders[1].embed(clips[0], fps=2)
-    _same(a, b, tol=1e-6)
+    _same(a, b)
     with pytest.raises(ValueError, match="apply to a path"):
         encoders[1].embed(toks, fps=3)
 
