@@ -4,8 +4,8 @@
  * batch on N ranks: threads of this process (--backend local, the default) or
  * the processes of an MPI job (--backend mpi, or nccl: one GPU per process, the
  * activations moved by NCCL, the votes by MPI). Each rank decodes, tokenizes and
- * encodes only its own part of each recording (the library's embed job, rv_embed.h); rank 0 writes the
- * outputs, the JSON-lines log and the progress.
+ * encodes only its own part of each recording (the library's embed job,
+ * rv_embed.h); rank 0 writes the outputs, the JSON-lines log and the progress.
  *
  * Exit status: 0 every input embedded (or skipped by --resume), 3 some failed,
  * 2 usage error, 1 nothing could run (model, backend, output folder, or the
