@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "model_cli.h"
+#include "rv_embed.h"
 #include "rv_flat.h"
 #include "rv_comm.h"
 #ifdef RINGVIT_HAVE_CUDA
@@ -83,32 +84,15 @@ int model_cli_modalities(const char *cmd, const rv_vit_config *c, int want_video
                          int no_video, int no_audio, int loud, int *video, int *audio, char *why,
                          size_t cap)
 {
-    const char *family = rv_vit_family_name(c->family);
-    if (want_video && !c->video)
-        return loud ? cli_usage_error(cmd, "--video: the %s model has no video weights (its "
-                                         "video tokens would be noise); it embeds audio only",
-                                         family)
-                    : RV_EXIT_USAGE;
-    if (want_audio && !c->audio)
-        return loud ? cli_usage_error(cmd, "--audio: the %s model has no audio weights (its "
-                                         "audio tokens would be noise); it embeds %s only",
-                                         family, c->video ? "video" : "nothing")
-                    : RV_EXIT_USAGE;
-    *video = c->video && !no_video;
-    *audio = c->audio && !no_audio;
-    why[0] = '\0';
-    if (!c->audio && !no_audio)
-        snprintf(why, cap, "video only: the %s model has no audio weights, so recordings are "
-                 "embedded from their pictures and their audio is left out (--no-audio says so "
-                 "explicitly)", family);
-    else if (!c->video && !no_video)
-        snprintf(why, cap, "audio only: the %s model has no video weights, so recordings are "
-                 "embedded from their audio and their pictures are left out (--no-video says "
-                 "so explicitly)", family);
-    if (!*video && !*audio)
-        return loud ? cli_usage_error(cmd, "%s leaves nothing to embed with the %s model",
-                                         no_video ? "--no-video" : "--no-audio", family)
-                    : RV_EXIT_USAGE;
+    /* The library's rule (rv_embed_modalities), which embed and Python apply too. */
+    rv_embed_opts o;
+    rv_embed_opts_default(&o);
+    o.want_video = want_video;
+    o.want_audio = want_audio;
+    o.io.video_stream = no_video ? -2 : -1;
+    o.io.audio_stream = no_audio ? -2 : -1;
+    if (rv_embed_modalities(c, &o, video, audio, why, cap) != RV_OK)
+        return loud ? cli_usage_error(cmd, "%s", rv_last_error()) : RV_EXIT_USAGE;
     return 0;
 }
 
