@@ -601,13 +601,6 @@ end:
     return st;
 }
 
-void *rv_comm_nccl_stream(rv_comm *c)
-{
-    if (!c || strcmp(c->name, "nccl") != 0)
-        return NULL;
-    return ((nccl_ctx *)c->ctx)->stream;
-}
-
 #else /* !RINGVIT_HAVE_NCCL */
 
 rv_status rv_comm_nccl_create(rv_comm *bootstrap, int device, rv_comm **out)
@@ -618,12 +611,6 @@ rv_status rv_comm_nccl_create(rv_comm *bootstrap, int device, rv_comm **out)
         *out = NULL;
     return rv_fail(RV_ERR_UNSUPPORTED, "this build of ringvit has no NCCL communicator "
                    "(it needs CUDA and NCCL at configure time)");
-}
-
-void *rv_comm_nccl_stream(rv_comm *c)
-{
-    (void)c;
-    return NULL;
 }
 
 #endif

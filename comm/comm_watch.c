@@ -94,11 +94,6 @@ void rv_comm_watch_free(rv_comm_watch **wp)
     *wp = NULL;
 }
 
-double rv_comm_watch_silence(const rv_comm_watch *w)
-{
-    return w ? w->silence_s : 0;
-}
-
 int rv_comm_watch_size(const rv_comm_watch *w)
 {
     return w ? w->c->size : 0;

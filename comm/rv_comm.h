@@ -161,15 +161,13 @@ RV_API rv_status rv_comm_mpi_stage_device(rv_comm *c, rv_comm_copy_fn copy);
 
 /* An "nccl" communicator with the same ranks as bootstrap (local or mpi; rank 0's
  * ncclUniqueId travels over it), on CUDA device `device` (-1: rank % devices).
- * Buffers are device memory; operations run on the communicator's own stream
- * (rv_comm_nccl_stream). isend/irecv posted since the last wait/test are launched
- * together, as one NCCL group, at the next wait, test or collective: post every
- * send and receive of an exchange before waiting on any. RV_ERR_UNSUPPORTED in a
+ * Buffers are device memory; operations run on the communicator's own stream.
+ * isend/irecv posted since the last wait/test are launched together, as one NCCL
+ * group, at the next wait, test or collective: post every send and receive of an
+ * exchange before waiting on any. RV_ERR_UNSUPPORTED in a
  * build without NCCL, or where libnccl.so.2 cannot be loaded: NCCL is not linked
  * but loaded by the first call, so programs that never call this need no NCCL. */
 RV_API rv_status rv_comm_nccl_create(rv_comm *bootstrap, int device, rv_comm **out);
-/* The cudaStream_t of an nccl communicator (NULL for other backends). */
-RV_API void *rv_comm_nccl_stream(rv_comm *c);
 
 /* Which backends this build holds: "local", "mpi", "nccl". */
 RV_API int rv_comm_backend_built(const char *name);

@@ -50,9 +50,7 @@ RV_API rv_status rv_comm_watch_allgather(rv_comm_watch *w, const void *sendbuf, 
 RV_API rv_status rv_comm_watch_waitall(rv_comm_watch *w, rv_comm_request **reqs,
                                        const int *peers, int n);
 
-/* The watch's silence, seconds; its ranks (those of the communicator it was
- * made over). */
-RV_API double rv_comm_watch_silence(const rv_comm_watch *w);
+/* The watch's ranks (those of the communicator it was made over). */
 RV_API int rv_comm_watch_size(const rv_comm_watch *w);
 
 #ifdef __cplusplus

@@ -3,7 +3,8 @@
  * its own slice of Q, K, V and gets its slice of the attention of the WHOLE
  * sequence, exactly (up to f32 rounding) what one rank holding everything computes.
  *
- * Strategies:
+ * Strategies (each an entry of one table, encoder/cp/cp_strategies.c, which the
+ * names, the checks and the dispatch read):
  *   ring       K/V blocks travel rank to rank+1, partial results are merged by
  *              log-sum-exp. The forward passes blocks in chunks (several on a
  *              long slice): on host memory sends and receives run ahead of the
@@ -63,7 +64,7 @@ typedef struct rv_cp_stats {
                            flight, gathered or re-sharded tensors, partial results) */
 } rv_cp_stats;
 
-typedef struct rv_cp_span_state rv_cp_span_state; /* cp_span.c */
+typedef struct rv_cp_span_state rv_cp_span_state; /* cp_span.h */
 
 typedef struct rv_cp_attn {
     rv_backend *be;          /* compute backend (not owned) */
@@ -81,8 +82,8 @@ typedef struct rv_cp_attn {
                                 flight, the schedule of a device */
 } rv_cp_attn;
 
-/* Checks the combination (communicator size = plan ranks, ulysses divisibility,
- * ...) with a message naming the numbers. Reads RINGVIT_RING_AHEAD (ring_ahead). */
+/* Checks the combination (communicator size = plan ranks, rv_cp_strategy_check)
+ * with a message naming the numbers. Reads RINGVIT_RING_AHEAD (ring_ahead). */
 RV_API rv_status rv_cp_attn_init(rv_cp_attn *cp, rv_backend *be, rv_comm *comm,
                                  const rv_shard_plan *plan, rv_cp_strategy strategy, int heads,
                                  int dim, int causal, float scale);
@@ -107,9 +108,15 @@ RV_API rv_status rv_cp_attn_backward(rv_cp_attn *cp, const float *q, const float
                                      const float *v, const float *o, const float *lse,
                                      const float *dout, float *dq, float *dk, float *dv);
 
+/* "ring", "allgather", "ulysses" ("?" outside the table). */
 RV_API const char *rv_cp_strategy_name(rv_cp_strategy s);
-/* "ring", "allgather" or "ulysses" -> strategy; RV_ERR_INVALID naming the text. */
+/* A strategy's name -> strategy; RV_ERR_INVALID naming the text and the names. */
 RV_API rv_status rv_cp_strategy_parse(const char *text, rv_cp_strategy *out);
+/* The checks the strategy's table entry makes of a call (those rv_cp_attn_init
+ * makes, for a command to make before it starts): RV_ERR_INVALID naming the
+ * numbers when s cannot run `heads` heads over `ranks` context-parallel ranks
+ * (ulysses shards the heads: heads % ranks == 0) or is unknown. */
+RV_API rv_status rv_cp_strategy_check(rv_cp_strategy s, int heads, int ranks);
 
 /* Visible (query, key) pairs between a query segment and a key segment. */
 RV_API double rv_cp_visible_pairs(rv_shard_seg q, rv_shard_seg k, int causal);

@@ -217,11 +217,9 @@ RV_API rv_status rv_vit_preset(const char *name, rv_vit_config *out);
  * both modalities, ImageNet mean/std, AST's fbank mean/std. */
 RV_API void rv_vit_family_defaults(rv_vit_config *c);
 
-/* "ringvit", "vit", "videomae", "ast", "clip", "dinov2" ("?" outside the enum);
- * parse: RV_ERR_INVALID naming the text. Likewise for the other enums (the
- * names are the JSON values of the config). */
+/* "ringvit", "vit", "videomae", "ast", "clip", "dinov2" ("?" outside the enum).
+ * Likewise for the other enums (the names are the JSON values of the config). */
 RV_API const char *rv_vit_family_name(int family);
-RV_API rv_status rv_vit_family_parse(const char *text, int *out);
 RV_API const char *rv_vit_act_name(int act);          /* "gelu", "gelu_tanh", "quick_gelu" */
 RV_API const char *rv_vit_pool_name(int pool);        /* "cls", "cls_dist", "mean_norm", ... */
 RV_API const char *rv_vit_pos_name(int pos);          /* "none", "grid_bilinear", ... */

@@ -35,9 +35,6 @@ RV_API rv_status rv_cuda_device_name(int device, char *buf, size_t len);
  * accumulation (RINGVIT_CUDA_GEMM=f32 keeps GEMMs in f32). */
 RV_API rv_status rv_backend_cuda_create(int device, rv_backend **out);
 
-/* The compute stream (a cudaStream_t) of a "cuda" backend; NULL for others. */
-RV_API void *rv_backend_cuda_stream(rv_backend *be);
-
 /* Copies bytes between any two buffers, host or device, and returns when the copy
  * is complete: the move of a local communicator whose ranks hold device memory
  * (rv_local_run_copy). 0 on success; -1 with the message in rv_last_error(). */

@@ -397,9 +397,8 @@ int bench_model_open(const char *cmd, const bench_model_opts *o, model_cli *mc)
     int rc = model_cli_open(cmd, o->model ? o->model : o->preset, 0, 0, 0, 0, 1, mc);
     if (rc)
         return rc;
-    if (o->strategy == RV_CP_ULYSSES && mc->m->cfg.heads % o->cp != 0) {
-        rc = cli_usage_error(cmd, "ulysses needs the model's %d heads to be a multiple of "
-                                "--cp (%d)", mc->m->cfg.heads, o->cp);
+    if (rv_cp_strategy_check(o->strategy, mc->m->cfg.heads, o->cp) != RV_OK) {
+        rc = cli_usage_error(cmd, "the model's heads and --cp: %s", rv_last_error());
         model_cli_close(mc);
     }
     return rc;

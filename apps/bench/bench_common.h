@@ -203,7 +203,8 @@ typedef struct bench_model_opts {
 rv_status bench_plan(const bench_model_opts *o, rv_shard_plan *plan);
 
 /* The model of o (--model, else --preset; random weights seed 0 for a preset),
- * checked against o's ranks (ulysses). Returns 0 or an exit code after a message. */
+ * checked against o's ranks (rv_cp_strategy_check). Returns 0 or an exit code after
+ * a message. */
 int bench_model_open(const char *cmd, const bench_model_opts *o, model_cli *mc);
 
 /* Starts r for an encoder bench (`bench`: "encoder", "train") of o on a model of

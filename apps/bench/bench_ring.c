@@ -293,9 +293,8 @@ static int parse(int argc, char **argv, opts *o)
                                   "--shard contiguous");
     if (!o->shard_set)
         o->shard = o->causal && !span_on(o) ? RV_SHARD_ZIGZAG : RV_SHARD_CONTIGUOUS;
-    if (o->strategy == RV_CP_ULYSSES && o->heads % o->cp != 0)
-        return cli_usage_error(CMD, "ulysses needs --heads (%d) to be a multiple of --cp (%d)",
-                                  o->heads, o->cp);
+    if (rv_cp_strategy_check(o->strategy, o->heads, o->cp) != RV_OK)
+        return cli_usage_error(CMD, "--heads and --cp: %s", rv_last_error());
     return 0;
 }
 

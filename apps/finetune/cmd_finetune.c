@@ -16,13 +16,11 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "apps.h"
 #include "cli.h"
@@ -33,8 +31,6 @@
 #include "rv_backend.h"
 
 #define CMD FT_CMD
-
-volatile sig_atomic_t ft_stop_signal;
 
 static const char help_text[] =
     "usage: ringvit finetune --task classify|mae --manifest TRAIN.tsv [--val VAL.tsv]\n"
@@ -240,8 +236,7 @@ static int parse_args(int argc, char **argv, ft_args *a)
         } else if (cli_flag_is(s, "--strategy")) {
             VALUE(v);
             if (rv_cp_strategy_parse(v, &a->strategy) != RV_OK)
-                return cli_usage_error(CMD, "--strategy wants ring, allgather or ulysses, "
-                                          "got '%s'", v);
+                return cli_usage_error(CMD, "--strategy: %s", rv_last_error());
         } else if (cli_flag_is(s, "--seed")) {
             rc = cli_take_i64(CMD, argc, argv, &i, 0, INT64_MAX, &a->seed);
             a->seed_set = 1;
@@ -465,20 +460,6 @@ static int folder_of_exists(const char *path)
     return stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
-static void on_signal(int sig)
-{
-    if (ft_stop_signal) {
-        signal(sig, SIG_DFL);
-        raise(sig);
-        return;
-    }
-    ft_stop_signal = sig;
-    static const char msg[] = "\nringvit: finetune: stopping after the current step (send the "
-                              "signal again to stop at once)\n";
-    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
-    (void)w;
-}
-
 /* ---- main ----------------------------------------------------------------------------- */
 
 static int summary(const ft_args *a, const ft_settings *set, const ft_job *job, int loud)
@@ -615,9 +596,8 @@ static int finetune_main(int argc, char **argv)
     if (!a.quiet)
         model_cli_warn_random(CMD, &mc, a.model);
     const rv_vit_config *cfg = &model->cfg;
-    if (a.strategy == RV_CP_ULYSSES && cfg->heads % set.cp != 0) {
-        rc = cli_usage_error(CMD, "ulysses needs the model's heads (%d) to be a multiple of "
-                                "--cp (%d); use ring or allgather", cfg->heads, set.cp);
+    if (rv_cp_strategy_check(a.strategy, cfg->heads, set.cp) != RV_OK) {
+        rc = cli_usage_error(CMD, "the model's heads and --cp: %s", rv_last_error());
         goto end;
     }
     /* The tokens the model wants; modalities follow its weights; blocks and
@@ -752,7 +732,7 @@ static int finetune_main(int argc, char **argv)
                               rv_vit_params(model) + (int64_t)head->arena_floats,
                               a.resume ? ", resumed" : "");
     }
-    cli_on_stop_signals(on_signal);
+    cli_on_stop_signals(ft_on_signal);
     if (set.mpi) {
         st = ft_rank_main(world, &job);
     } else {

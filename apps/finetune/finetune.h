@@ -35,8 +35,13 @@
 #define FT_META_CLASSES "ringvit.classes"   /* JSON array of the class names */
 #define FT_META_SETTINGS "ringvit.finetune" /* the settings JSON */
 
+/* ---- finetune_signal.c ---------------------------------------------------------- */
+
 /* Set by the SIGINT/SIGTERM handler: stop after the current step. */
 extern volatile sig_atomic_t ft_stop_signal;
+/* The handler (cli_on_stop_signals): the first signal sets ft_stop_signal, a second
+ * one stops at once. */
+void ft_on_signal(int sig);
 
 /* ---- finetune_data.c ------------------------------------------------------------ */
 

@@ -6,7 +6,8 @@
  * leaves each rank the complete gradient of its own rows. The gather is one
  * blocking collective: it does not overlap the compute. Buffers are the backend's
  * memory; kernels finish (synchronize) before their results are sent. */
-#include "cp_internal.h"
+#include "cp_span.h"
+#include "cp_strategies.h"
 
 /* x (len, row floats) of every rank -> global (S, row). padded holds N blocks. */
 static rv_status gather_global(rv_cp_attn *cp, const float *x, int64_t len, float *padded,

@@ -4,7 +4,7 @@
  * contribution to the visiting block's dK/dV in a fresh buffer while the partial
  * sum of the ranks before it arrives, adds it and passes it on, so the sum
  * reaches the block's owner after one last hop. dQ stays local. Message tags:
- * K, V (cp_internal.h), partial dK 13, dV 14, final dK 15, dV 16.
+ * K, V (cp_common.h), partial dK 13, dV 14, final dK 15, dV 16.
  *
  * On a device backend the kernels are queued on its compute stream while the
  * transfer runs on the communicator's (NCCL's stream, or the copy of a local
@@ -15,7 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cp_internal.h"
+#include "cp_span.h"
+#include "cp_strategies.h"
 
 enum { TAG_DK = 13, TAG_DV = 14, TAG_FINAL_DK = 15, TAG_FINAL_DV = 16 };
 

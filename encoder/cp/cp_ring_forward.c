@@ -32,7 +32,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "cp_internal.h"
+#include "cp_span.h"
+#include "cp_strategies.h"
 
 /* CPU: at most RV_CP_RING_PASSES chunks, none shorter than RV_CP_RING_CHUNK rows.
  * Every kernel call streams its queries and running output through memory once,

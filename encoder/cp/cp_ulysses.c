@@ -5,7 +5,8 @@
  * travel padded to the longest. Backward re-shards Q, K, V, O, dO and the lse the
  * same way and sends dQ, dK, dV back. Buffers are the backend's memory; the
  * re-ordering is strided copies through its table. */
-#include "cp_internal.h"
+#include "cp_span.h"
+#include "cp_strategies.h"
 
 typedef struct uly {
     rv_cp_attn *cp;
@@ -226,4 +227,17 @@ end:
     cp_free(cp, &lseg);
     uly_close(&u);
     return st;
+}
+
+rv_status cp_ulysses_span_setup(rv_cp_attn *cp)
+{
+    rv_status st = cp_span_gather_keys(cp);
+    if (st != RV_OK)
+        return st;
+    /* Each rank attends over the whole sequence on its heads: count its pairs once. */
+    rv_cp_span_state *s = cp->span;
+    const int64_t S = cp->plan.seq;
+    s->all_pairs = cp_span_pairs(s->g_key_h, s->g_time_h, 0, S, s->g_key_h, s->g_time_h, 0, S,
+                                 s->reach, cp->causal);
+    return RV_OK;
 }

@@ -54,17 +54,6 @@ const char *rv_vit_pool_name(int pool) { return NAME_OF(pool_names, pool); }
 const char *rv_vit_pos_name(int pos) { return NAME_OF(pos_names, pos); }
 const char *rv_vit_audio_pos_name(int apos) { return NAME_OF(apos_names, apos); }
 
-rv_status rv_vit_family_parse(const char *text, int *out)
-{
-    for (size_t i = 0; text && i < sizeof family_names / sizeof family_names[0]; i++)
-        if (strcmp(text, family_names[i]) == 0) {
-            *out = (int)i;
-            return RV_OK;
-        }
-    return rv_fail(RV_ERR_INVALID, "unknown model family '%.64s' (ringvit, vit, videomae, ast, "
-                   "clip or dinov2)", text ? text : "(null)");
-}
-
 int rv_vit_bands(const rv_vit_config *c)
 {
     const int fs = c->audio_fstride > 0 ? c->audio_fstride : c->audio_freq;

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "cp_strategies.h"
 #include "vit_internal.h"
 
 /* Fewest MLP rows per chunk worth a GEMM; below it the hidden rows get a buffer
@@ -136,7 +137,7 @@ static rv_status forward(const rv_vit_model *m, const rv_vit_run *run, const rv_
     /* Under a span on the ring (or one rank) the blocks run in query rows
      * (vit_forward_rows.c): a rank holds its residual, K and V, no more. */
     const int rows = run->span.kind != RV_SPAN_FULL &&
-                     (run->plan.ranks == 1 || run->strategy == RV_CP_RING);
+                     cp_strategy_span_rows(run->strategy, run->plan.ranks);
     rv_backend *hb = NULL, *hb_own = NULL; /* hb_own: made here when run->host is NULL */
     float *yd = on_host ? y : NULL;
     const int D = c->dim, H = c->heads, M = c->mlp, len = (int)in->len;

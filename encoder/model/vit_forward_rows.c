@@ -13,7 +13,7 @@
  * forward's (vit_block.c), up to the order of float sums. */
 #include <string.h>
 
-#include "cp_internal.h"
+#include "cp_strategies.h"
 #include "vit_internal.h"
 
 /* Rows per chunk: attention tiles are 256 queries; the MLP's hidden rows of a

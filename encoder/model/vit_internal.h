@@ -47,13 +47,16 @@
  *                       clipped, AdamW over the model and the head
  *   train_decay.c       which parameters weight decay applies to
  *   train_ckpt.c        checkpoints that resume exactly
- * Context-parallel attention (rv_cp_attention.h, cp_internal.h)
- *   cp_attention.c      set-up, dispatch, the helpers the strategies share
+ * Context-parallel attention (rv_cp_attention.h; cp_common.h, cp_span.h, cp_strategies.h)
+ *   cp_attention.c      set-up, span set-up, dispatch to the table's entry
+ *   cp_strategies.c     the table of strategies: names, checks, entries
  *   cp_ring_forward.c   ring forward: K/V chunks travel to rank+1
  *   cp_ring_backward.c  ring backward: whole blocks and partial dK/dV travel
+ *   cp_span_ring.c      the ring under a span: K/V runs only to reached ranks
  *   cp_allgather.c      all-gather strategy, forward and backward
  *   cp_ulysses.c        Ulysses: all-to-all to head shards and back
- *   cp_span.c           attention spans: key ranges, masks, the span ring
+ *   cp_span.c           a span's state: keys, masks, pair counts, envelopes
+ *   cp_common.c         what they share: segments, buffers, re-ordering, stats
  * Flat calls for other languages (rv_flat.h, flat_internal.h; Python's ctypes)
  *   flat_arrays.c       named arrays (rv_arrays) the caller copies and frees
  *   flat_opts.c         options as JSON text, checked key by key
@@ -109,16 +112,6 @@ void vit_pos_resample(const rv_vit_model *m, int dg, float *dst);
 /* codes (len, D): the time code of every token's start (rv_vit_time_code); a
  * start equal to the previous token's copies its row. */
 void vit_time_codes(const rv_vit_tokens *in, int dim, float *codes);
-
-/* A model folder in the Hugging Face layout (vit_hub.c): rv_vit_load_ex's
- * work for a directory; info is non-NULL and zeroed. */
-rv_status vit_hub_load(const char *dir, const rv_vit_load_opts *opts, rv_vit_model **out,
-                       rv_vit_load_info *info);
-
-/* The caller's head count and tubelet applied to c, read from file label whose
- * patch weight (named video_name) has tubelet file_T, then c checked (vit_load.c). */
-rv_status vit_apply_load_opts(const rv_vit_load_opts *opts, const char *label, int file_T,
-                              const char *video_name, rv_vit_config *c);
 
 /* The attention span of run over this rank's slice, handed to cp (vit_span.c):
  * nothing for full attention. Every rank of the CP group calls it together. */

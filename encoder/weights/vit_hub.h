@@ -34,4 +34,9 @@ typedef struct vit_hub_model {
  * to info->notes. */
 rv_status vit_hub_read_config(const char *dir, vit_hub_model *out, rv_vit_load_info *info);
 
+/* A model folder in the Hugging Face layout (vit_hub.c): rv_vit_load_ex's work for
+ * a directory; info is non-NULL and zeroed. */
+rv_status vit_hub_load(const char *dir, const rv_vit_load_opts *opts, rv_vit_model **out,
+                       rv_vit_load_info *info);
+
 #endif

@@ -25,6 +25,7 @@
 
 #include "rv_safetensors.h"
 #include "rv_vit.h"
+#include "vit_hub.h"
 #include "vit_internal.h"
 #include "vit_load_util.h"
 #include "vit_tensors.h"
@@ -274,39 +275,6 @@ static rv_status config_from_meta(const rv_safetensors *st, const char *meta,
                        "weights file '%s': tensor '" VIT_LAYER_PREFIX "%d.*' is beyond the %d "
                        "layer%s the %s metadata says",
                        lb, layers - 1, c->layers, c->layers == 1 ? "" : "s", RV_VIT_META_CONFIG);
-    return RV_OK;
-}
-
-/* Applies the caller's head count and tubelet to c (read from file lb whose
- * patch weight has tubelet file_T). */
-rv_status vit_apply_load_opts(const rv_vit_load_opts *opts, const char *lb, int file_T,
-                              const char *video_name, rv_vit_config *c)
-{
-    const int want_heads = opts && opts->heads > 0 ? opts->heads : 0;
-    const int want_T = opts && opts->tubelet > 0 ? opts->tubelet : 0;
-    if (want_heads)
-        c->heads = want_heads;
-    if (want_heads && c->dim % want_heads != 0)
-        return rv_fail(RV_ERR_INVALID, "head count %d does not divide the width D %d of '%s'",
-                       want_heads, c->dim, lb);
-    if (want_T && want_T != c->tubelet) {
-        if (!c->video)
-            return rv_fail(RV_ERR_INVALID, "'%s' has no video weights; a tubelet (%d) means "
-                           "nothing for it", lb, want_T);
-        if (file_T != 1)
-            return rv_fail(RV_ERR_INVALID,
-                           "weights file '%s' holds tubelet %d weights ('" VIT_NAME_FMT "'); "
-                           "tubelet %d was asked for (only a 2D patch weight can be inflated)",
-                           lb, file_T, video_name ? video_name : "?", want_T);
-        c->tubelet = want_T; /* inflated when read */
-    }
-    rv_status s = rv_vit_config_check(c);
-    if (s != RV_OK) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", rv_last_error());
-        return rv_fail(want_T ? s : RV_ERR_FORMAT, /* sizes read from the file */
-                       "model '%s': %s", lb, msg);
-    }
     return RV_OK;
 }
 

@@ -1,5 +1,6 @@
 /* vit_load_util.c: the checks and conversions the weight readers share
- * (vit_load_util.h), and rv_vit_load_info's name lists. */
+ * (vit_load_util.h), rv_vit_load_info's name lists, and the caller's load options
+ * applied to a config read from a file or a folder. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -233,4 +234,35 @@ void rv_vit_load_info_free(rv_vit_load_info *info)
     free_list(&info->zeroed, &info->nzeroed);
     free_list(&info->notes, &info->nnotes);
     memset(info, 0, sizeof *info);
+}
+
+rv_status vit_apply_load_opts(const rv_vit_load_opts *opts, const char *lb, int file_T,
+                              const char *video_name, rv_vit_config *c)
+{
+    const int want_heads = opts && opts->heads > 0 ? opts->heads : 0;
+    const int want_T = opts && opts->tubelet > 0 ? opts->tubelet : 0;
+    if (want_heads)
+        c->heads = want_heads;
+    if (want_heads && c->dim % want_heads != 0)
+        return rv_fail(RV_ERR_INVALID, "head count %d does not divide the width D %d of '%s'",
+                       want_heads, c->dim, lb);
+    if (want_T && want_T != c->tubelet) {
+        if (!c->video)
+            return rv_fail(RV_ERR_INVALID, "'%s' has no video weights; a tubelet (%d) means "
+                           "nothing for it", lb, want_T);
+        if (file_T != 1)
+            return rv_fail(RV_ERR_INVALID,
+                           "weights file '%s' holds tubelet %d weights ('" VIT_NAME_FMT "'); "
+                           "tubelet %d was asked for (only a 2D patch weight can be inflated)",
+                           lb, file_T, video_name ? video_name : "?", want_T);
+        c->tubelet = want_T; /* inflated when read */
+    }
+    rv_status s = rv_vit_config_check(c);
+    if (s != RV_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", rv_last_error());
+        return rv_fail(want_T ? s : RV_ERR_FORMAT, /* sizes read from the file */
+                       "model '%s': %s", lb, msg);
+    }
+    return RV_OK;
 }

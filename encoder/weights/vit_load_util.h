@@ -2,7 +2,9 @@
  * vit_load.c (ringvit's and torchvision's safetensors files) and vit_hub.c (the
  * Hugging Face layouts): dtype and shape checks with messages naming the file
  * and the tensor, the conversion of F32/F16/BF16 data to f32, the patch
- * weight's permutation and inflation, and the name lists of rv_vit_load_info. */
+ * weight's permutation and inflation, the name lists of rv_vit_load_info, and
+ * the caller's head count and tubelet applied to the config. Neither reader calls
+ * the other but vit_load.c handing a folder to vit_hub_load. */
 #ifndef RV_VIT_LOAD_UTIL_H
 #define RV_VIT_LOAD_UTIL_H
 
@@ -68,6 +70,12 @@ rv_status vit_read_video(const rv_st_tensor *t, const rv_vit_config *c, int file
 /* One warning naming the unknown tensors of info (the first two and a count),
  * when there are any; what is the file or folder. */
 void vit_warn_unknown(const char *what, const rv_vit_load_info *info);
+
+/* The caller's head count and tubelet applied to c, read from file label whose
+ * patch weight (named video_name) has tubelet file_T, then c checked: the same
+ * for both readers. */
+rv_status vit_apply_load_opts(const rv_vit_load_opts *opts, const char *label, int file_T,
+                              const char *video_name, rv_vit_config *c);
 
 /* Appends a printf-formatted string to a name list of rv_vit_load_info
  * (*list grows; NULL info lists are fine to append to). */

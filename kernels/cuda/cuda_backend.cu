@@ -1,9 +1,9 @@
 /* cuda_backend.cu: the "cuda" backend table and its plumbing: creation on a device
  * (a non-blocking compute stream, a cuBLAS handle bound to it with its own
  * workspace, the device's stream-ordered memory pool kept from shrinking), memory
- * (alloc, free, copy), synchronize and destroy; the error conversions and the
- * scratch memory the op files share (cuda_internal.h); and rv_cuda_copy_sync, the
- * blocking copy of the local communicator.
+ * (alloc, free, copy), synchronize and destroy; and rv_cuda_copy_sync, the
+ * blocking copy of the local communicator. The error conversions, device blocks
+ * and scratch memory it shares with the op files are cuda_common.cu's.
  *
  * Device memory comes from the device's stream-ordered pool (cudaMallocAsync /
  * cudaFreeAsync on the stream) where the device supports memory pools
@@ -27,65 +27,6 @@
  * allocating behind our back (cuBLAS would otherwise draw from its own pool). */
 #define BLAS_WORKSPACE_BYTES ((size_t)32 << 20)
 
-/* ---- errors ------------------------------------------------------------------- */
-
-rv_status cuda_check(cudaError_t e, const char *what)
-{
-    if (e == cudaSuccess)
-        return RV_OK;
-    cudaGetLastError(); /* clear a non-sticky error so later calls do not see it */
-    rv_status st = e == cudaErrorMemoryAllocation ? RV_ERR_NOMEM : RV_ERR_BACKEND;
-    return rv_fail(st, "cuda %s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
-}
-
-rv_status cuda_check_launch(const char *what)
-{
-    return cuda_check(cudaGetLastError(), what);
-}
-
-rv_status cublas_check(cublasStatus_t s, const char *what)
-{
-    if (s == CUBLAS_STATUS_SUCCESS)
-        return RV_OK;
-    rv_status st = s == CUBLAS_STATUS_ALLOC_FAILED ? RV_ERR_NOMEM : RV_ERR_BACKEND;
-    return rv_fail(st, "cublas %s: %s", what, cublasGetStatusString(s));
-}
-
-/* ---- device blocks: the stream-ordered pool, or plain cudaMalloc -------------- */
-
-/* A block for the work queued next on ctx->stream. */
-static cudaError_t block_alloc(cuda_ctx *ctx, void **p, size_t bytes)
-{
-    return ctx->pool ? cudaMallocAsync(p, bytes, ctx->stream) : cudaMalloc(p, bytes);
-}
-
-/* Gives p back once the work queued so far on ctx->stream is done with it: the
- * pool orders the free on the stream; cudaFree knows no stream, so wait for it. */
-static cudaError_t block_free(cuda_ctx *ctx, void *p)
-{
-    if (ctx->pool)
-        return cudaFreeAsync(p, ctx->stream);
-    cudaError_t e = cudaStreamSynchronize(ctx->stream);
-    cudaError_t f = cudaFree(p); /* freed even when the stream reported an error */
-    return e != cudaSuccess ? e : f;
-}
-
-/* ---- scratch ------------------------------------------------------------------ */
-
-rv_status cuda_scratch(rv_backend *be, size_t bytes, void **ptr)
-{
-    *ptr = NULL;
-    if (bytes == 0)
-        return RV_OK;
-    return cuda_check(block_alloc(cuda_ctx_of(be), ptr, bytes), "scratch alloc");
-}
-
-void cuda_scratch_free(rv_backend *be, void *ptr)
-{
-    if (ptr && block_free(cuda_ctx_of(be), ptr) != cudaSuccess)
-        cudaGetLastError(); /* nothing to report to: a void cleanup path */
-}
-
 /* ---- memory ------------------------------------------------------------------- */
 
 static rv_status cuda_alloc(rv_backend *be, size_t bytes, void **ptr)
@@ -98,7 +39,7 @@ static rv_status cuda_alloc(rv_backend *be, size_t bytes, void **ptr)
     if (st != RV_OK)
         return st;
     void *p = NULL;
-    cudaError_t e = block_alloc(ctx, &p, bytes);
+    cudaError_t e = cuda_block_alloc(ctx, &p, bytes);
     if (e != cudaSuccess) {
         cudaGetLastError();
         return rv_fail(e == cudaErrorMemoryAllocation ? RV_ERR_NOMEM : RV_ERR_BACKEND,
@@ -109,7 +50,7 @@ static rv_status cuda_alloc(rv_backend *be, size_t bytes, void **ptr)
      * is still queued; waiting makes it safe on any stream and for any copy. */
     st = cuda_check(cudaStreamSynchronize(ctx->stream), "alloc: synchronize");
     if (st != RV_OK) {
-        block_free(ctx, p);
+        cuda_block_free(ctx, p);
         cudaGetLastError();
         return st;
     }
@@ -125,8 +66,8 @@ static void cuda_free(rv_backend *be, void *ptr)
     cudaSetDevice(ctx->device);
     /* Stream-ordered: the block goes back to the pool once the ops queued before
      * this point (the last users of the buffer) have finished (without a pool,
-     * block_free waits for them). */
-    if (block_free(ctx, ptr) != cudaSuccess)
+     * cuda_block_free waits for them). */
+    if (cuda_block_free(ctx, ptr) != cudaSuccess)
         cudaGetLastError();
 }
 
@@ -369,13 +310,6 @@ end:
     cuda_ctx_release(ctx);
     free(be);
     return st;
-}
-
-extern "C" void *rv_backend_cuda_stream(rv_backend *be)
-{
-    if (!be || !be->name || strcmp(be->name, "cuda") != 0 || !be->ctx)
-        return NULL;
-    return (void *)cuda_ctx_of(be)->stream;
 }
 
 /* 1 when p is host memory, pageable or pinned (or CUDA cannot tell, as without a

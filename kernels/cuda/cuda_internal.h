@@ -1,7 +1,8 @@
 /* cuda_internal.h: what the CUDA backend's files share: the backend context
- * (stream, cuBLAS handle, memory mode), error conversion, scratch memory, and
- * the op entry points gathered into the table by cuda_backend.cu. Internal to
- * kernels/cuda/. Every op only enqueues work on the backend's stream. */
+ * (stream, cuBLAS handle, memory mode), error conversion, device blocks and scratch
+ * memory (cuda_common.cu), and the op entry points gathered into the table by
+ * cuda_backend.cu. Internal to kernels/cuda/. Every op only enqueues work on the
+ * backend's stream. */
 #ifndef RV_CUDA_INTERNAL_H
 #define RV_CUDA_INTERNAL_H
 
@@ -32,6 +33,12 @@ rv_status cuda_check(cudaError_t e, const char *what);
 /* The launch error of the kernel just launched (cudaGetLastError), as cuda_check. */
 rv_status cuda_check_launch(const char *what);
 rv_status cublas_check(cublasStatus_t s, const char *what);
+
+/* A block for the work queued next on ctx->stream (the pool, or cudaMalloc); free
+ * gives it back once the work queued so far is done with it (the pool orders the
+ * free on the stream; cudaFree knows no stream, so it waits for it). */
+cudaError_t cuda_block_alloc(cuda_ctx *ctx, void **p, size_t bytes);
+cudaError_t cuda_block_free(cuda_ctx *ctx, void *p);
 
 /* Scratch for the ops queued next on the backend's stream: stream-ordered from the
  * device pool (cudaMallocAsync), or cudaMalloc without one; free it with
