@@ -31,8 +31,6 @@
 
 #define CMD "embed"
 
-volatile sig_atomic_t embed_stop_signal;
-char embed_tmp_path[4200];
 
 static const char help_text[] =
     "usage: ringvit embed INPUT... [-o OUT.safetensors | --out-dir DIR] [--manifest LIST.txt]\n"
@@ -317,8 +315,7 @@ static int parse_args(int argc, char **argv, embed_args *a)
         } else if (cli_flag_is(s, "--strategy")) {
             VALUE();
             if (rv_cp_strategy_parse(v, &a->o.strategy) != RV_OK)
-                return cli_usage_error(CMD, "--strategy wants ring, allgather or ulysses, "
-                                          "got '%s'", v);
+                return cli_usage_error(CMD, "--strategy: %s", rv_last_error());
         } else if (cli_flag_is(s, "--segment")) {
             rc = cli_take_double(CMD, argc, argv, &i, 0.001, 1e9, &a->o.segment_s);
         } else if (cli_flag_is(s, "--max-tokens")) {
@@ -476,25 +473,6 @@ static int make_dirs(const char *dir)
         return RV_EXIT_FAIL;
     }
     return 0;
-}
-
-/* ---- signals ------------------------------------------------------------------------ */
-
-static void on_signal(int sig)
-{
-    if (embed_stop_signal) {
-        /* The second signal: at once, without leaving a partial output. */
-        if (embed_tmp_path[0])
-            unlink(embed_tmp_path);
-        signal(sig, SIG_DFL);
-        raise(sig);
-        return;
-    }
-    embed_stop_signal = sig;
-    static const char msg[] =
-        "\nringvit: embed: stopping after the current stage (send the signal again to stop at once)\n";
-    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
-    (void)w;
 }
 
 /* ---- main --------------------------------------------------------------------------- */
@@ -670,7 +648,7 @@ static int embed_main(int argc, char **argv)
                 embed_report_message(b.report, "embed: %s: %s", in[i].path, in[i].note);
     }
 
-    cli_on_stop_signals(on_signal);
+    cli_on_stop_signals(embed_on_signal);
     if (set.mpi) {
         embed_batch_rank(world, &b);
     } else {

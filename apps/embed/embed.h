@@ -13,6 +13,7 @@
  *   embed_log.c     the JSON-lines log, progress on standard error, --json
  *   embed_shard.c   --shard I/N: jobs started separately that share --out-dir
  *                   divide the inputs through a claim file per input
+ *   embed_signal.c  the stop request (SIGINT/SIGTERM) every part reads
  *
  * The W ranks form W / C groups of C ranks (--ranks W --cp C; under mpiexec W
  * is the process count): data parallel over the inputs, context parallel
@@ -44,11 +45,14 @@
  * (rank 0 says why first) before it ends the job itself. */
 #define EMBED_ABORT_PAUSE_S 2
 
-/* Set by the SIGINT/SIGTERM handler (cmd_embed.c): stop after the current stage. */
+/* embed_signal.c: set by the SIGINT/SIGTERM handler: stop after the current stage. */
 extern volatile sig_atomic_t embed_stop_signal;
 /* The temporary file of the output being written ("" when none), so a second
  * signal, which ends the process at once, can remove it. */
 extern char embed_tmp_path[4200];
+/* The handler: the first signal asks to stop, the second ends the process at
+ * once (removing embed_tmp_path). */
+void embed_on_signal(int sig);
 
 typedef struct embed_input {
     char *path;   /* media file (manifest entries resolved against its folder) */

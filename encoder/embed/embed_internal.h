@@ -3,7 +3,8 @@
  *
  *   embed_opts.c     defaults, the dtype names, the modalities a model embeds
  *   embed_job.c      rv_embed_open / close: this rank's backends, the group's
- *                    control communicators and watch, the votes
+ *                    control communicators and watch
+ *   embed_votes.c    the votes between stages, the stop hook, beats
  *   embed_prepare.c  one input on one rank before the encoder: probe and plan,
  *                    then this rank's slice decoded, tokenized and embedded
  *                    batch by batch; the worker that does it ahead (prefetch)
@@ -87,6 +88,8 @@ struct rv_embed_job {
     rv_vit_model *dev_weights; /* the model in be's memory (cuda), else NULL */
     embed_ahead *ahead;        /* the worker of prefetch (NULL: in turn) */
 };
+
+/* ---- embed_votes.c ------------------------------------------------------------------- */
 
 /* The stop hook, 0 without one. */
 int embed_stopping(const rv_embed_job *j);

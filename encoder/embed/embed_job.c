@@ -14,33 +14,6 @@
 
 #include "embed_internal.h"
 
-int embed_stopping(const rv_embed_job *j)
-{
-    return j->h.stop && j->h.stop(j->h.user);
-}
-
-rv_vote_outcome embed_agree(rv_embed_job *j, rv_status mine, const void *payload, size_t bytes)
-{
-    return rv_comm_vote(j->watch, mine, embed_stopping(j), payload, bytes, &j->vote);
-}
-
-rv_vote_outcome rv_embed_vote(rv_embed_job *j, rv_status mine, const void *payload, size_t bytes,
-                              rv_vote *out)
-{
-    return rv_comm_vote(j->watch, mine, embed_stopping(j), payload, bytes, out);
-}
-
-void rv_embed_beat(rv_embed_job *j)
-{
-    if (j)
-        rv_comm_watch_beat(j->watch);
-}
-
-rv_backend *embed_host_backend(const rv_embed_job *j)
-{
-    return j->host ? j->host : j->be;
-}
-
 /* The options a job over cfg on size ranks runs, checked and resolved (the
  * defaults filled in), with the model's tokenizer and sampling. */
 static rv_status resolve(const rv_vit_config *cfg, const rv_embed_opts *o, int size, int mpi,
@@ -51,11 +24,8 @@ static rv_status resolve(const rv_vit_config *cfg, const rv_embed_opts *o, int s
         return rv_fail(RV_ERR_INVALID, "device '%s': known devices are cpu and cuda",
                        o->device ? o->device : "");
     r->device = strcmp(o->device, "cuda") == 0 ? "cuda" : "cpu";
-    if (!rv_cp_strategy_name(o->strategy))
-        return rv_fail(RV_ERR_INVALID, "unknown CP strategy %d", (int)o->strategy);
-    if (o->strategy == RV_CP_ULYSSES && cfg->heads % size != 0)
-        return rv_fail(RV_ERR_INVALID, "ulysses needs the model's heads (%d) to be a multiple of "
-                       "the ranks (%d); use ring or allgather", cfg->heads, size);
+    if (rv_cp_strategy_check(o->strategy, cfg->heads, size) != RV_OK)
+        return rv_fail(RV_ERR_INVALID, "the model's heads and the ranks: %s", rv_last_error());
     if (!embed_dtype_name(o->dtype))
         return rv_fail(RV_ERR_INVALID, "dtype: the embeddings are f32, f16 or bf16");
     if (o->prefetch < 0 || o->prefetch > RV_EMBED_MAX_PREFETCH)

@@ -61,8 +61,7 @@ rv_status rv_flat_encoder_open(const char *model, const char *opts_json, rv_flat
     if ((st = rv_backend_check(e->device)) != RV_OK)
         goto end;
     if (rv_cp_strategy_parse(strategy, &e->base.strategy) != RV_OK) {
-        st = rv_fail(RV_ERR_INVALID, "option \"strategy\" wants ring, allgather or ulysses, got "
-                     "\"%s\"", strategy);
+        st = rv_fail(RV_ERR_INVALID, "option \"strategy\": %s", rv_last_error());
         goto end;
     }
     if (rv_span_parse(attention, &e->base.span) != RV_OK) {
