@@ -13,7 +13,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "rv_flat.h"
 
 json_t *cli_probe_json(const rv_probe *p)
 {

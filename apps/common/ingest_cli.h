@@ -7,8 +7,8 @@
 
 #include "rv_ingest.h"
 
-/* The probe as a JSON object (new reference; NULL when out of memory). Unknown
- * numbers are null. */
+/* The probe as a JSON object (new reference; NULL when out of memory): the
+ * library's rv_probe_json_text, loaded. Unknown numbers are null. */
 json_t *cli_probe_json(const rv_probe *p);
 
 /* Parses a frame rate exactly: "30", "29.97" (up to 6 decimals) or "30000/1001",

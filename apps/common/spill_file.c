@@ -1,5 +1,6 @@
 /* spill_file.c: unlinked scratch files beside an output, for commands that write
- * more than fits comfortably in memory (frames, tokens); see spill_file.h. */
+ * more than fits comfortably in memory (embed's --tokens; frames and tokens
+ * gather theirs with the library's collectors); see spill_file.h. */
 #include "spill_file.h"
 
 #include <errno.h>

@@ -275,7 +275,7 @@ int embed_job_run(embed_rank *k, embed_prep *p, embed_result *res)
                       .causal = set->causal, .weights = k->dev_weights, .span = set->span,
                       .host = k->host};
     rv_vit_pool_opts po = {.segment_s = set->segment_s, .end_s = p->rec.end_s, .hop_s = set->hop_s,
-                           .start_s = p->rec.io.start_s};
+                           .start_s = p->rec.io.start_s, .t0 = p->rec.t0};
     rv_clear_error();
     st = rv_vit_forward_embedded(set->model, &run, &tok, s->y, &vs);
     vs.flops += s->flops;
@@ -331,14 +331,8 @@ int embed_job_run(embed_rank *k, embed_prep *p, embed_result *res)
                     break;
                 tok_mod[i] = (uint8_t)tk.modality;
                 memcpy(tok_pos + 3 * i, tk.pos, sizeof tk.pos);
-                tok_time[2 * i] = tk.time[0] + p->rec.clock0;
-                tok_time[2 * i + 1] = tk.time[1] + p->rec.clock0;
+                memcpy(tok_time + 2 * i, tk.time, sizeof tk.time); /* container's clock */
             }
-        }
-        /* Times on the container's clock, as ffprobe and PyAV give pts. */
-        for (int64_t g = 0; g < pooled.segments; g++) {
-            pooled.segment_start[g] += p->rec.clock0;
-            pooled.segment_end[g] += p->rec.clock0;
         }
         json_t *pj = cli_probe_json(p->probe);
         probe_text = pj ? json_dumps(pj, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(17)) : NULL;
@@ -348,7 +342,7 @@ int embed_job_run(embed_rank *k, embed_prep *p, embed_result *res)
                               .probe_json = probe_text, .L = L,
                               .recording_s = p->rec.end_s - p->rec.rec_start,
                               .time_origin = p->rec.time_origin,
-                              .start_s = p->rec.clock0 + p->rec.io.start_s, .pooled = &pooled,
+                              .start_s = rv_tok_start_time(L), .pooled = &pooled,
                               .tokens = (const float *)tok_spill.map, .token_time = tok_time,
                               .token_modality = tok_mod, .token_pos = tok_pos};
             wst = embed_output_write(&o);

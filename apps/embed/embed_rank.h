@@ -103,7 +103,7 @@ typedef struct embed_prep {
     char tok_msg[EMBED_MSG];
     rv_probe *probe;
     rv_tok_recording rec;        /* the plan: layout, the grid's start from --start
-                                    (io.start_s), time_origin, clock0 (what the
+                                    (io.start_s), time_origin, t0 (what the
                                     outputs' times are shifted by), rec_start, end_s;
                                     need_count: rank 0 counts a file that states no
                                     duration */

@@ -137,7 +137,7 @@ static rv_status each_batch(const rv_tok_batch *b, int64_t offset, void *user)
     rv_status st = flat_interrupt_check(f->j->mark);
     if (st != RV_OK)
         return st;
-    rv_vit_tokens bt = {.len = b->count, .modality = b->modality, .pos = b->pos, .time = b->time,
+    rv_vit_tokens bt = {.len = b->count, .modality = b->modality, .pos = b->pos, .seq_time = b->seq_time,
                         .nvideo = b->nvideo, .video = b->video, .naudio = b->naudio,
                         .audio = b->audio, .grid = f->grid, .audio_steps = f->audio_steps,
                         .window = b->window};
@@ -160,7 +160,7 @@ static rv_status fill_from_arrays(const job *j, int rank, rv_tok_slice *s)
                 return st;
             s->modality[at] = (uint8_t)tk.modality;
             memcpy(s->pos + 3 * at, tk.pos, sizeof tk.pos);
-            memcpy(s->time + 2 * at, tk.time, sizeof tk.time);
+            memcpy(s->seq_time + 2 * at, tk.seq_time, sizeof tk.seq_time);
             s->window[at] = tk.window;
             if (tk.modality == RV_MOD_VIDEO)
                 memcpy(s->video + (size_t)(nv++ * L->video_dim), j->video + (size_t)(vi++ * L->video_dim),
@@ -209,7 +209,7 @@ static rv_status embed_as_batches(rank_fill *f, const rv_tok_slice *s, int rank)
                 na += s->modality[i] == RV_MOD_AUDIO;
             }
             rv_vit_tokens bt = {.len = b - a, .modality = s->modality + off, .pos = s->pos + 3 * off,
-                                .time = s->time + 2 * off, .nvideo = nv,
+                                .seq_time = s->seq_time + 2 * off, .nvideo = nv,
                                 .video = s->video ? s->video + (size_t)v * (size_t)L->video_dim : NULL,
                                 .naudio = na,
                                 .audio = s->audio ? s->audio + (size_t)au * (size_t)L->audio_dim : NULL,
@@ -323,17 +323,13 @@ static rv_status run(const rv_flat_encoder *e, job *j, const embed_opts *eo,
                        j->path ? j->path : "tokens");
     j->kind = e->causal && e->span.kind == RV_SPAN_FULL ? RV_SHARD_ZIGZAG : RV_SHARD_CONTIGUOUS;
     j->po = (rv_vit_pool_opts){.segment_s = eo->segment_s, .end_s = p->end_s, .hop_s = eo->hop_s,
-                               .start_s = start_s};
+                               .start_s = start_s, .t0 = p->t0};
     if (eo->tokens && !(j->tokens = malloc(sizeof(float) * (size_t)(S > 0 ? S : 1) * (size_t)D)))
         return rv_fail(RV_ERR_NOMEM, "out of memory for %lld tokens", (long long)S);
     if ((st = rv_local_run(e->cp, rank_main, j)) != RV_OK)
         goto end;
     rv_vit_pooled *q = &j->pooled;
     const int64_t G = q->segments, d1[1] = {D}, gd[2] = {G, D}, g1[1] = {G};
-    for (int64_t g = 0; g < G; g++) { /* on the container's clock */
-        q->segment_start[g] += p->clock0;
-        q->segment_end[g] += p->clock0;
-    }
     if ((st = flat_arrays_new(&a)) != RV_OK ||
         (st = flat_arrays_add(a, "global", "f32", 1, d1, q->global, NULL)) != RV_OK ||
         (st = flat_arrays_add(a, "segments", "f32", 2, gd, q->segment, NULL)) != RV_OK ||
@@ -367,8 +363,7 @@ static rv_status run(const rv_flat_encoder *e, job *j, const embed_opts *eo,
                 goto end;
             tm[i] = (uint8_t)tk.modality;
             memcpy(tp + 3 * i, tk.pos, sizeof tk.pos);
-            tt[2 * i] = tk.time[0] + p->clock0;
-            tt[2 * i + 1] = tk.time[1] + p->clock0;
+            memcpy(tt + 2 * i, tk.time, sizeof tk.time);
         }
     }
     char *config = rv_vit_config_to_json(&e->m->cfg), attention[64], fps[48];
@@ -382,7 +377,7 @@ static rv_status run(const rv_flat_encoder *e, job *j, const embed_opts *eo,
                              eo->hop_s > 0 ? eo->hop_s : eo->segment_s, "causal", e->causal,
                              "fps", fps, "size", L->ingest.size, "segment_s", eo->segment_s,
                              "recording_s", p->end_s - p->rec_start, "time_origin", p->time_origin,
-                             "start_s", p->clock0 + start_s, "tokens", (json_int_t)S,
+                             "start_s", rv_tok_start_time(L), "tokens", (json_int_t)S,
                              "video_tokens", (json_int_t)q->modality_tokens[0], "audio_tokens",
                              (json_int_t)q->modality_tokens[1], "source", j->path ? j->path : "");
     free(config);
@@ -444,7 +439,7 @@ rv_status rv_flat_encoder_embed(rv_flat_encoder *e, const char *path, const char
     if (rec.need_count &&
         (st = rv_tok_recording_count(path, &to, &rec, NULL, NULL, NULL, NULL, NULL)) != RV_OK)
         goto end;
-    flat_tok_plan p = {.clock0 = rec.clock0, .time_origin = rec.time_origin, .end_s = rec.end_s,
+    flat_tok_plan p = {.t0 = rec.t0, .time_origin = rec.time_origin, .end_s = rec.end_s,
                        .rec_start = rec.rec_start};
     j.L = &rec.layout;
     st = run(e, &j, &eo, &p, rec.io.start_s, out);
