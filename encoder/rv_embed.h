@@ -225,7 +225,8 @@ RV_API rv_vote_outcome rv_embed_run(rv_embed_job *j, rv_embed_input *in, rv_embe
 /* Every rank together after rv_embed_run succeeded: the output on group rank 0
  * (*out NULL elsewhere). With opts.tokens every rank's token outputs are
  * gathered to rank 0 first, into an unlinked scratch file in the folder of
- * scratch_near (a path; "-" or NULL: in memory). */
+ * scratch_near (a path; "-": $TMPDIR, else /tmp), or with scratch_near NULL
+ * into memory. */
 RV_API rv_vote_outcome rv_embed_collect(rv_embed_job *j, rv_embed_input *in,
                                         const char *scratch_near, rv_embed_output **out,
                                         rv_embed_stats *stats);

@@ -75,22 +75,15 @@ RV_API rv_status rv_arrays_add(rv_arrays *a, const char *name, const char *dtype
 /* Frees a string a flat call returned. */
 RV_API void rv_flat_free(void *p);
 
-/* ---- texts the command prints (one copy, here) ------------------------------- */
+/* ---- texts the command prints (one copy, here; the probe's is rv_ingest.h's
+ * rv_probe_json_text) ------------------------------------------------------------ */
 
-struct rv_probe;
-/* The probe as JSON text (malloc'd): printed 1, as `ringvit probe --json` prints
- * it (2-space indent, 9 significant digits); 0, compact with every digit (what
- * the commands store as "probe" metadata, and what json_loads reads back). */
-RV_API rv_status rv_probe_json_text(const struct rv_probe *p, int printed, char **json);
 /* What `ringvit --version` prints: "ringvit VERSION" and one "key: value" line
  * per build fact (malloc'd). */
 RV_API rv_status rv_version_text(char **text);
 /* What a model spec (--model) names: "folder" or "file" when it exists, "file"
  * for a missing path (with a '/' or a .safetensors name), else "preset". */
 RV_API const char *rv_vit_spec_kind(const char *spec);
-/* text with every byte that is not part of valid UTF-8 written as \xNN
- * (malloc'd; NULL when out of memory). */
-RV_API char *rv_utf8_text(const char *text);
 
 /* ---- calls -------------------------------------------------------------------- */
 

@@ -383,7 +383,7 @@ typedef struct rv_vit_tokens {
     int64_t len;              /* tokens on this rank (rv_shard_len) */
     const uint8_t *modality;  /* (len) rv_modality */
     const int64_t *pos;       /* (len, 3): video (g, y, x), audio (p, band, 0) */
-    const double *time;       /* (len, 2) start, end; s since t0 */
+    const double *seq_time;   /* (len, 2) start, end: sequence time (s from t0) */
     int64_t nvideo;           /* video tokens among them */
     const float *video;       /* (nvideo, T*P*P*3) their patches, in token order */
     int64_t naudio;
@@ -508,12 +508,16 @@ RV_API double rv_vit_forward_flops(const rv_vit_config *c, int64_t seq, int64_t 
 
 typedef struct rv_vit_pool_opts {
     double segment_s;  /* window length, s (default 10) */
-    double end_s;      /* the recording's end, s since t0: segments cover
-                          [start_s, end_s) */
+    double end_s;      /* the recording's end, sequence time (s from t0): segments
+                          cover [start_s, end_s) */
     double hop_s;      /* start of segment g is start_s + g * hop_s (0: segment_s,
                           adjacent windows; less: overlapping ones) */
-    double start_s;    /* where segment 0 starts, s since t0 (default 0; the grid's
-                          start, negative when audio precedes the first frame) */
+    double start_s;    /* where segment 0 starts, sequence time (default 0; the
+                          grid's start, negative when audio precedes the first
+                          frame) */
+    double t0;         /* t0 on the container's clock, s: the segment bounds come
+                          out at t0 + their sequence times (default 0: sequence
+                          time) */
 } rv_vit_pool_opts;
 
 typedef struct rv_vit_pooled {
@@ -526,8 +530,10 @@ typedef struct rv_vit_pooled {
                                  starting after every window counts in the last,
                                  one before the first in the first; an empty
                                  window is zeros */
-    double *segment_start;    /* (G) start_s + g * hop_s */
-    double *segment_end;      /* (G) start_s + min(g * hop_s + segment_s, end_s - start_s) */
+    double *segment_start;    /* (G) t0 + (start_s + g * hop_s): s on the container's
+                                 clock */
+    double *segment_end;      /* (G) t0 + (start_s + min(g * hop_s + segment_s,
+                                 end_s - start_s)) */
     int64_t *segment_tokens;  /* (G) */
     float *modality_mean;     /* (2, D) video, audio (zeros when none) */
     int64_t modality_tokens[2];

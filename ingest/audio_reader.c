@@ -181,7 +181,7 @@ static void reset_decoding(rv_audio_reader *r)
     r->blk_n = r->blk_off = 0;
 }
 
-rv_status rv_audio_reader_start(rv_audio_reader *r, double origin_s, int64_t j_from)
+rv_status rv_audio_reader_start(rv_audio_reader *r, double start_time, int64_t j_from)
 {
     rv_status st;
     double first = 0;
@@ -194,10 +194,10 @@ rv_status rv_audio_reader_start(rv_audio_reader *r, double origin_s, int64_t j_f
                         ? r->frame->best_effort_timestamp
                         : r->frame->pts;
     rv_resampler_release(&r->rs);
-    rv_resampler_init(&r->rs, r->st->time_base, origin_s, first_pts);
+    rv_resampler_init(&r->rs, r->st->time_base, start_time, first_pts);
     if (!found)
         return RV_OK;
-    double want = origin_s + (double)j_from / RV_AUDIO_RATE;
+    double want = start_time + (double)j_from / RV_AUDIO_RATE;
     if (want - first < SEEK_MIN_S)
         return RV_OK;
     int64_t ts = (int64_t)((want - SEEK_MARGIN_S) / av_q2d(r->st->time_base));

@@ -16,11 +16,11 @@
 
 #define RESYNC_S 0.040
 
-void rv_resampler_init(rv_resampler *r, AVRational tb, double origin_s, int64_t first_pts)
+void rv_resampler_init(rv_resampler *r, AVRational tb, double start_time, int64_t first_pts)
 {
     memset(r, 0, sizeof *r);
     r->tb = tb;
-    r->origin_s = origin_s;
+    r->start_time = start_time;
     r->first_pts = first_pts;
     r->in_fmt = -1;
 }
@@ -36,7 +36,7 @@ void rv_resampler_init(rv_resampler *r, AVRational tb, double origin_s, int64_t 
 static double grid_start(rv_resampler *r, const AVFrame *f, int64_t pts, int *skip)
 {
     const int64_t rate = f->sample_rate;
-    double fpos = ((double)pts * av_q2d(r->tb) - r->origin_s) * RV_AUDIO_RATE;
+    double fpos = ((double)pts * av_q2d(r->tb) - r->start_time) * RV_AUDIO_RATE;
     *skip = 0;
     if (r->first_pts == AV_NOPTS_VALUE || rate <= 0)
         return fpos;
@@ -46,7 +46,7 @@ static double grid_start(rv_resampler *r, const AVFrame *f, int64_t pts, int *sk
     if (d >= f->nb_samples)
         return fpos;
     *skip = (int)d;
-    double pos0 = ((double)r->first_pts * av_q2d(r->tb) - r->origin_s) * RV_AUDIO_RATE;
+    double pos0 = ((double)r->first_pts * av_q2d(r->tb) - r->start_time) * RV_AUDIO_RATE;
     return (double)(llround(pos0) + (m + d) / L * M);
 }
 
@@ -145,7 +145,7 @@ rv_status rv_resampler_convert(rv_resampler *r, const char *path, const AVFrame 
                                                                   : frame->pts;
     double fpos = 0;
     if (pts != AV_NOPTS_VALUE)
-        fpos = ((double)pts * av_q2d(r->tb) - r->origin_s) * RV_AUDIO_RATE;
+        fpos = ((double)pts * av_q2d(r->tb) - r->start_time) * RV_AUDIO_RATE;
     int skip = 0;
     if (!r->have_seg) {
         r->seg_pos = pts != AV_NOPTS_VALUE ? fpos : 0;

@@ -15,7 +15,13 @@
  *   audio_reader.c    demux + decode audio into positioned sample blocks
  *   ingest_stream.c   the chunk loop (rv_ingest_stream, rv_ingest_range)
  *   ingest_collect.c  everything in memory (rv_ingest_read)
- *   probe.c           rv_probe_file */
+ *   probe.c           rv_probe_file
+ * and, without FFmpeg types (a build without media keeps them):
+ *   ingest_opts.c     the options, the sample-time arithmetic (ingest_time.h)
+ *   probe_json.c      the probe as JSON, paths as UTF-8 text (ingest_json.h)
+ *   collect_column.c  byte runs in memory or scratch files, for the collectors
+ *                     (collect_column.h; tokenize's tokens collector uses it too)
+ *   frames_collect.c  what `ringvit frames` writes and rv_flat_reader hands out */
 #ifndef RV_INGEST_INTERNAL_H
 #define RV_INGEST_INTERNAL_H
 
@@ -88,8 +94,8 @@ int rv_stream_rotation(const AVStream *st);
 typedef struct rv_grid {
     int64_t fps_num, fps_den; /* fps = fps_num / fps_den frames/s */
     int64_t start_us;         /* start offset, microseconds */
-    int64_t origin;           /* the first frame's pts, tb units */
-    int64_t origin_us;        /* t0: that pts rounded down to the microsecond, on the
+    int64_t time_origin;      /* the first frame's pts, tb units */
+    int64_t t0_us;            /* t0: that pts rounded down to the microsecond, on the
                                  container's clock (the grid and every time are
                                  from it) */
     AVRational tb;            /* time base of the pts compared against */
@@ -97,15 +103,15 @@ typedef struct rv_grid {
     int64_t k_end;            /* one past the last index allowed (INT64_MAX: none) */
 } rv_grid;
 
-/* Fills g from the options (origin and tb set later by the caller, with
- * rv_grid_set_origin). */
+/* Fills g from the options (time_origin and tb set later by the caller, with
+ * rv_grid_set_time_origin). */
 void rv_grid_init(rv_grid *g, const rv_ingest_opts *o);
 
 /* floor(pts x tb x 1e6): a pts in whole microseconds, rounded down. */
 int64_t rv_pts_floor_us(int64_t pts, AVRational tb);
 
-/* Sets origin (the first frame's pts) and t0 = origin_us from it. */
-void rv_grid_set_origin(rv_grid *g, int64_t pts);
+/* Sets time_origin (the first frame's pts) and t0_us from it. */
+void rv_grid_set_time_origin(rv_grid *g, int64_t pts);
 
 /* floor(t_k) in tb units: a frame with pts p is at or before t_k iff p <= this. */
 int64_t rv_grid_floor_pts(const rv_grid *g, int64_t k);
@@ -116,10 +122,10 @@ int64_t rv_grid_first_k_at_or_after(const rv_grid *g, int64_t pts, int64_t k_fro
 /* 1 when k is within [k_first, k_end). */
 int rv_grid_valid(const rv_grid *g, int64_t k);
 
-/* t_k - t0 in seconds, correctly rounded. */
+/* t_k in sequence time (s from t0), correctly rounded. */
 double rv_grid_time(const rv_grid *g, int64_t k);
 
-/* pts - t0 in seconds, correctly rounded. */
+/* pts in sequence time (pts - t0, s), correctly rounded. */
 double rv_grid_pts_seconds(const rv_grid *g, int64_t pts);
 
 /* ---- video_convert.c ------------------------------------------------------------- */
@@ -289,17 +295,17 @@ typedef struct rv_sampler {
 rv_status rv_sampler_init(rv_sampler *s, const char *path, rv_video_reader *reader,
                           const rv_ingest_opts *o, int rotation);
 
-/* Takes frame (moved from) as the first frame: sets the time origin. */
+/* Takes frame (moved from) as the first frame: sets time_origin. */
 void rv_sampler_set_first(rv_sampler *s, AVFrame *frame);
 
-/* Takes frame (moved from) as the first frame after a seek (origin kept). */
+/* Takes frame (moved from) as the first frame after a seek (time_origin kept). */
 void rv_sampler_take(rv_sampler *s, AVFrame *frame);
 
-/* Forgets the current frames (after a seek); keeps the origin and k_next. */
+/* Forgets the current frames (after a seek); keeps time_origin and k_next. */
 void rv_sampler_reset(rv_sampler *s);
 
-/* Fills up to cap samples: frames (cap, S, S, 3), times and source times; *n set
- * to how many; s->done when no sample follows. */
+/* Fills up to cap samples: frames (cap, S, S, 3), times and source times
+ * (sequence time); *n set to how many; s->done when no sample follows. */
 rv_status rv_sampler_fill(rv_sampler *s, int cap, uint8_t *frames, double *times,
                           double *src_times, int *n);
 
@@ -316,7 +322,8 @@ typedef struct rv_resampler {
     SwrContext *swr;
     int in_rate, in_fmt;       /* input the context was built for */
     AVChannelLayout in_layout;
-    double origin_s;           /* t0 + start on the audio stream's clock, s */
+    double start_time;         /* t0 + start on the audio stream's clock, s: where
+                                  sample 0 is */
     AVRational tb;             /* audio stream time base */
     int64_t first_pts;         /* pts of the stream's first frame (tb), the grid
                                   new segments align to; AV_NOPTS_VALUE: none */
@@ -328,9 +335,9 @@ typedef struct rv_resampler {
     int buf_cap;
 } rv_resampler;
 
-/* origin_s: the time (audio stream clock, s) of audio sample j = 0; first_pts:
+/* start_time: the time (audio stream clock, s) of audio sample j = 0; first_pts:
  * the pts of the stream's first frame (AV_NOPTS_VALUE if unknown). */
-void rv_resampler_init(rv_resampler *r, AVRational tb, double origin_s, int64_t first_pts);
+void rv_resampler_init(rv_resampler *r, AVRational tb, double start_time, int64_t first_pts);
 
 /* Converts frame (NULL: flush the resampler at the end of the stream): *out
  * points at *n samples whose first is at position *pos (valid until the next
@@ -347,7 +354,7 @@ rv_status rv_audio_reader_open(const char *path, int stream, int threads,
                                rv_corrupt *corrupt, rv_audio_reader **out);
 
 /* Presentation time (stream clock, s) of the first decoded audio frame, decoding
- * it if needed (for audio-only files, whose time origin it is); *found = 0 when
+ * it if needed (for audio-only files, whose time_origin it is); *found = 0 when
  * the stream decodes to nothing. */
 rv_status rv_audio_reader_first_time(rv_audio_reader *r, double *t, int *found);
 
@@ -357,7 +364,7 @@ rv_status rv_audio_reader_first_pts(rv_audio_reader *r, int64_t *pts, AVRational
 
 /* Fixes the time of sample j = 0 (stream clock, s) and seeks close to sample
  * j_from when it is far into the file. */
-rv_status rv_audio_reader_start(rv_audio_reader *r, double origin_s, int64_t j_from);
+rv_status rv_audio_reader_start(rv_audio_reader *r, double start_time, int64_t j_from);
 
 /* Writes samples [j0, j0 + n) into dst, silence where the stream has none.
  * Reads must move forward. *end set to the position one past the stream's last

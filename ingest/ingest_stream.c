@@ -1,8 +1,9 @@
 /* ingest_stream.c: the chunk loop behind rv_ingest_stream and rv_ingest_range.
- * Opens the file, picks the streams, finds the time origin (the first video
- * frame, or the first audio frame of an audio-only file), seeks when the grid
- * starts far into the file, then repeats: fill up to chunk_frames samples, read
- * the matching audio span, hand both to the callback. The video and the audio
+ * Opens the file, picks the streams, finds time_origin (the first video
+ * frame, or the first audio frame of an audio-only file) and t0, seeks when the
+ * grid starts far into the file, then repeats: fill up to chunk_frames samples,
+ * read the matching audio span, hand both to the callback, the frame times
+ * moved from sequence time to the container's clock (t0 + each). The video and the audio
  * each have their own demuxer, so neither waits on the other's interleaving and
  * memory holds one chunk, one audio block and the video lookahead. */
 #include <math.h>
@@ -24,7 +25,7 @@ typedef struct ingest {
     rv_sampler smp;
     int smp_live;
     rv_audio_reader *ar;
-    double origin_s;          /* t0 on the container clock, s (whole microseconds) */
+    double t0;                /* t0 on the container clock, s (whole microseconds) */
     int64_t j_limit;          /* audio limit from duration / max_frames */
     uint8_t *frames;          /* (chunk_frames, S, S, 3) */
     double *times, *src_times;
@@ -44,16 +45,16 @@ static void ingest_release(ingest *g)
     free(g->audio);
 }
 
-/* Opens the video, takes its first frame as t0 and, when the grid starts far in,
- * seeks there; falls back to decoding from the beginning when the seek lands
- * after the first sample. */
+/* Opens the video, takes its first frame as time_origin (t0 from it) and, when
+ * the grid starts far in, seeks there; falls back to decoding from the
+ * beginning when the seek lands after the first sample. */
 static rv_status open_video(ingest *g, AVFormatContext **fmt, rv_ingest_stats *stats)
 {
     rv_video_reader_cfg cfg = {*fmt, g->vindex, g->o->threads, !g->o->decode_all, &g->corrupt};
     AVFrame *first = av_frame_alloc();
     rv_status st = RV_OK;
     int eof = 0, rotation = 0;
-    int64_t origin = 0;
+    int64_t time_origin = 0;
     if (!first)
         return rv_fail(RV_ERR_NOMEM, "%s: out of memory", g->path);
     *fmt = NULL; /* the reader owns it now, even on failure */
@@ -82,17 +83,17 @@ static rv_status open_video(ingest *g, AVFormatContext **fmt, rv_ingest_stats *s
         }
         rv_sampler_set_first(&g->smp, first);
         if (attempt == 1) {
-            if (g->smp.grid.origin != origin)
+            if (g->smp.grid.time_origin != time_origin)
                 st = rv_fail(RV_ERR_FORMAT, "%s: the first frame changed between two reads",
                              g->path);
             goto end;
         }
         rv_grid *grid = &g->smp.grid;
-        origin = grid->origin;
-        g->origin_s = (double)grid->origin_us / 1e6;
+        time_origin = grid->time_origin;
+        g->t0 = (double)grid->t0_us / 1e6;
 
         int64_t t_first = rv_grid_floor_pts(grid, grid->k_first);
-        double ahead = (double)(t_first - origin) * av_q2d(grid->tb);
+        double ahead = (double)(t_first - time_origin) * av_q2d(grid->tb);
         if (g->o->decode_all || !rv_grid_valid(grid, grid->k_first) || ahead < SEEK_MIN_S)
             goto end;
         int64_t target = t_first - (int64_t)(SEEK_MARGIN_S / av_q2d(grid->tb));
@@ -194,14 +195,14 @@ static rv_status run(ingest *g, rv_ingest_chunk_fn fn, void *user, rv_ingest_sta
                 st = rv_fail(RV_ERR_FORMAT, "%s: no audio could be decoded", g->path);
                 goto end;
             }
-            g->origin_s = (double)rv_pts_floor_us(pts, tb) / 1e6; /* t0, as for video */
+            g->t0 = (double)rv_pts_floor_us(pts, tb) / 1e6; /* as for video */
         }
         double start = (double)grid.start_us / 1e6;
-        if ((st = rv_audio_reader_start(g->ar, g->origin_s + start,
+        if ((st = rv_audio_reader_start(g->ar, g->t0 + start,
                                         rv_ingest_audio_index(o, grid.k_first))) != RV_OK)
             goto end;
     }
-    stats->origin_s = g->origin_s;
+    stats->t0 = g->t0;
 
     g->j_limit = INT64_MAX;
     if (grid.k_end != INT64_MAX)
@@ -232,6 +233,10 @@ static rv_status run(ingest *g, rv_ingest_chunk_fn fn, void *user, rv_ingest_sta
             if ((st = rv_sampler_fill(&g->smp, C, g->frames, g->times, g->src_times, &n)) !=
                 RV_OK)
                 goto end;
+            for (int i = 0; i < n; i++) { /* on the container's clock */
+                g->times[i] = g->t0 + g->times[i];
+                g->src_times[i] = g->t0 + g->src_times[i];
+            }
             ka = g->smp.k_next - n;
             j0 = rv_ingest_audio_index(o, ka);
             kb = ka + n;
@@ -271,6 +276,7 @@ static rv_status run(ingest *g, rv_ingest_chunk_fn fn, void *user, rv_ingest_sta
             .first_frame = ka,
             .nframes = n,
             .size = o->size,
+            .t0 = g->t0,
             .frames = g->frames,
             .frame_time = g->times,
             .source_time = g->src_times,
@@ -300,6 +306,7 @@ end:
     stats->packets = g->corrupt.packets;
     stats->packets_expected = g->corrupt.expected;
     stats->corrupt_limit = g->corrupt.limit;
+    stats->end_time = stats->t0 + stats->end_s;
     return st;
 }
 

@@ -1,6 +1,7 @@
 /* ingest_unavailable.c: the media entry points of the ingest API in a build
  * without FFmpeg (RINGVIT_MEDIA OFF, or AUTO where FFmpeg's development files are
- * missing), where it and ingest_opts.c replace ingest/. Such a build keeps the
+ * missing), where it, ingest_opts.c and the files without FFmpeg types
+ * (probe_json.c, collect_column.c, frames_collect.c) replace ingest/. Such a build keeps the
  * compute path (backends, CP attention, the encoder on tokens, the kernel and
  * ring benchmarks: what a GPU machine without FFmpeg checks); every media entry
  * point fails with RV_ERR_UNSUPPORTED and says why. */

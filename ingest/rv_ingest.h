@@ -6,13 +6,22 @@
  * types, so the tokenizer and outside programs can include it alone.
  *
  * Time model (all times in seconds):
- *   - the time origin t0 is the presentation time of the first decoded video
- *     frame (of the first decoded audio frame in an audio-only file), rounded
- *     down to the microsecond, so the sample grid lies on whole microseconds of
- *     the container's clock; every time handed out is relative to t0
- *     (rv_ingest_stats.origin_s is t0 on the container's clock);
- *   - sample k (k = 0, 1, ...) is taken at t_k = start + k / fps; its frame is
- *     the last decoded frame whose pts <= t_k (the first frame if none is);
+ *   - time_origin is the presentation time of the first decoded video frame
+ *     (of the first decoded audio frame in an audio-only file) on the
+ *     container's clock (the clock of the streams' pts, as ffprobe and PyAV
+ *     report them); t0 is time_origin rounded down to the microsecond: the
+ *     zero of the sample grid, so the grid lies on whole microseconds of that
+ *     clock;
+ *   - sequence time is seconds from t0. The grid and everything that must be
+ *     exact are computed on it: the options (start_s, duration_s),
+ *     rv_ingest_frame_time, the end (rv_ingest_stats.end_s). Every time handed
+ *     out with the data (a chunk's frame_time and source_time, rv_ingest_result's)
+ *     is on the container's clock: t0 + its sequence time, with t0 in the chunk
+ *     and the stats. Subtracting t0 back is not exact, so what needs sequence
+ *     time computes it (rv_ingest_frame_time) instead of recovering it;
+ *   - sample k (k = 0, 1, ...) is taken at t_k = start + k / fps (sequence
+ *     time); its frame is the last decoded frame whose pts <= t0 + t_k (the
+ *     first frame if none is);
  *   - start may be negative, down to the audio that precedes t0 (an MPEG-TS
  *     file whose audio starts before its first video frame): the samples
  *     before t0 then repeat the first frame and the audio before t0 is kept.
@@ -138,15 +147,26 @@ RV_API rv_status rv_probe_file(const char *path, rv_probe **out);
 /* Sets *p to NULL; NULL or *p == NULL is a no-op. */
 RV_API void rv_probe_free(rv_probe **p);
 
+/* The probe as JSON text (malloc'd; free()): printed 1, as `ringvit probe
+ * --json` prints it (2-space indent, 9 significant digits); 0, compact with
+ * keys sorted and every digit (what the outputs store as "probe" metadata, and what
+ * json_loads reads back). Unknown numbers are null; the path is rv_utf8_text's
+ * when it is not valid UTF-8. */
+RV_API rv_status rv_probe_json_text(const rv_probe *p, int printed, char **json);
+
+/* text with every byte that is not part of valid UTF-8 written as \xNN
+ * (malloc'd; NULL when out of memory). */
+RV_API char *rv_utf8_text(const char *text);
+
 /* ---- ingest: sampled frames and resampled audio, in chunks ----------------------- */
 
 typedef struct rv_ingest_opts {
     int fps_num, fps_den;   /* sampling rate fps_num / fps_den frames/s (default 1/1) */
     int size;               /* output side S, px (default 224) */
     int pad;                /* 0: crop to S x S (default); 1: letterbox into S x S */
-    double start_s;         /* offset of the sample grid from t0, s (rounded to the
-                               microsecond); negative: before the first video frame
-                               (rv_timeline_start) */
+    double start_s;         /* where the sample grid starts, sequence time (s from
+                               t0, rounded to the microsecond); negative: before
+                               the first video frame (rv_timeline_start) */
     double duration_s;      /* sample only [start, start + duration); <= 0: to the end */
     int64_t first_frame;    /* range API: hand out grid indices k >= first_frame only
                                (and audio from the matching sample on) */
@@ -174,11 +194,13 @@ RV_API void rv_ingest_opts_default(rv_ingest_opts *o);
  * the video and of the audio stream that ingest would read with o (its stream
  * choices; the rest of o is not used). */
 typedef struct rv_timeline {
-    double origin_s;          /* the first decoded video frame's pts, s (audio only:
+    double time_origin;       /* the first decoded video frame's pts, s (audio only:
                                  the first audio frame's): the time_origin outputs
                                  record */
-    int64_t t0_us;            /* t0: origin_s rounded down to the microsecond; every
-                                 time ingest and the tokenizer hand out is from it */
+    int64_t t0_us;            /* t0: time_origin rounded down to the microsecond, us;
+                                 sequence time is from it */
+    double t0;                /* t0_us / 1e6: t0 on the container's clock, s (the
+                                 sample grid's zero) */
     double audio_s;           /* the first decoded audio frame's pts, s; NAN: no
                                  audio is read */
     int64_t start_us;         /* where the recording starts, us: the earlier of t0
@@ -214,7 +236,7 @@ RV_API rv_status rv_ingest_parse_max_corrupt(const char *text, rv_ingest_opts *o
  * judged yet). */
 RV_API int64_t rv_ingest_corrupt_limit(const rv_ingest_opts *o, int64_t packets);
 
-/* t_k - t0 = start + k / fps, s, exactly rounded. */
+/* t_k = start + k / fps, sequence time (s from t0), exactly rounded. */
 RV_API double rv_ingest_frame_time(const rv_ingest_opts *o, int64_t k);
 
 /* Size (ow, oh) a w x h display-oriented picture is resized to before the crop
@@ -229,9 +251,11 @@ typedef struct rv_ingest_chunk {
     int64_t first_frame;       /* grid index k of frames[0] */
     int nframes;               /* 0 in audio-only files */
     int size;                  /* S */
+    double t0;                 /* t0 on the container's clock, s: the grid's zero */
     const uint8_t *frames;     /* (nframes, S, S, 3) RGB, row-major */
-    const double *frame_time;  /* (nframes) t_k - t0, s */
-    const double *source_time; /* (nframes) pts of the decoded frame used, - t0, s */
+    const double *frame_time;  /* (nframes) t0 + t_k: s on the container's clock */
+    const double *source_time; /* (nframes) pts of the decoded frame used, s on the
+                                  container's clock (t0 + its sequence time) */
     int64_t first_sample;      /* audio index j of audio[0] */
     int64_t nsamples;          /* 0 when the file has no audio */
     const float *audio;        /* (nsamples) mono, 16 kHz, [-1, 1] nominal */
@@ -246,8 +270,11 @@ typedef struct rv_ingest_stats {
     int video_stream, audio_stream; /* container stream indices used, -1 none */
     int width, height;         /* coded size of the video, px */
     int rotation;              /* clockwise degrees applied: 0, 90, 180, 270 */
-    double origin_s;           /* t0 on the container's clock, s */
-    double end_s;              /* end of the recording, s since t0 */
+    double t0;                 /* t0 on the container's clock, s (0 until a file is
+                                  open) */
+    double end_s;              /* end of the recording, sequence time (s from t0) */
+    double end_time;           /* the same end on the container's clock, s:
+                                  t0 + end_s */
     int64_t frames;            /* frames handed out */
     int64_t samples;           /* audio samples handed out */
     int64_t decoded_frames;    /* video frames the decoder produced */
@@ -284,8 +311,8 @@ typedef struct rv_ingest_result {
     int64_t nframes;
     int size;
     uint8_t *frames;        /* (nframes, S, S, 3) RGB */
-    double *frame_time;     /* (nframes) s since t0 */
-    double *source_time;    /* (nframes) s since t0 */
+    double *frame_time;     /* (nframes) s on the container's clock (as the chunks') */
+    double *source_time;    /* (nframes) s on the container's clock */
     int64_t first_sample;   /* audio index of audio[0] */
     int64_t nsamples;
     float *audio;           /* (nsamples) mono 16 kHz */
@@ -297,6 +324,71 @@ RV_API rv_status rv_ingest_read(const char *path, const rv_ingest_opts *opts,
 
 /* Sets *r to NULL; NULL or *r == NULL is a no-op. */
 RV_API void rv_ingest_result_free(rv_ingest_result **r);
+
+/* ---- collectors: what the commands write, gathered as the data arrive ------------ */
+
+/* Where a collector keeps what it gathers. */
+typedef enum rv_collect_keep {
+    RV_KEEP_NONE = 0,  /* nothing: it only counts (and checks) */
+    RV_KEEP_MEMORY,    /* in memory: the arrays can be taken over */
+    RV_KEEP_SCRATCH,   /* in unlinked scratch files in the folder of an output path
+                          ("-", standard output: $TMPDIR, else /tmp), mapped
+                          read-only at the end: a long recording costs disk, not
+                          memory */
+} rv_collect_keep;
+
+/* One gathered tensor. */
+typedef struct rv_collected {
+    const char *name;   /* as the commands write it */
+    const char *dtype;  /* "u8", "i64", "f32" or "f64" */
+    int ndim;
+    int64_t shape[4];   /* (ndim) */
+    const void *data;   /* the elements, C order; NULL when there are none */
+} rv_collected;
+
+/* ---- frames: what `ringvit frames` writes and rv_flat_reader hands out ----------- */
+
+/* A recording opened for its frames: probed first (a file that is not media
+ * fails with the probe's message), its timeline read, the grid started at
+ * start_at on the container's clock (NAN: where the recording starts, the audio
+ * before the first frame included) and the options checked. */
+typedef struct rv_frames_plan {
+    rv_ingest_opts io;      /* the options given, start_s set (sequence time) */
+    rv_timeline tl;         /* where the recording starts: time_origin, t0 */
+    double start_time;      /* where the grid starts on the container's clock, s:
+                               tl.t0 + io.start_s */
+    rv_probe *probe;        /* the file's probe (rv_frames_plan_release frees it) */
+} rv_frames_plan;
+
+RV_API rv_status rv_frames_plan_make(const char *path, const rv_ingest_opts *io, double start_at,
+                                     rv_frames_plan *out);
+/* Frees the probe; NULL is a no-op. */
+RV_API void rv_frames_plan_release(rv_frames_plan *p);
+
+/* The tensors of the frames collector, in the order `ringvit frames` writes
+ * them (each aligned to its element after the one before):
+ *   frame_time         (N) f64           t0 + t_k, s on the container's clock
+ *   frame_source_time  (N) f64           pts of the frame used, same clock
+ *   audio              (M) f32           mono 16 kHz, sample j at t0 + start + j / 16000
+ *   frames             (N, S, S, 3) u8   RGB */
+enum { RV_FRAMES_TIME, RV_FRAMES_SOURCE_TIME, RV_FRAMES_AUDIO, RV_FRAMES_PICTURES,
+       RV_FRAMES_ARRAYS };
+
+/* Gathers the chunks of an ingest of S x S frames (size), kept as keep says
+ * (RV_KEEP_MEMORY or RV_KEEP_SCRATCH beside the output path beside). */
+typedef struct rv_frames_collector rv_frames_collector;
+RV_API rv_status rv_frames_collector_new(int size, rv_collect_keep keep, const char *beside,
+                                         rv_frames_collector **out);
+/* An rv_ingest_chunk_fn (user: the collector): appends the chunk. */
+RV_API rv_status rv_frames_collect(const rv_ingest_chunk *c, void *collector);
+/* The tensors gathered (RV_FRAMES_ARRAYS of them), scratch files mapped: call it
+ * once every chunk is in. The data live until the collector is freed or taken. */
+RV_API rv_status rv_frames_arrays(rv_frames_collector *c, rv_collected out[RV_FRAMES_ARRAYS]);
+/* In memory: tensor i's buffer (malloc'd, for the caller to free; NULL when it
+ * is empty or kept in a scratch file), no longer the collector's. */
+RV_API void *rv_frames_take(rv_frames_collector *c, int i);
+/* Sets *c to NULL; NULL or *c == NULL is a no-op. */
+RV_API void rv_frames_collector_free(rv_frames_collector **c);
 
 #ifdef __cplusplus
 }

@@ -20,7 +20,7 @@ void rv_grid_init(rv_grid *g, const rv_ingest_opts *o)
     g->fps_num = o->fps_num;
     g->fps_den = o->fps_den;
     g->start_us = llround(o->start_s * US);
-    g->origin = g->origin_us = 0;
+    g->time_origin = g->t0_us = 0;
     g->tb = (AVRational){1, 1};
     g->k_first = o->first_frame > 0 ? o->first_frame : 0;
     g->k_end = INT64_MAX;
@@ -47,18 +47,18 @@ int64_t rv_pts_floor_us(int64_t pts, AVRational tb)
     return q > INT64_MAX ? INT64_MAX : q < INT64_MIN ? INT64_MIN : (int64_t)q;
 }
 
-void rv_grid_set_origin(rv_grid *g, int64_t pts)
+void rv_grid_set_time_origin(rv_grid *g, int64_t pts)
 {
-    g->origin = pts;
-    g->origin_us = rv_pts_floor_us(pts, g->tb);
+    g->time_origin = pts;
+    g->t0_us = rv_pts_floor_us(pts, g->tb);
 }
 
 /* t_k = t0 + start + k / fps = N(k) / D seconds on the container's clock, with
- * N = (origin_us + start_us) * fps_num + k * fps_den * US and D = US * fps_num;
+ * N = (t0_us + start_us) * fps_num + k * fps_den * US and D = US * fps_num;
  * in tb units multiply by tb.den / tb.num. */
 int64_t rv_grid_floor_pts(const rv_grid *g, int64_t k)
 {
-    i128 n = ((i128)g->origin_us + g->start_us) * g->fps_num + (i128)k * g->fps_den * US;
+    i128 n = ((i128)g->t0_us + g->start_us) * g->fps_num + (i128)k * g->fps_den * US;
     i128 d = (i128)US * g->fps_num * g->tb.num;
     i128 r = floor_div(n * g->tb.den, d);
     if (r > INT64_MAX)
@@ -71,10 +71,10 @@ int64_t rv_grid_floor_pts(const rv_grid *g, int64_t k)
 int64_t rv_grid_first_k_at_or_after(const rv_grid *g, int64_t pts, int64_t k_from)
 {
     /* pts <= N(k) * tb.den / (D * tb.num) (pts integer, so floor does not matter)
-     * <=> k * fps_den * US * tb.den >= pts * D * tb.num - (origin_us + start_us) *
+     * <=> k * fps_den * US * tb.den >= pts * D * tb.num - (t0_us + start_us) *
      * fps_num * tb.den. */
     i128 lhs = (i128)pts * ((i128)US * g->fps_num * g->tb.num) -
-               ((i128)g->origin_us + g->start_us) * g->fps_num * g->tb.den;
+               ((i128)g->t0_us + g->start_us) * g->fps_num * g->tb.den;
     i128 step = (i128)g->fps_den * US * g->tb.den;
     i128 k;
     if (lhs <= 0)
@@ -100,9 +100,9 @@ double rv_grid_time(const rv_grid *g, int64_t k)
 
 double rv_grid_pts_seconds(const rv_grid *g, int64_t pts)
 {
-    /* (pts - origin) x tb plus the origin's part below a microsecond: small
-     * integers, so one correctly rounded division */
-    i128 resid = (i128)g->origin * g->tb.num * US - (i128)g->origin_us * g->tb.den;
-    i128 n = ((i128)pts - g->origin) * g->tb.num * US + resid;
+    /* (pts - time_origin) x tb plus time_origin's part below a microsecond:
+     * small integers, so one correctly rounded division */
+    i128 resid = (i128)g->time_origin * g->tb.num * US - (i128)g->t0_us * g->tb.den;
+    i128 n = ((i128)pts - g->time_origin) * g->tb.num * US + resid;
     return (double)n / ((double)g->tb.den * US);
 }

@@ -1,7 +1,7 @@
 /* timeline.c: where a recording starts on its container's clock. Decodes the
  * first frame of the video and of the audio stream ingest would read, the way
- * ingest does (the same readers, so t0 is the very pts ingest takes), and gives
- * t0 and the recording's start (the earlier of t0 and the first audio) in whole
+ * ingest does (the same readers, so time_origin is the very pts ingest takes),
+ * and gives time_origin, t0 and the recording's start (the earlier of t0 and the first audio) in whole
  * microseconds, rounded down from the exact pts (so the first audio sample is
  * kept). */
 #include <math.h>
@@ -21,7 +21,7 @@ rv_status rv_ingest_timeline(const char *path, const rv_ingest_opts *o, rv_timel
     AVRational vtb = {1, 1}, atb = {1, 1};
     if (!out)
         return rv_fail(RV_ERR_INVALID, "timeline: out is NULL");
-    *out = (rv_timeline){.origin_s = 0, .audio_s = NAN};
+    *out = (rv_timeline){.time_origin = 0, .audio_s = NAN};
     if ((st = rv_ingest_opts_check(o)) != RV_OK)
         return st;
     rv_av_log_install();
@@ -49,7 +49,7 @@ rv_status rv_ingest_timeline(const char *path, const rv_ingest_opts *o, rv_timel
         if (vpts == AV_NOPTS_VALUE)
             vpts = 0; /* as the sampler takes it */
         vtb = rv_video_reader_stream(vr)->time_base;
-        out->origin_s = (double)vpts * av_q2d(vtb);
+        out->time_origin = (double)vpts * av_q2d(vtb);
         out->t0_us = out->start_us = rv_pts_floor_us(vpts, vtb); /* as ingest takes it */
     }
     if (aindex >= 0) {
@@ -64,7 +64,7 @@ rv_status rv_ingest_timeline(const char *path, const rv_ingest_opts *o, rv_timel
             const int64_t a_us = rv_pts_floor_us(apts, atb);
             out->audio_s = (double)apts * av_q2d(atb);
             if (vindex < 0) {
-                out->origin_s = out->audio_s;
+                out->time_origin = out->audio_s;
                 out->t0_us = out->start_us = a_us;
             } else if (a_us < out->start_us) {
                 out->start_us = a_us;
@@ -72,6 +72,7 @@ rv_status rv_ingest_timeline(const char *path, const rv_ingest_opts *o, rv_timel
         }
     }
 end:
+    out->t0 = (double)out->t0_us / 1e6;
     av_frame_free(&first);
     rv_audio_reader_free(&ar);
     rv_video_reader_free(&vr);

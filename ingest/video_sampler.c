@@ -38,7 +38,7 @@ rv_status rv_sampler_init(rv_sampler *s, const char *path, rv_video_reader *read
     rv_status status = rv_cworker_start(&s->cw, path, o->size, o->pad, rotation, 1);
     if (status != RV_OK)
         return status;
-    /* The reader plans against the grid only once the origin is known (see
+    /* The reader plans against the grid only once time_origin is known (see
      * rv_sampler_set_first): until then any frame may be the first. */
     return RV_OK;
 }
@@ -74,7 +74,7 @@ void rv_sampler_set_first(rv_sampler *s, AVFrame *frame)
     int64_t pts = rv_frame_pts(frame);
     if (pts == AV_NOPTS_VALUE)
         pts = 0;
-    rv_grid_set_origin(&s->grid, pts);
+    rv_grid_set_time_origin(&s->grid, pts);
     s->decoded++;
     take_cur(s, frame, pts);
     rv_video_reader_plan(s->reader, &s->grid, &s->k_next);
@@ -84,7 +84,7 @@ void rv_sampler_take(rv_sampler *s, AVFrame *frame)
 {
     int64_t pts = rv_frame_pts(frame);
     if (pts == AV_NOPTS_VALUE)
-        pts = s->grid.origin;
+        pts = s->grid.time_origin;
     s->decoded++;
     take_cur(s, frame, pts);
 }
@@ -102,7 +102,7 @@ void rv_sampler_reset(rv_sampler *s)
 static rv_status check_truncated(rv_sampler *s)
 {
     AVStream *st = rv_video_reader_stream(s->reader);
-    int64_t start = st->start_time != AV_NOPTS_VALUE ? st->start_time : s->grid.origin;
+    int64_t start = st->start_time != AV_NOPTS_VALUE ? st->start_time : s->grid.time_origin;
     double got = (double)(s->end_pts - start) * av_q2d(st->time_base);
     if (rv_video_reader_truncated(s->reader))
         return rv_fail(RV_ERR_FORMAT, "%s: the file cannot be read past %.3f s; it is "
@@ -167,7 +167,7 @@ static rv_status fill(rv_sampler *s, int cap, uint8_t *frames, double *times,
         s->decoded++;
         int64_t pts = rv_frame_pts(s->next);
         if (pts == AV_NOPTS_VALUE)
-            pts = s->has_cur ? s->cur_pts + s->cur_dur : s->grid.origin;
+            pts = s->has_cur ? s->cur_pts + s->cur_dur : s->grid.time_origin;
         if (!s->has_cur) {
             take_cur(s, s->next, pts);
         } else {

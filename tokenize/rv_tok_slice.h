@@ -10,8 +10,9 @@
  *      contiguous), this rank's counts and arrays, and only this rank's tokens
  *      decoded and tokenized into them, streamed chunk by chunk.
  * The grid starts where the recording starts (audio before the first frame
- * included) unless a start on the container's clock is given. Token times are
- * seconds from t0 (rv_ingest.h); clock0 puts them on the container's clock. */
+ * included) unless a start on the container's clock is given. The slice holds
+ * the tokens' sequence times (what the encoder sees); the recording's t0 (its
+ * layout's) puts them on the container's clock, as rv_tok_info gives them. */
 #ifndef RV_TOK_SLICE_H
 #define RV_TOK_SLICE_H
 
@@ -32,20 +33,23 @@ extern "C" {
 typedef struct rv_tok_recording {
     rv_tok_layout layout;  /* the whole sequence (unset while need_count) */
     rv_ingest_opts io;     /* the ingest options with start_s on the grid's clock */
-    double end_s;          /* where the tokens end, s from t0 (start + duration
+    double end_s;          /* where the tokens end, sequence time (start + duration
                               at most); NAN while need_count */
+    double probe_end_s;    /* the end the probe states (rv_tok_layout_from_probe's
+                              end_s), sequence time; NAN while need_count */
     double time_origin;    /* the first video frame's pts, container clock, s */
-    double clock0;         /* t0 on the container's clock, s: a token time t is at
-                              clock0 + t */
-    double rec_start;      /* the recording's start, s from t0 (<= 0: audio first) */
+    double t0;             /* t0 on the container's clock, s (layout.t0 too): a
+                              sequence time t is at t0 + t */
+    double rec_start;      /* the recording's start, sequence time (<= 0: audio
+                              first) */
     int need_count;        /* 1: the file states no duration; count it first */
 } rv_tok_recording;
 
 /* Plans path's sequence with to and io (io->start_s is ignored): the grid starts
  * at start_at on the container's clock, or at the recording's start when
  * start_at is NAN. A file without a stated duration returns RV_OK with
- * need_count set. probe (may be NULL) receives the file's probe, for the caller
- * to free (rv_probe_free). */
+ * need_count set (rv_last_error() then says so). probe (may be NULL) receives
+ * the file's probe, for the caller to free (rv_probe_free). */
 RV_API rv_status rv_tok_recording_plan(const char *path, const rv_tok_opts *to,
                                        const rv_ingest_opts *io, double start_at,
                                        rv_tok_recording *rec, rv_probe **probe);
@@ -59,8 +63,8 @@ RV_API rv_status rv_tok_recording_count(const char *path, const rv_tok_opts *to,
                                         rv_tok_recording *rec, rv_tok_beat_fn beat, void *user,
                                         int64_t *frames, int64_t *samples, double *end_s);
 
-/* Completes a need_count recording's layout from counts rv_tok_recording_count
- * made elsewhere. */
+/* Completes a need_count recording's layout (its t0 the recording's) from
+ * counts rv_tok_recording_count made elsewhere. */
 RV_API rv_status rv_tok_recording_counted(const rv_tok_opts *to, rv_tok_recording *rec,
                                           int64_t frames, int64_t samples, double end_s);
 
@@ -72,7 +76,7 @@ typedef struct rv_tok_slice {
     int64_t nvideo, naudio; /* of them video and audio */
     uint8_t *modality;      /* (len) rv_modality */
     int64_t *pos;           /* (len, 3) */
-    double *time;           /* (len, 2) start, end: s from t0 */
+    double *seq_time;       /* (len, 2) start, end: sequence time (s from t0) */
     int64_t *window;        /* (len) each token's window (its block with spans) */
     float *video;           /* (nvideo, video_dim) patches; NULL unless kept */
     float *audio;           /* (naudio, audio_dim) patches; NULL unless kept */

@@ -20,7 +20,13 @@
  * them is padded, the last frame repeated and the audio silent, by at most
  * RV_TOK_PAD_MAX_S (more fails with RV_ERR_FORMAT naming both lengths). A rank
  * whose range ends before the recording does cannot see its real end, so that
- * check is made by the ranks whose ranges reach it. */
+ * check is made by the ranks whose ranges reach it.
+ *
+ * Times (rv_tokens.h): a batch gives each token's sequence time and its time on
+ * the container's clock, t0 + the sequence time, with the layout's t0: the
+ * plan's in a planned pass (rv_tok_recording_plan sets it; a plan made by
+ * rv_tok_layout_make has 0, sequence time), the first chunk's (rv_ingest_chunk.t0)
+ * in an open pass. */
 #ifndef RV_TOKENIZE_H
 #define RV_TOKENIZE_H
 
@@ -43,7 +49,8 @@ typedef struct rv_tok_batch {
     int64_t count;            /* tokens (may be 0) */
     const uint8_t *modality;  /* (count) rv_modality */
     const int64_t *pos;       /* (count, 3) */
-    const double *time;       /* (count, 2) start, end; s since t0 */
+    const double *time;       /* (count, 2) start, end: s on the container's clock */
+    const double *seq_time;   /* (count, 2) start, end: sequence time (s from t0) */
     const int64_t *window;    /* (count) each token's window (rv_token.window):
                                  with blocks (rv_tokens.h) its attention block */
     int64_t nvideo;           /* video tokens among them */

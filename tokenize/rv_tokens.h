@@ -36,11 +36,16 @@
  *                     time) in front of the sequence; t = t_w, the start of its
  *                     window w (below), with cls_each_window.
  *
- * Times (seconds since t0, the time origin of rv_ingest.h): a tubelet spans
- * [t_gT, t_{gT+T}) with t_k = rv_ingest_frame_time(k), so its start is exactly
- * the frame_time ingest hands out for its first frame; an audio patch spans the
- * samples its fbank frames read, [start + j0 / 16000, start + j1 / 16000) with
- * j0 = p * stride * 160 and j1 = j0 + (W - 1) * 160 + 400.
+ * Times (rv_ingest.h's time model): every token has its time span twice, in
+ * sequence time (seq_time: seconds from t0, the axis the layout, the encoder's
+ * time code and attention spans and pooling compute on, exactly) and on the
+ * container's clock (time: t0 + seq_time, what is written and reported, as
+ * ffprobe and PyAV report pts). A tubelet spans [t_gT, t_{gT+T}) with t_k =
+ * rv_ingest_frame_time(k), so its start is exactly the frame_time ingest hands
+ * out for its first frame (both clocks); an audio patch spans the samples its
+ * fbank frames read, [start + j0 / 16000, start + j1 / 16000) with j0 = p *
+ * stride * 160 and j1 = j0 + (W - 1) * 160 + 400. The layout's t0 (rv_tok_layout)
+ * places a sequence on the container's clock.
  *
  * Order: the time after the grid start (ingest's start_s) is cut into windows.
  * Time windows (frame_windows 0, the default): window w is [w * window_s,
@@ -162,7 +167,9 @@ typedef struct rv_token {
     int64_t pos[3];    /* video (g, y, x); audio (p, band, 0); special token i:
                           (i, 0, 0), 0 the class token, 1 the distillation token;
                           with window_positions g - g0(w) and p - p0(w) */
-    double time[2];    /* start, end, s since t0 */
+    double time[2];    /* start, end: s on the container's clock (t0 + seq_time) */
+    double seq_time[2]; /* start, end: sequence time (s from t0), what the encoder
+                           sees */
     int64_t item;      /* tubelet g or audio time step p (-1 for special tokens) */
     int part;          /* patch y * grid + x, or band (0 for special tokens) */
     int64_t window;    /* its window w (the leading special tokens: 0) */
@@ -172,6 +179,12 @@ typedef struct rv_token {
 typedef struct rv_tok_layout {
     rv_tok_opts opts;
     rv_ingest_opts ingest;  /* the grid: fps, size, start (range fields zeroed) */
+    double t0;              /* t0 on the container's clock, s: token times are t0 +
+                               their sequence times. rv_tok_layout_make and
+                               rv_tok_layout_from_probe leave it 0 (sequence time);
+                               rv_tok_recording_plan sets it from the file's
+                               timeline, an open tokenizer pass from its first
+                               chunk's t0 */
     int64_t nframes;        /* sampled frames covered: grid k < nframes (0: none) */
     int64_t nsamples;       /* audio samples covered: j < nsamples (0: none) */
     /* derived */
@@ -204,7 +217,7 @@ RV_API rv_status rv_tok_layout_make(const rv_tok_opts *to, const rv_ingest_opts 
  * audio stream in an audio-only file, or with io->video_stream == -2), else the
  * container's end less that stream's start; frames and samples follow from it,
  * start_s and duration_s as rv_ingest.h defines them. *end_s gets that end (s
- * since t0; may be NULL). RV_ERR_UNSUPPORTED when the file states no duration
+ * sequence time; may be NULL). RV_ERR_UNSUPPORTED when the file states no duration
  * (count with a whole pass then: rv_tokenize_file with plan NULL). */
 RV_API rv_status rv_tok_layout_from_probe(const rv_probe *p, const rv_tok_opts *to,
                                           const rv_ingest_opts *io, rv_tok_layout *out,
@@ -217,7 +230,8 @@ RV_API int64_t rv_tok_window_start(const rv_tok_layout *L, int64_t w);
 /* The window holding global token i (0 <= i < seq; the leading special tokens
  * are in 0, those of cls_each_window in the window they lead). */
 RV_API int64_t rv_tok_window_of(const rv_tok_layout *L, int64_t i);
-/* t_w, window w's start, s since t0 (the time of its special tokens). */
+/* t_w, window w's start, sequence time (s from t0; the seq_time of its special
+ * tokens). */
 RV_API double rv_tok_window_time(const rv_tok_layout *L, int64_t w);
 /* Windows of tubelet g and of audio step p. */
 RV_API int64_t rv_tok_window_of_tubelet(const rv_tok_layout *L, int64_t g);
@@ -236,9 +250,9 @@ RV_API int64_t rv_tok_index_audio(const rv_tok_layout *L, int64_t p, int band);
 RV_API int64_t rv_tok_video_before(const rv_tok_layout *L, int64_t i);
 RV_API int64_t rv_tok_audio_before(const rv_tok_layout *L, int64_t i);
 
-/* Time spans, s since t0. */
-RV_API void rv_tok_tubelet_time(const rv_tok_layout *L, int64_t g, double t[2]);
-RV_API void rv_tok_step_time(const rv_tok_layout *L, int64_t p, double t[2]);
+/* Where the grid starts (ingest.start_s) on the container's clock, s: t0 +
+ * ingest.start_s (the start_s outputs record). */
+RV_API double rv_tok_start_time(const rv_tok_layout *L);
 
 /* What a run of global tokens [first, first + count) needs. */
 typedef struct rv_tok_span {
@@ -252,8 +266,9 @@ typedef struct rv_tok_span {
     int64_t sample0, sample1; /* audio samples those fbank frames read */
     int64_t grid0, grid1;     /* grid indices to ingest so frames and samples are
                                  all handed out: [grid0, grid1) (rv_ingest_range) */
-    double t0, t1;            /* earliest token start, latest token end (0, 0 empty);
-                                 special tokens count with their time */
+    double time[2];           /* earliest token start, latest token end, s on the
+                                 container's clock (t0 + their sequence times; t0,
+                                 t0 when empty); special tokens count with theirs */
 } rv_tok_span;
 
 RV_API rv_status rv_tok_span_of(const rv_tok_layout *L, int64_t first, int64_t count,

@@ -20,7 +20,10 @@
  *   tokenize_stream.c    passes over a file: whole, a run of tokens, one rank
  *   rv_tok_slice.h       one recording on one rank, the recipe embed and
  *                        finetune share: plan from the headers, then the rank's
- *                        slice into arrays (public); tok_slice.c */
+ *                        slice into arrays (public); tok_slice.c
+ *   rv_tok_collect.h     the whole sequence as the tensors `ringvit tokens -o`
+ *                        writes and rv_flat_tokens returns (public); tok_collect.c
+ *   rv_tok_report.h      the tokens report as JSON (public); tok_report.c */
 #ifndef RV_TOK_INTERNAL_H
 #define RV_TOK_INTERNAL_H
 
@@ -33,9 +36,14 @@
 
 /* ---- token_layout.c ---------------------------------------------------------- */
 
-/* Makes L without checks beyond the arithmetic (rv_tok_layout_make checks). */
+/* Makes L without checks beyond the arithmetic (rv_tok_layout_make checks);
+ * L->t0 is left as it is. */
 void tok_layout_fill(rv_tok_layout *L, const rv_tok_opts *to, const rv_ingest_opts *io,
                      int64_t nframes, int64_t nsamples);
+
+/* Tubelet g's and audio step p's time spans, sequence time (s from t0). */
+void tok_tubelet_time(const rv_tok_layout *L, int64_t g, double t[2]);
+void tok_step_time(const rv_tok_layout *L, int64_t p, double t[2]);
 
 /* First tubelet / audio step whose window is >= w (not clamped to the count). */
 int64_t tok_tubelet_lo(const rv_tok_layout *L, int64_t w);

@@ -27,20 +27,22 @@ rv_status rv_tok_recording_plan(const char *path, const rv_tok_opts *to,
         *probe = NULL;
     memset(rec, 0, sizeof *rec);
     rec->io = *io;
-    rec->end_s = NAN;
+    rec->end_s = rec->probe_end_s = NAN;
     if ((st = rv_probe_file(path, &p)) != RV_OK ||
         (st = rv_ingest_timeline(path, io, &tl)) != RV_OK)
         goto end;
     rec->io.start_s = rv_timeline_start(&tl, start_at);
-    rec->time_origin = tl.origin_s;
-    rec->clock0 = (double)tl.t0_us / 1e6;
+    rec->time_origin = tl.time_origin;
+    rec->t0 = tl.t0;
     rec->rec_start = rv_timeline_start(&tl, NAN);
     double end_s = NAN;
     st = rv_tok_layout_from_probe(p, to, &rec->io, &rec->layout, &end_s);
     if (st == RV_ERR_UNSUPPORTED) {
-        rec->need_count = 1;
+        rec->need_count = 1; /* the message stays, for the caller to report */
         st = RV_OK;
     } else if (st == RV_OK) {
+        rec->layout.t0 = rec->t0;
+        rec->probe_end_s = end_s;
         rec->end_s = clamp_end(&rec->io, end_s);
     }
 end:
@@ -91,6 +93,7 @@ rv_status rv_tok_recording_counted(const rv_tok_opts *to, rv_tok_recording *rec,
     rv_status st = rv_tok_layout_make(to, &rec->io, frames, samples, &rec->layout);
     if (st != RV_OK)
         return st;
+    rec->layout.t0 = rec->t0;
     rec->end_s = clamp_end(&rec->io, end_s);
     rec->need_count = 0;
     return RV_OK;
@@ -124,9 +127,9 @@ rv_status rv_tok_slice_plan(const rv_tok_layout *L, rv_shard_kind kind, int rank
     }
     s->modality = alloc_rows(s->len, 1, 1);
     s->pos = alloc_rows(s->len, 3, sizeof(int64_t));
-    s->time = alloc_rows(s->len, 2, sizeof(double));
+    s->seq_time = alloc_rows(s->len, 2, sizeof(double));
     s->window = alloc_rows(s->len, 1, sizeof(int64_t));
-    int ok = s->modality && s->pos && s->time && s->window;
+    int ok = s->modality && s->pos && s->seq_time && s->window;
     if (keep_patches) {
         s->video = alloc_rows(s->nvideo, L->video_dim, sizeof(float));
         s->audio = alloc_rows(s->naudio, L->audio_dim, sizeof(float));
@@ -164,7 +167,7 @@ static rv_status on_batch(const rv_tok_batch *b, void *user)
     const size_t c = (size_t)b->count;
     copy(s->modality + s->got, b->modality, c);
     copy(s->pos + 3 * s->got, b->pos, sizeof(int64_t) * 3 * c);
-    copy(s->time + 2 * s->got, b->time, sizeof(double) * 2 * c);
+    copy(s->seq_time + 2 * s->got, b->seq_time, sizeof(double) * 2 * c);
     copy(s->window + s->got, b->window, sizeof(int64_t) * c);
     if (s->video)
         copy(s->video + s->got_video * f->L->video_dim, b->video,
@@ -204,7 +207,7 @@ void rv_tok_slice_release(rv_tok_slice *s)
 {
     if (!s)
         return;
-    free(s->modality), free(s->pos), free(s->time), free(s->window);
+    free(s->modality), free(s->pos), free(s->seq_time), free(s->window);
     free(s->video), free(s->audio);
     memset(s, 0, sizeof *s);
 }

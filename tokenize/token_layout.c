@@ -154,6 +154,7 @@ rv_status rv_tok_layout_make(const rv_tok_opts *to, const rv_ingest_opts *io,
     if (nframes > ((int64_t)1 << 40) || nsamples > ((int64_t)1 << 45))
         return rv_fail(RV_ERR_UNSUPPORTED, "tokenize: %lld frames / %lld samples is too long",
                        (long long)nframes, (long long)nsamples);
+    out->t0 = 0; /* sequence time until the caller places it */
     tok_layout_fill(out, to, io, nframes, nsamples);
     return RV_OK;
 }
@@ -267,13 +268,13 @@ static double sample_time(const rv_tok_layout *L, int64_t j)
     return (double)(start_us * 16 + j * 1000) / 16e6;
 }
 
-void rv_tok_tubelet_time(const rv_tok_layout *L, int64_t g, double t[2])
+void tok_tubelet_time(const rv_tok_layout *L, int64_t g, double t[2])
 {
     t[0] = rv_ingest_frame_time(&L->ingest, g * L->opts.tubelet);
     t[1] = rv_ingest_frame_time(&L->ingest, (g + 1) * L->opts.tubelet);
 }
 
-void rv_tok_step_time(const rv_tok_layout *L, int64_t p, double t[2])
+void tok_step_time(const rv_tok_layout *L, int64_t p, double t[2])
 {
     int64_t j0 = p * L->opts.audio_stride * RV_FBANK_HOP;
     int64_t j1 = j0 + (int64_t)(L->opts.audio_time - 1) * RV_FBANK_HOP + RV_FBANK_LEN;
@@ -281,15 +282,19 @@ void rv_tok_step_time(const rv_tok_layout *L, int64_t p, double t[2])
     t[1] = sample_time(L, j1);
 }
 
-rv_status rv_tok_info(const rv_tok_layout *L, int64_t i, rv_token *out)
+double rv_tok_start_time(const rv_tok_layout *L)
 {
-    if (i < 0 || i >= L->seq)
-        return rv_fail(RV_ERR_INVALID, "tokenize: token %lld outside the sequence of %lld",
-                       (long long)i, (long long)L->seq);
+    return L->t0 + L->ingest.start_s;
+}
+
+/* Token i in sequence time; rv_tok_info places it on the container's clock. */
+static void token_info(const rv_tok_layout *L, int64_t i, rv_token *out)
+{
     if (!tok_lead(L) && i < L->opts.cls) { /* the class (0) or distillation (1) token */
-        double t0 = rv_ingest_frame_time(&L->ingest, 0);
-        *out = (rv_token){.modality = RV_MOD_CLS, .pos = {i, 0, 0}, .time = {t0, t0}, .item = -1};
-        return RV_OK;
+        double ts = rv_ingest_frame_time(&L->ingest, 0);
+        *out = (rv_token){.modality = RV_MOD_CLS, .pos = {i, 0, 0}, .seq_time = {ts, ts},
+                          .item = -1};
+        return;
     }
     int64_t w, off, g0, nv, p0;
     window_split(L, i, &w, &off, &g0, &nv, &p0);
@@ -297,7 +302,7 @@ rv_status rv_tok_info(const rv_tok_layout *L, int64_t i, rv_token *out)
     if (off < 0) { /* special token off + lead of window w */
         double tw = rv_tok_window_time(L, w);
         *out = (rv_token){.modality = RV_MOD_CLS, .pos = {off + tok_lead(L), 0, 0},
-                          .time = {tw, tw}, .item = -1, .window = w};
+                          .seq_time = {tw, tw}, .item = -1, .window = w};
     } else if (off < nv) {
         int64_t g = g0 + off / L->per_tubelet;
         int part = (int)(off % L->per_tubelet);
@@ -306,13 +311,23 @@ rv_status rv_tok_info(const rv_tok_layout *L, int64_t i, rv_token *out)
                           .item = g,
                           .part = part,
                           .window = w};
-        rv_tok_tubelet_time(L, g, out->time);
+        tok_tubelet_time(L, g, out->seq_time);
     } else {
         int64_t a = off - nv, p = p0 + a / L->bands;
         int band = (int)(a % L->bands);
         *out = (rv_token){.modality = RV_MOD_AUDIO, .pos = {rel ? p - p0 : p, band, 0},
                           .item = p, .part = band, .window = w};
-        rv_tok_step_time(L, p, out->time);
+        tok_step_time(L, p, out->seq_time);
     }
+}
+
+rv_status rv_tok_info(const rv_tok_layout *L, int64_t i, rv_token *out)
+{
+    if (i < 0 || i >= L->seq)
+        return rv_fail(RV_ERR_INVALID, "tokenize: token %lld outside the sequence of %lld",
+                       (long long)i, (long long)L->seq);
+    token_info(L, i, out);
+    out->time[0] = L->t0 + out->seq_time[0];
+    out->time[1] = L->t0 + out->seq_time[1];
     return RV_OK;
 }

@@ -47,7 +47,7 @@ rv_status rv_tok_layout_from_probe(const rv_probe *p, const rv_tok_opts *to,
     if (to->frame_windows && !vs)
         return rv_fail(RV_ERR_INVALID, "%s: frame windows (window w = tubelet w) need video, "
                        "and there is no video stream to tokenize", p->path);
-    /* The stream whose first frame is t0 and whose end ends the recording. */
+    /* The stream whose first frame is time_origin and whose end ends the recording. */
     const rv_probe_stream *ref = vs ? vs : as;
     if (!ref)
         return rv_fail(RV_ERR_FORMAT, "%s: no video or audio stream to tokenize", p->path);
@@ -126,12 +126,12 @@ rv_status rv_tok_span_of(const rv_tok_layout *L, int64_t first, int64_t count,
     int64_t v0 = rv_tok_video_before(L, first), v1 = rv_tok_video_before(L, end);
     int64_t a0 = rv_tok_audio_before(L, first), a1 = rv_tok_audio_before(L, end);
     int have = 0;
-    double t[2];
+    double t[2], t0 = 0, t1 = 0; /* sequence time */
     const int64_t lead = tok_lead(L);
     if (!lead) {
         s.cls = tok_max(0, tok_min(end, o->cls) - first); /* special tokens [0, cls) */
         if (s.cls) {
-            s.t0 = s.t1 = rv_ingest_frame_time(&L->ingest, 0);
+            t0 = t1 = rv_ingest_frame_time(&L->ingest, 0);
             have = 1;
         }
     } else if ((s.cls = tok_specials_before(L, end) - tok_specials_before(L, first)) > 0) {
@@ -141,8 +141,8 @@ rv_status rv_tok_span_of(const rv_tok_layout *L, int64_t first, int64_t count,
         int64_t wa = rv_tok_window_of(L, first), wb = rv_tok_window_of(L, end - 1);
         if (first >= rv_tok_window_start(L, wa) + lead)
             wa++;
-        s.t0 = rv_tok_window_time(L, wa);
-        s.t1 = rv_tok_window_time(L, wb);
+        t0 = rv_tok_window_time(L, wa);
+        t1 = rv_tok_window_time(L, wb);
         have = 1;
     }
     int64_t kmin = INT64_MAX, kmax = INT64_MIN;
@@ -153,10 +153,10 @@ rv_status rv_tok_span_of(const rv_tok_layout *L, int64_t first, int64_t count,
         s.frame1 = tok_min(s.tubelet1 * o->tubelet, L->nframes);
         kmin = s.frame0;
         kmax = s.frame1;
-        rv_tok_tubelet_time(L, s.tubelet0, t);
-        s.t0 = have ? fmin(s.t0, t[0]) : t[0];
-        rv_tok_tubelet_time(L, s.tubelet1 - 1, t);
-        s.t1 = have ? fmax(s.t1, t[1]) : t[1];
+        tok_tubelet_time(L, s.tubelet0, t);
+        t0 = have ? fmin(t0, t[0]) : t[0];
+        tok_tubelet_time(L, s.tubelet1 - 1, t);
+        t1 = have ? fmax(t1, t[1]) : t[1];
         have = 1;
     }
     if (a1 > a0) {
@@ -168,15 +168,17 @@ rv_status rv_tok_span_of(const rv_tok_layout *L, int64_t first, int64_t count,
         s.sample1 = (s.fbank1 - 1) * RV_FBANK_HOP + RV_FBANK_LEN;
         kmin = tok_min(kmin, tok_grid_at_or_before(&L->ingest, s.sample0));
         kmax = tok_max(kmax, tok_grid_at_or_after(&L->ingest, s.sample1));
-        rv_tok_step_time(L, s.step0, t);
-        s.t0 = have ? fmin(s.t0, t[0]) : t[0];
-        rv_tok_step_time(L, s.step1 - 1, t);
-        s.t1 = have ? fmax(s.t1, t[1]) : t[1];
+        tok_step_time(L, s.step0, t);
+        t0 = have ? fmin(t0, t[0]) : t[0];
+        tok_step_time(L, s.step1 - 1, t);
+        t1 = have ? fmax(t1, t[1]) : t[1];
     }
     if (kmin <= kmax) {
         s.grid0 = kmin;
         s.grid1 = kmax;
     }
+    s.time[0] = L->t0 + t0;
+    s.time[1] = L->t0 + t1;
     *out = s;
     return RV_OK;
 }
@@ -194,6 +196,6 @@ int rv_tok_rank_spans(const rv_tok_layout *L, const rv_shard_plan *p, int rank,
     int n = rv_shard_segments(p, rank, seg);
     for (int i = 0; i < n; i++)
         if (rv_tok_span_of(L, seg[i].start, seg[i].len, &spans[i]) != RV_OK)
-            spans[i] = (rv_tok_span){.first = seg[i].start};
+            spans[i] = (rv_tok_span){.first = seg[i].start, .time = {L->t0, L->t0}};
     return n;
 }

@@ -100,6 +100,10 @@ rv_status rv_tokenize_range(const char *path, const rv_tok_layout *plan, int64_t
         if (sp.sample1 > sp.sample0 && sp.sample1 + pad_j > plan->nsamples)
             g0 = tok_min(g0, tok_grid_at_or_before(io, tok_max(0, plan->nsamples - pad_j)));
         st = rv_ingest_range(path, io, g0, sp.grid1 - g0, on_range_chunk, tk, &stats->ingest);
+    } else {
+        /* No token reads a frame or a sample: nothing is ingested, and the pass
+         * is still on the plan's clock. */
+        stats->ingest.t0 = stats->ingest.end_time = plan->t0;
     }
     if (st == RV_OK)
         st = rv_tokenizer_finish(tk);

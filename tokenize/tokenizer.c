@@ -16,7 +16,11 @@
  * so the running order is the final one. With cls_each_window a window is
  * also held back until an item of it or of a later window exists: an empty
  * window after the last item is not in the sequence, and its special tokens
- * must not go out. */
+ * must not go out.
+ *
+ * Times: each token's sequence time comes from the layout's arithmetic, its
+ * time on the container's clock is the layout's t0 plus it (an open pass takes
+ * t0 from its first chunk). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +34,7 @@
 struct rv_tokenizer {
     rv_tok_layout L;
     int open;                  /* counts still unknown (open pass before finish) */
+    int t0_pending;            /* open pass: t0 comes with the first chunk */
     int64_t tok_a, tok_b;      /* tokens handed out: [tok_a, tok_b) */
     int64_t gA, gB, pA, pB;    /* tubelets and audio steps to make */
     int64_t fA, fB;            /* fbank frames to compute */
@@ -65,7 +70,8 @@ struct rv_tokenizer {
     /* batch scratch */
     uint8_t *mod;
     int64_t *pos;
-    double *time;
+    double *time;              /* container's clock */
+    double *seqt;              /* sequence time */
     int64_t *win;
     int64_t meta_cap;
     rv_tok_stats st;
@@ -157,6 +163,7 @@ rv_status rv_tokenizer_new(const rv_tok_layout *plan, int64_t first, int64_t cou
         }
         tok_layout_fill(&t->L, to, io, has_video ? RV_TOK_OPEN : 0, has_audio ? RV_TOK_OPEN : 0);
         t->open = t->L.seq == RV_TOK_OPEN;
+        t->t0_pending = 1;
         t->tok_a = 0;
         t->tok_b = t->L.seq;
         t->gB = t->L.tubelets;
@@ -208,6 +215,7 @@ void rv_tokenizer_free(rv_tokenizer **pt)
     free(t->mod);
     free(t->pos);
     free(t->time);
+    free(t->seqt);
     free(t->win);
     free(t);
     *pt = NULL;
@@ -367,7 +375,7 @@ static void release(rv_tokenizer *t, int64_t g, int64_t p)
     }
 }
 
-/* Room for count tokens' modality, position and time. */
+/* Room for count tokens' modality, position, times and window. */
 static rv_status ensure_meta(rv_tokenizer *t, int64_t count)
 {
     if (count <= t->meta_cap)
@@ -384,10 +392,13 @@ static rv_status ensure_meta(rv_tokenizer *t, int64_t count)
     double *d = realloc(t->time, sizeof(double) * 2 * (size_t)cap);
     if (d)
         t->time = d;
+    double *ds = realloc(t->seqt, sizeof(double) * 2 * (size_t)cap);
+    if (ds)
+        t->seqt = ds;
     int64_t *wi = realloc(t->win, sizeof(int64_t) * (size_t)cap);
     if (wi)
         t->win = wi;
-    if (!m || !p || !d || !wi)
+    if (!m || !p || !d || !ds || !wi)
         return rv_fail(RV_ERR_NOMEM, "tokenize: out of memory for %lld tokens", (long long)cap);
     t->meta_cap = cap;
     return RV_OK;
@@ -418,17 +429,17 @@ static rv_status emit(rv_tokenizer *t, int64_t w, int last)
     if (st != RV_OK)
         return st;
     rv_tok_batch bt = {.first = w >= 0 ? a : t->tok_b, .modality = t->mod, .pos = t->pos,
-                       .time = t->time, .window = t->win};
+                       .time = t->time, .seq_time = t->seqt, .window = t->win};
     int64_t n = 0;
     /* The leading special tokens come first: they go out with the first window
      * (a range starting at 1 of cls = 2 has only the distillation token). */
     if (t->cls_pending) {
-        double t0 = rv_ingest_frame_time(&L->ingest, 0);
+        double ts = rv_ingest_frame_time(&L->ingest, 0);
         for (; n < t->cls_pending; n++) {
             t->mod[n] = RV_MOD_CLS;
             t->pos[3 * n] = t->cls_first + n;
             t->pos[3 * n + 1] = t->pos[3 * n + 2] = 0;
-            t->time[2 * n] = t->time[2 * n + 1] = t0;
+            t->seqt[2 * n] = t->seqt[2 * n + 1] = ts;
             t->win[n] = 0;
         }
         bt.first = t->cls_first;
@@ -443,7 +454,7 @@ static rv_status emit(rv_tokenizer *t, int64_t w, int last)
             t->mod[n] = RV_MOD_CLS;
             t->pos[3 * n] = i - ws;
             t->pos[3 * n + 1] = t->pos[3 * n + 2] = 0;
-            t->time[2 * n] = t->time[2 * n + 1] = tw;
+            t->seqt[2 * n] = t->seqt[2 * n + 1] = tw;
             t->win[n] = w;
         }
         t->st.cls_tokens += se - a;
@@ -461,15 +472,15 @@ static rv_status emit(rv_tokenizer *t, int64_t w, int last)
             g = g0 + off / Q;
             int part = (int)(off % Q);
             if (g != tg) {
-                rv_tok_tubelet_time(L, g, tt);
+                tok_tubelet_time(L, g, tt);
                 tg = g;
             }
             t->mod[n] = RV_MOD_VIDEO;
             t->pos[3 * n] = rel ? g - g0 : g;
             t->pos[3 * n + 1] = part / L->grid;
             t->pos[3 * n + 2] = part % L->grid;
-            t->time[2 * n] = tt[0];
-            t->time[2 * n + 1] = tt[1];
+            t->seqt[2 * n] = tt[0];
+            t->seqt[2 * n + 1] = tt[1];
             t->win[n] = w;
         }
     }
@@ -485,19 +496,21 @@ static rv_status emit(rv_tokenizer *t, int64_t w, int last)
             off = i - vs - nv;
             p = p0 + off / B;
             if (p != tp) {
-                rv_tok_step_time(L, p, tt);
+                tok_step_time(L, p, tt);
                 tp = p;
             }
             t->mod[n] = RV_MOD_AUDIO;
             t->pos[3 * n] = rel ? p - p0 : p;
             t->pos[3 * n + 1] = off % B;
             t->pos[3 * n + 2] = 0;
-            t->time[2 * n] = tt[0];
-            t->time[2 * n + 1] = tt[1];
+            t->seqt[2 * n] = tt[0];
+            t->seqt[2 * n + 1] = tt[1];
             t->win[n] = w;
         }
     }
     bt.count = n;
+    for (int64_t i = 0; i < 2 * n; i++) /* on the container's clock */
+        t->time[i] = L->t0 + t->seqt[i];
     bt.fbank_first = t->f_reported;
     bt.nfbank = t->f_next - t->f_reported;
     bt.fbank = t->fr ? t->fr + (t->f_reported - t->fr_f0) * RV_FBANK_BINS : NULL;
@@ -552,6 +565,10 @@ static rv_status push(rv_tokenizer *t, const rv_ingest_chunk *c)
 {
     const rv_tok_layout *L = &t->L;
     rv_status st;
+    if (t->t0_pending) {
+        t->L.t0 = c->t0;
+        t->t0_pending = 0;
+    }
     if (c->nframes > 0) {
         if (c->size != L->ingest.size)
             return rv_fail(RV_ERR_INVALID, "tokenize: frames of %d px, the layout has %d px",

@@ -388,7 +388,7 @@ rv_status bench_slice_make(const rv_vit_config *c, const rv_shard_plan *p, int r
                 s->window[i] = 0;
     int64_t nva, naa;
     bench_counts(c, p->seq, &nva, &naa);
-    s->t = (rv_vit_tokens){.len = len, .modality = s->mod, .pos = s->pos, .time = s->time, .nvideo = nv, .video = s->video, .naudio = na, .audio = s->audio, .grid = RV_BENCH_GRID, .audio_steps = (naa + bands - 1) / bands, .window = s->window};
+    s->t = (rv_vit_tokens){.len = len, .modality = s->mod, .pos = s->pos, .seq_time = s->time, .nvideo = nv, .video = s->video, .naudio = na, .audio = s->audio, .grid = RV_BENCH_GRID, .audio_steps = (naa + bands - 1) / bands, .window = s->window};
     return RV_OK;
 }
 

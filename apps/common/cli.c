@@ -15,7 +15,7 @@
 
 #include "rv_backend.h"
 #include "rv_cuda.h"
-#include "rv_flat.h"
+#include "rv_ingest.h"
 
 void cli_error(const char *fmt, ...)
 {

@@ -13,15 +13,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "rv_flat.h"
-
-json_t *cli_probe_json(const rv_probe *p)
-{
-    char *text = NULL;
-    json_t *root = rv_probe_json_text(p, 0, &text) == RV_OK ? json_loads(text, 0, NULL) : NULL;
-    free(text);
-    return root;
-}
 
 int cli_parse_fps(const char *cmd, const char *flag, const char *text, int *num, int *den)
 {

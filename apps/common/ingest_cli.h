@@ -1,15 +1,12 @@
-/* ingest_cli.h: what the ingest commands (probe, frames, bench ingest) share:
- * the probe as JSON and the parsing of a frame rate. */
+/* ingest_cli.h: what the media commands (probe, frames, tokens, embed, bench
+ * ingest) share: the parsing of a frame rate and of the ingest flags, and
+ * standard input as a file. */
 #ifndef RV_INGEST_CLI_H
 #define RV_INGEST_CLI_H
 
 #include <jansson.h>
 
 #include "rv_ingest.h"
-
-/* The probe as a JSON object (new reference; NULL when out of memory). Unknown
- * numbers are null. */
-json_t *cli_probe_json(const rv_probe *p);
 
 /* Parses a frame rate exactly: "30", "29.97" (up to 6 decimals) or "30000/1001",
  * positive and at most 1000 frames/s. Prints a usage error naming the flag and

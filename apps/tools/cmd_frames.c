@@ -9,17 +9,14 @@
  * JSON) and "time_origin" (t0, the first frame's pts, s). Times are on the
  * container's clock, as ffprobe and PyAV report pts: the grid starts at --start
  * on that clock, or where the recording starts (audio before the first frame
- * included). Frames and audio are spilled to an unlinked file next to the output as
+ * included). The library opens the recording and gathers the tensors (its
+ * frames collector, rv_ingest.h) in unlinked scratch files next to the output as
  * they arrive, so a long recording costs disk, not memory; the writer then reads
  * them through a mapping and writes OUT atomically (temporary name, rename). */
-#include <errno.h>
-#include <fcntl.h>
-#include <libgen.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "apps.h"
@@ -27,7 +24,6 @@
 #include "out_path.h"
 #include "ingest_cli.h"
 #include "rv_clock.h"
-#include "spill_file.h"
 #include "rv_ingest.h"
 #include "rv_safetensors.h"
 
@@ -75,14 +71,11 @@ static const char help_text[] =
 
 
 typedef struct frames_state {
-    spill frames, audio;
-    double *times, *src_times;
-    int64_t nframes, times_cap, nsamples;
+    rv_frames_collector *col;
+    int64_t nframes, nsamples;
     int progress;          /* stderr is a terminal */
     double total_s;        /* for the progress line; NAN unknown */
-    double start_s;        /* the grid's start, s since t0 */
-    double origin_s;       /* t0 on the container's clock, s (whole microseconds):
-                              added to every time */
+    double start_time;     /* the grid's start on the container's clock, s */
     double last_print;
     int64_t max_frames;    /* --max-frames */
     const char *path;
@@ -96,42 +89,16 @@ static rv_status on_chunk(const rv_ingest_chunk *c, void *user)
         return rv_fail(RV_ERR_INVALID, "%s: more than --max-frames %lld frames at these "
                        "settings; raise --max-frames if the time and disk are meant", fs->path,
                        (long long)fs->max_frames);
-    if (c->nframes > 0) {
-        size_t fsize = (size_t)c->size * c->size * 3;
-        if ((st = spill_write(&fs->frames, c->frames, fsize * (size_t)c->nframes)) != RV_OK)
-            return st;
-        if (fs->nframes + c->nframes > fs->times_cap) {
-            int64_t cap = fs->times_cap ? fs->times_cap : 1024;
-            while (cap < fs->nframes + c->nframes)
-                cap *= 2;
-            double *t = realloc(fs->times, sizeof(double) * (size_t)cap);
-            if (!t)
-                return rv_fail(RV_ERR_NOMEM, "out of memory");
-            fs->times = t;
-            t = realloc(fs->src_times, sizeof(double) * (size_t)cap);
-            if (!t)
-                return rv_fail(RV_ERR_NOMEM, "out of memory");
-            fs->src_times = t;
-            fs->times_cap = cap;
-        }
-        for (int i = 0; i < c->nframes; i++) {
-            fs->times[fs->nframes + i] = c->frame_time[i] + fs->origin_s;
-            fs->src_times[fs->nframes + i] = c->source_time[i] + fs->origin_s;
-        }
-        fs->nframes += c->nframes;
-    }
-    if (c->nsamples > 0) {
-        if ((st = spill_write(&fs->audio, c->audio, sizeof(float) * (size_t)c->nsamples)) != RV_OK)
-            return st;
-        fs->nsamples += c->nsamples;
-    }
+    if ((st = rv_frames_collect(c, fs->col)) != RV_OK)
+        return st;
+    fs->nframes += c->nframes;
+    fs->nsamples += c->nsamples;
     if (fs->progress) {
         double t = rv_clock_s();
         if (t - fs->last_print > 0.25 || c->last) {
-            double at = fs->start_s + (double)(c->first_sample + c->nsamples) / RV_AUDIO_RATE;
+            double at = fs->start_time + (double)(c->first_sample + c->nsamples) / RV_AUDIO_RATE;
             if (c->nframes > 0)
                 at = c->frame_time[c->nframes - 1];
-            at += fs->origin_s;
             if (isfinite(fs->total_s) && fs->total_s > 0)
                 fprintf(stderr, "\r" RV_CLI_PROG ": " CMD ": %.1f of %.1f s, %lld frames   ",
                         at, fs->total_s, (long long)fs->nframes);
@@ -199,21 +166,21 @@ static int parse_args(int argc, char **argv, frames_args *a)
     return 0;
 }
 
-static char *ingest_meta(const frames_args *a, const rv_ingest_stats *s)
+static char *ingest_meta(const rv_frames_plan *p, const rv_ingest_stats *s)
 {
-    const rv_ingest_opts *o = &a->o;
+    const rv_ingest_opts *o = &p->io;
     json_t *m = json_object();
     json_object_set_new(m, "fps", json_real((double)o->fps_num / o->fps_den));
     json_object_set_new(m, "fps_rational", json_sprintf("%d/%d", o->fps_num, o->fps_den));
     json_object_set_new(m, "size", json_integer(o->size));
     json_object_set_new(m, "pad", json_boolean(o->pad));
-    json_object_set_new(m, "start_s", json_real(s->origin_s + o->start_s));
+    json_object_set_new(m, "start_s", json_real(p->start_time));
     json_object_set_new(m, "duration_s", o->duration_s > 0 ? json_real(o->duration_s) : json_null());
     json_object_set_new(m, "audio_rate", json_integer(RV_AUDIO_RATE));
     json_object_set_new(m, "video_stream", s->video_stream >= 0 ? json_integer(s->video_stream) : json_null());
     json_object_set_new(m, "audio_stream", s->audio_stream >= 0 ? json_integer(s->audio_stream) : json_null());
     json_object_set_new(m, "rotation", json_integer(s->rotation));
-    json_object_set_new(m, "time_origin_s", json_real(s->origin_s));
+    json_object_set_new(m, "time_origin_s", json_real(s->t0)); /* t0, as it always was */
     json_object_set_new(m, "end_s", json_real(s->end_s));
     json_object_set_new(m, "frames", json_integer(s->frames));
     json_object_set_new(m, "samples", json_integer(s->samples));
@@ -231,11 +198,12 @@ static int frames_main(int argc, char **argv)
     if (rc)
         return rc;
 
-    rv_probe *probe = NULL;
+    rv_frames_plan plan = {0};
     rv_st_writer *w = NULL;
     char *probe_text = NULL, *meta_text = NULL;
-    frames_state fs = {.frames = {-1, 0, NULL}, .audio = {-1, 0, NULL}};
+    frames_state fs = {0};
     rv_ingest_stats stats;
+    rv_collected arr[RV_FRAMES_ARRAYS];
     rv_status st;
     char input[4096], target[4096];
     int spooled = 0;
@@ -250,74 +218,63 @@ static int frames_main(int argc, char **argv)
     a.path = input;
     rc = RV_EXIT_FAIL;
 
-    if ((st = rv_probe_file(a.path, &probe)) != RV_OK) {
+    if ((st = rv_frames_plan_make(a.path, &a.o, a.start_at, &plan)) != RV_OK) {
         cli_fail(st, CMD);
         goto end;
     }
+    const rv_probe *probe = plan.probe;
     if (spooled)
-        snprintf(probe->path, sizeof probe->path, "-");
-    rv_timeline tl;
-    if ((st = rv_ingest_timeline(a.path, &a.o, &tl)) != RV_OK) {
-        cli_fail(st, CMD);
-        goto end;
-    }
-    a.o.start_s = rv_timeline_start(&tl, a.start_at);
+        snprintf(plan.probe->path, sizeof plan.probe->path, "-");
     /* The work the stated duration implies, refused before any decoding. */
-    double span = probe->duration_s - a.o.start_s;
-    if (a.o.duration_s > 0 && a.o.duration_s < span)
-        span = a.o.duration_s;
-    const double planned = floor(span * a.o.fps_num / a.o.fps_den);
-    if (probe->video >= 0 && a.o.video_stream != -2 && isfinite(planned) &&
+    double span = probe->duration_s - plan.io.start_s;
+    if (plan.io.duration_s > 0 && plan.io.duration_s < span)
+        span = plan.io.duration_s;
+    const double planned = floor(span * plan.io.fps_num / plan.io.fps_den);
+    if (probe->video >= 0 && plan.io.video_stream != -2 && isfinite(planned) &&
         planned > (double)a.max_frames) {
         cli_fail(rv_fail(RV_ERR_INVALID, "%s: %.0f frames (%.0f s at %d/%d fps), more than "
                             "--max-frames %lld; raise --max-frames if the time and disk "
-                            "(%.0f MB) are meant", a.path, planned, span, a.o.fps_num,
-                            a.o.fps_den, (long long)a.max_frames,
-                            planned * a.o.size * a.o.size * 3 / 1e6),
+                            "(%.0f MB) are meant", a.path, planned, span, plan.io.fps_num,
+                            plan.io.fps_den, (long long)a.max_frames,
+                            planned * plan.io.size * plan.io.size * 3 / 1e6),
                     CMD);
         goto end;
     }
     fs.max_frames = a.max_frames;
     fs.path = a.path;
-    if ((st = spill_open(&fs.frames, target)) != RV_OK ||
-        (st = spill_open(&fs.audio, target)) != RV_OK) {
+    if ((st = rv_frames_collector_new(plan.io.size, RV_KEEP_SCRATCH, target, &fs.col)) != RV_OK) {
         cli_fail(st, CMD);
         goto end;
     }
     fs.progress = isatty(STDERR_FILENO);
     fs.total_s = probe->duration_s;
-    fs.start_s = a.o.start_s;
-    fs.origin_s = (double)tl.t0_us / 1e6;
-    if ((st = rv_ingest_stream(a.path, &a.o, on_chunk, &fs, &stats)) != RV_OK) {
+    fs.start_time = plan.start_time;
+    if ((st = rv_ingest_stream(a.path, &plan.io, on_chunk, &fs, &stats)) != RV_OK) {
         if (fs.progress)
             fputc('\n', stderr);
         cli_fail(st, CMD);
         goto end;
     }
-    if ((st = spill_map(&fs.frames)) != RV_OK || (st = spill_map(&fs.audio)) != RV_OK) {
+    if ((st = rv_frames_arrays(fs.col, arr)) != RV_OK) {
         cli_fail(st, CMD);
         goto end;
     }
-    json_t *pj = cli_probe_json(probe);
-    probe_text = pj ? json_dumps(pj, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(17)) : NULL;
-    json_decref(pj);
-    meta_text = ingest_meta(&a, &stats);
+    if (rv_probe_json_text(probe, 0, &probe_text) != RV_OK)
+        probe_text = NULL;
+    meta_text = ingest_meta(&plan, &stats);
     if (!probe_text || !meta_text) {
         cli_error("%s: out of memory", CMD);
         goto end;
     }
     char origin_text[40];
-    snprintf(origin_text, sizeof origin_text, "%.17g", tl.origin_s);
-    const int64_t S = a.o.size;
-    int64_t fshape[4] = {fs.nframes, S, S, 3}, tshape[1] = {fs.nframes},
-            ashape[1] = {fs.nsamples};
-    /* F64 first, then F32, then U8: every tensor starts aligned to its element. */
-    if ((st = rv_st_writer_new(&w)) != RV_OK ||
-        (st = rv_st_writer_add(w, "frame_time", RV_F64, 1, tshape, fs.times)) != RV_OK ||
-        (st = rv_st_writer_add(w, "frame_source_time", RV_F64, 1, tshape, fs.src_times)) != RV_OK ||
-        (st = rv_st_writer_add(w, "audio", RV_F32, 1, ashape, fs.audio.map)) != RV_OK ||
-        (st = rv_st_writer_add(w, "frames", RV_U8, 4, fshape, fs.frames.map)) != RV_OK ||
-        (st = rv_st_writer_meta(w, "format", "ringvit-frames")) != RV_OK ||
+    snprintf(origin_text, sizeof origin_text, "%.17g", plan.tl.time_origin);
+    /* F64 first, then F32, then U8 (the collector's order): every tensor starts
+     * aligned to its element. */
+    static const rv_dtype dtypes[RV_FRAMES_ARRAYS] = {RV_F64, RV_F64, RV_F32, RV_U8};
+    st = rv_st_writer_new(&w);
+    for (int i = 0; i < RV_FRAMES_ARRAYS && st == RV_OK; i++)
+        st = rv_st_writer_add(w, arr[i].name, dtypes[i], arr[i].ndim, arr[i].shape, arr[i].data);
+    if (st != RV_OK || (st = rv_st_writer_meta(w, "format", "ringvit-frames")) != RV_OK ||
         (st = rv_st_writer_meta(w, "probe", probe_text)) != RV_OK ||
         (st = rv_st_writer_meta(w, "ingest", meta_text)) != RV_OK ||
         (st = rv_st_writer_meta(w, "time_origin", origin_text)) != RV_OK ||
@@ -325,21 +282,19 @@ static int frames_main(int argc, char **argv)
         cli_fail(st, CMD);
         goto end;
     }
+    const int64_t S = plan.io.size;
     printf("%s: %lld frames of %lldx%lld at %d/%d fps, %lld audio samples (%.3f s), "
            "%lld corrupt skipped\n",
-           a.out, (long long)fs.nframes, (long long)S, (long long)S, a.o.fps_num, a.o.fps_den,
-           (long long)fs.nsamples, (double)fs.nsamples / RV_AUDIO_RATE,
+           a.out, (long long)fs.nframes, (long long)S, (long long)S, plan.io.fps_num,
+           plan.io.fps_den, (long long)fs.nsamples, (double)fs.nsamples / RV_AUDIO_RATE,
            (long long)stats.corrupt);
     rc = RV_EXIT_OK;
 end:
     rv_st_writer_free(&w);
-    spill_close(&fs.frames);
-    spill_close(&fs.audio);
-    free(fs.times);
-    free(fs.src_times);
+    rv_frames_collector_free(&fs.col);
     free(probe_text);
     free(meta_text);
-    rv_probe_free(&probe);
+    rv_frames_plan_release(&plan);
     cli_input_done(input, spooled);
     return rc;
 }

@@ -3,6 +3,7 @@
  * the headers without decoding the recording. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "apps.h"
@@ -101,14 +102,16 @@ static int probe_main(int argc, char **argv)
     if (spooled)
         snprintf(p->path, sizeof p->path, "-");
     if (json) {
-        json_t *root = cli_probe_json(p);
-        if (!root) {
-            cli_error("%s: out of memory", CMD);
+        char *text = NULL;
+        if ((st = rv_probe_json_text(p, 1, &text)) != RV_OK) {
+            rc = cli_fail(st, CMD);
+        } else if (printf("%s\n", text) < 0 || fflush(stdout) != 0) {
+            cli_error("could not write JSON to standard output");
             rc = RV_EXIT_FAIL;
         } else {
-            rc = cli_json_print(root);
-            json_decref(root);
+            rc = RV_EXIT_OK;
         }
+        free(text);
     } else {
         print_table(p);
     }

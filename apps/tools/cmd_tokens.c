@@ -14,29 +14,28 @@
  *   token_window    (seq) I64                     window (attention block) index
  * plus metadata "tokens" (options and counts, JSON), "probe" and "time_origin"
  * (t0, the first video frame's pts, s). Every time written or reported is on
- * the container's clock, as ffprobe and PyAV report pts; --start is on it too. The tensors
- * are spilled to unlinked scratch files beside OUT as the batches arrive, so a
- * long recording costs disk, not memory; OUT is written atomically. */
+ * the container's clock, as ffprobe and PyAV report pts; --start is on it too. The
+ * library plans the sequence (rv_tok_recording_plan), tokenizes and gathers the
+ * tensors (rv_tok_collect.h) in unlinked scratch files beside OUT as the
+ * batches arrive, so a long recording costs disk, not memory, and builds the
+ * report (rv_tok_report.h); OUT is written atomically. */
 #include <errno.h>
-#include <fcntl.h>
-#include <libgen.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "apps.h"
 #include "cli.h"
 #include "out_path.h"
 #include "rv_clock.h"
-#include "spill_file.h"
 #include "ingest_cli.h"
 #include "rv_ingest.h"
 #include "rv_safetensors.h"
 #include "rv_shard.h"
+#include "rv_tok_collect.h"
 #include "rv_tok_report.h"
+#include "rv_tok_slice.h"
 #include "rv_tokenize.h"
 #include "rv_tokens.h"
 
@@ -118,10 +117,8 @@ static const char help_text[] =
 
 typedef struct tokens_args {
     const char *path, *out;
-    rv_ingest_opts io;   /* start_s: since t0, from start_at once the file is open */
+    rv_ingest_opts io;   /* the flags (the plan sets start_s from start_at) */
     double start_at;     /* --start on the container's clock (NAN: not given) */
-    double origin;       /* t0 on that clock, s (whole microseconds): added to times */
-    double time_origin;  /* the first frame's pts, s (metadata time_origin) */
     rv_tok_opts to;
     int cp;
     rv_shard_kind shard;
@@ -282,20 +279,13 @@ static int parse_args(int argc, char **argv, tokens_args *a)
     return 0;
 }
 
-/* ---- collecting the tokens --------------------------------------------------------- */
+/* ---- the limit on the tokens ------------------------------------------------------- */
 
-
-enum { SP_VIDEO, SP_FBANK, SP_AUDIO, SP_MOD, SP_POS, SP_TIME, SP_WINDOW, SP_COUNT };
-
-typedef struct collect {
-    int write;                 /* spill the tensors (-o) */
-    spill sp[SP_COUNT];
-    int64_t tokens, video, audio, cls, fbank;
-    int64_t video_dim, audio_dim;
+typedef struct limit {
+    int64_t tokens;            /* handed out so far */
     int64_t max_tokens;        /* --max-tokens */
-    double origin;             /* added to the token times written */
     const char *path;
-} collect;
+} limit;
 
 static rv_status too_many(const char *path, int64_t tokens, int64_t max)
 {
@@ -304,35 +294,13 @@ static rv_status too_many(const char *path, int64_t tokens, int64_t max)
                    "meant", path, (long long)tokens, (long long)max);
 }
 
-static rv_status on_batch(const rv_tok_batch *b, void *user)
+/* Before each batch is kept (a file that states no duration is not planned). */
+static rv_status within_limit(const rv_tok_batch *b, void *user)
 {
-    collect *c = user;
-    if (c->tokens + b->count > c->max_tokens)
-        return too_many(c->path, c->tokens + b->count, c->max_tokens);
-    c->tokens += b->count;
-    c->video += b->nvideo;
-    c->audio += b->naudio;
-    c->fbank += b->nfbank;
-    for (int64_t i = 0; i < b->count; i++)
-        c->cls += b->modality[i] == RV_MOD_CLS;
-    if (!c->write)
-        return RV_OK;
-    rv_status st;
-    if ((st = spill_write(&c->sp[SP_VIDEO], b->video, sizeof(float) * (size_t)(b->nvideo * c->video_dim))) ||
-        (st = spill_write(&c->sp[SP_AUDIO], b->audio, sizeof(float) * (size_t)(b->naudio * c->audio_dim))) ||
-        (st = spill_write(&c->sp[SP_FBANK], b->fbank, sizeof(float) * (size_t)(b->nfbank * RV_FBANK_BINS))) ||
-        (st = spill_write(&c->sp[SP_MOD], b->modality, (size_t)b->count)) ||
-        (st = spill_write(&c->sp[SP_POS], b->pos, sizeof(int64_t) * 3 * (size_t)b->count)) ||
-        (st = spill_write(&c->sp[SP_WINDOW], b->window, sizeof(int64_t) * (size_t)b->count)))
-        return st;
-    double t[512]; /* the times on the container's clock, 256 tokens at a time */
-    for (int64_t i = 0; i < 2 * b->count; i += 512) {
-        int64_t n = 2 * b->count - i < 512 ? 2 * b->count - i : 512;
-        for (int64_t j = 0; j < n; j++)
-            t[j] = b->time[i + j] + c->origin;
-        if ((st = spill_write(&c->sp[SP_TIME], t, sizeof(double) * (size_t)n)))
-            return st;
-    }
+    limit *l = user;
+    if (l->tokens + b->count > l->max_tokens)
+        return too_many(l->path, l->tokens + b->count, l->max_tokens);
+    l->tokens += b->count;
     return RV_OK;
 }
 
@@ -340,22 +308,24 @@ static rv_status on_batch(const rv_tok_batch *b, void *user)
 
 typedef struct report {
     const tokens_args *a;
+    const rv_tok_recording *rec;
     const rv_tok_layout *L;
     const char *plan_source;    /* "probe" or "decode" */
     double plan_end_s;          /* NAN unknown */
-    double end_s;               /* the recording's end, s since t0: the plan's, else ingest's */
+    double end_s;               /* the recording's end, sequence time: the plan's, else
+                                   ingest's */
     int decoded;
     const rv_tok_stats *st;
     double wall_s;
     const rv_shard_plan *sp;
 } report;
 
-/* The report as JSON (tok_report.c builds it: --json prints it, -o stores it). */
+/* The report as JSON (the library builds it: --json prints it, -o stores it). */
 static json_t *report_json(const report *r)
 {
     const tokens_args *a = r->a;
-    rv_tok_report t = {.path = a->path, .output = a->out, .io = &a->io, .to = &a->to,
-                       .blocks = a->blocks, .origin = a->origin, .time_origin = a->time_origin,
+    rv_tok_report t = {.path = a->path, .output = a->out, .io = &r->rec->io, .to = &a->to,
+                       .blocks = a->blocks, .time_origin = r->rec->time_origin,
                        .L = r->L, .plan_source = r->plan_source, .plan_end_s = r->plan_end_s,
                        .end_s = r->end_s, .stats = r->decoded ? r->st : NULL,
                        .wall_s = r->wall_s, .sp = r->sp};
@@ -401,7 +371,7 @@ static void report_table(const report *r)
         const rv_tok_stats *s = r->st;
         printf("recording:  ends %.3f s; %lld frames, %lld samples decoded; padded %lld frames, "
                "%lld samples; dropped %lld frames, %lld samples\n",
-               r->a->origin + s->ingest.end_s, (long long)s->ingest.frames, (long long)s->ingest.samples,
+               s->ingest.end_time, (long long)s->ingest.frames, (long long)s->ingest.samples,
                (long long)s->padded_frames, (long long)s->padded_samples,
                (long long)s->dropped_frames, (long long)s->dropped_samples);
         printf("tokenize:   %.3f s CPU without decoding (%.0f tokens/s), %.3f s wall with it\n",
@@ -418,7 +388,7 @@ static void report_table(const report *r)
         for (int i = 0; i < n; i++) {
             const rv_tok_span *x = &spans[i];
             printf(" %s%lld+%lld %.3f..%.3f (%lld, %lld)", i ? "| " : "", (long long)x->first,
-                   (long long)x->count, r->a->origin + x->t0, r->a->origin + x->t1,
+                   (long long)x->count, x->time[0], x->time[1],
                    (long long)(rv_tok_video_before(L, x->first + x->count) -
                                rv_tok_video_before(L, x->first)),
                    (long long)(rv_tok_audio_before(L, x->first + x->count) -
@@ -430,23 +400,17 @@ static void report_table(const report *r)
         printf("wrote:      %s\n", out_is_stdout(r->a->out) ? "standard output" : r->a->out);
 }
 
-static rv_status write_output(const tokens_args *a, collect *c, const rv_tok_layout *L,
-                              const rv_probe *probe, const report *rep)
+static rv_status write_output(const tokens_args *a, const rv_tok_collected *col,
+                              const rv_tok_recording *rec, const rv_probe *probe,
+                              const report *rep)
 {
     rv_status st = RV_OK;
     rv_st_writer *w = NULL;
     char *probe_text = NULL, *meta_text = NULL;
-    for (int i = 0; i < SP_COUNT && st == RV_OK; i++)
-        st = spill_map(&c->sp[i]);
-    if (st != RV_OK)
-        return st;
-    if (c->tokens != L->seq || c->video != L->nvideo || c->audio != L->naudio ||
-        c->fbank != L->fbank_frames)
-        return rv_fail(RV_ERR_INTERNAL, "tokens: %lld tokens collected, the layout has %lld",
-                       (long long)c->tokens, (long long)L->seq);
-    json_t *pj = cli_probe_json(probe);
-    probe_text = pj ? json_dumps(pj, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(17)) : NULL;
-    json_decref(pj);
+    rv_collected arr[RV_TOK_ARRAYS];
+    rv_tok_collected_arrays(col, arr);
+    if (rv_probe_json_text(probe, 0, &probe_text) != RV_OK)
+        probe_text = NULL;
     json_t *mj = report_json(rep);
     meta_text = mj ? json_dumps(mj, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(17)) : NULL;
     json_decref(mj);
@@ -455,20 +419,21 @@ static rv_status write_output(const tokens_args *a, collect *c, const rv_tok_lay
         goto end;
     }
     char origin_text[40];
-    snprintf(origin_text, sizeof origin_text, "%.17g", a->time_origin);
-    int64_t vshape[2] = {L->nvideo, L->video_dim}, fshape[2] = {L->fbank_frames, RV_FBANK_BINS},
-            ashape[2] = {L->naudio, L->audio_dim}, mshape[1] = {L->seq},
-            pshape[2] = {L->seq, 3}, tshape[2] = {L->seq, 2}, wshape[1] = {L->seq};
+    snprintf(origin_text, sizeof origin_text, "%.17g", rec->time_origin);
     /* 8-byte elements first, then 4, then 1: every tensor starts aligned. */
-    if ((st = rv_st_writer_new(&w)) != RV_OK ||
-        (st = rv_st_writer_add(w, "token_pos", RV_I64, 2, pshape, c->sp[SP_POS].map)) != RV_OK ||
-        (st = rv_st_writer_add(w, "token_time", RV_F64, 2, tshape, c->sp[SP_TIME].map)) != RV_OK ||
-        (st = rv_st_writer_add(w, "token_window", RV_I64, 1, wshape, c->sp[SP_WINDOW].map)) != RV_OK ||
-        (st = rv_st_writer_add(w, "video_patches", RV_F32, 2, vshape, c->sp[SP_VIDEO].map)) != RV_OK ||
-        (st = rv_st_writer_add(w, "audio_patches", RV_F32, 2, ashape, c->sp[SP_AUDIO].map)) != RV_OK ||
-        (st = rv_st_writer_add(w, "audio_fbank", RV_F32, 2, fshape, c->sp[SP_FBANK].map)) != RV_OK ||
-        (st = rv_st_writer_add(w, "token_modality", RV_U8, 1, mshape, c->sp[SP_MOD].map)) != RV_OK ||
-        (st = rv_st_writer_meta(w, "format", "ringvit-tokens")) != RV_OK ||
+    static const struct {
+        int i;
+        rv_dtype dtype;
+    } order[RV_TOK_ARRAYS] = {{RV_TOK_POS, RV_I64},           {RV_TOK_TIME, RV_F64},
+                              {RV_TOK_WINDOW, RV_I64},        {RV_TOK_VIDEO_PATCHES, RV_F32},
+                              {RV_TOK_AUDIO_PATCHES, RV_F32}, {RV_TOK_AUDIO_FBANK, RV_F32},
+                              {RV_TOK_MODALITY, RV_U8}};
+    st = rv_st_writer_new(&w);
+    for (int k = 0; k < RV_TOK_ARRAYS && st == RV_OK; k++) {
+        const rv_collected *x = &arr[order[k].i];
+        st = rv_st_writer_add(w, x->name, order[k].dtype, x->ndim, x->shape, x->data);
+    }
+    if (st != RV_OK || (st = rv_st_writer_meta(w, "format", "ringvit-tokens")) != RV_OK ||
         (st = rv_st_writer_meta(w, "probe", probe_text)) != RV_OK ||
         (st = rv_st_writer_meta(w, "tokens", meta_text)) != RV_OK ||
         (st = rv_st_writer_meta(w, "time_origin", origin_text)) != RV_OK ||
@@ -481,6 +446,19 @@ end:
     return st;
 }
 
+/* Prints the report: --json's object, else the table. */
+static int report_print(const tokens_args *a, const report *rep)
+{
+    if (!a->json) {
+        report_table(rep);
+        return RV_EXIT_OK;
+    }
+    json_t *j = report_json(rep);
+    int rc = j ? cli_json_print(j) : (cli_error("%s: out of memory", CMD), RV_EXIT_FAIL);
+    json_decref(j);
+    return rc;
+}
+
 static int tokens_main(int argc, char **argv)
 {
     tokens_args a;
@@ -488,16 +466,12 @@ static int tokens_main(int argc, char **argv)
     if (rc)
         return rc;
     rv_probe *probe = NULL;
-    rv_tok_layout plan;
+    rv_tok_recording rec;
     rv_tok_stats stats;
     rv_shard_plan sp;
-    collect col;
-    memset(&col, 0, sizeof col);
+    rv_tok_collected *col = NULL;
+    limit lim = {.max_tokens = a.max_tokens, .path = a.path};
     memset(&stats, 0, sizeof stats);
-    for (int i = 0; i < SP_COUNT; i++)
-        col.sp[i].fd = -1;
-    double plan_end = NAN;
-    const char *source = "probe";
     rv_status st;
     char target[4096];
     /* Before the work, and again just before writing (see out_path.h); "-" is
@@ -508,105 +482,63 @@ static int tokens_main(int argc, char **argv)
         return cli_fail(st, CMD);
     rc = RV_EXIT_FAIL;
 
-    if ((st = rv_probe_file(a.path, &probe)) != RV_OK) {
+    /* probe, timeline and the plan from the container's duration */
+    if ((st = rv_tok_recording_plan(a.path, &a.to, &a.io, a.start_at, &rec, &probe)) != RV_OK) {
         cli_fail(st, CMD);
         goto end;
     }
-    rv_timeline tl;
-    if ((st = rv_ingest_timeline(a.path, &a.io, &tl)) != RV_OK) {
-        cli_fail(st, CMD);
+    const char *source = rec.need_count ? "decode" : "probe";
+    const double plan_end = rec.probe_end_s;
+    if (rec.need_count && a.plan_only) {
+        cli_fail(RV_ERR_UNSUPPORTED, CMD); /* why: the plan's message */
         goto end;
     }
-    a.io.start_s = rv_timeline_start(&tl, a.start_at);
-    a.origin = col.origin = (double)tl.t0_us / 1e6;
-    a.time_origin = tl.origin_s;
-    st = rv_tok_layout_from_probe(probe, &a.to, &a.io, &plan, &plan_end);
-    if (st == RV_ERR_UNSUPPORTED && !a.plan_only) {
-        /* No stated duration: the recording itself decides (one open pass). */
+    if (rec.need_count) /* No stated duration: the recording itself decides (one open pass). */
         rv_log(RV_LOG_INFO, "%s; counting while decoding", rv_last_error());
-        source = "decode";
-    } else if (st != RV_OK) {
+    if (!a.plan_only && !rec.need_count && rec.layout.seq > a.max_tokens) {
+        cli_fail(too_many(a.path, rec.layout.seq, a.max_tokens), CMD);
+        goto end;
+    }
+    if (a.plan_only) {
+        if ((st = rv_tok_shard_plan(&rec.layout, a.shard, a.cp, &sp)) != RV_OK) {
+            cli_fail(st, CMD);
+            goto end;
+        }
+        report rep = {.a = &a, .rec = &rec, .L = &rec.layout, .plan_source = source,
+                      .plan_end_s = plan_end, .end_s = plan_end, .sp = &sp};
+        rc = report_print(&a, &rep);
+        goto end;
+    }
+    rv_tok_collect_opts co = {.keep = a.out ? RV_KEEP_SCRATCH : RV_KEEP_NONE, .beside = target,
+                              .check = within_limit, .user = &lim};
+    double t0 = rv_clock_s();
+    if ((st = rv_tok_collect(a.path, &rec, &a.to, &co, &col, &stats)) != RV_OK) {
         cli_fail(st, CMD);
         goto end;
     }
-    col.max_tokens = a.max_tokens;
-    col.path = a.path;
-    if (!a.plan_only && strcmp(source, "probe") == 0 && plan.seq > a.max_tokens) {
-        cli_fail(too_many(a.path, plan.seq, a.max_tokens), CMD);
+    const rv_tok_layout *L = &stats.layout;
+    int64_t fps_ceil = (rec.io.fps_num + rec.io.fps_den - 1) / rec.io.fps_den;
+    int much = stats.dropped_frames > (int64_t)(RV_TOK_PAD_MAX_S * fps_ceil) ||
+               stats.dropped_samples > (int64_t)(RV_TOK_PAD_MAX_S * RV_AUDIO_RATE);
+    if (stats.dropped_frames || stats.dropped_samples)
+        rv_log(much ? RV_LOG_WARN : RV_LOG_DEBUG, "%s: the recording goes on after the length its container states "
+               "(%.3f s): %lld frames and %lld audio samples after it were left out", a.path,
+               plan_end, (long long)stats.dropped_frames, (long long)stats.dropped_samples);
+    double wall = rv_clock_s() - t0;
+    if ((st = rv_tok_shard_plan(L, a.shard, a.cp, &sp)) != RV_OK) {
+        cli_fail(st, CMD);
         goto end;
     }
-    if (!a.plan_only) {
-        if (a.out) {
-            col.write = 1;
-            for (int i = 0; i < SP_COUNT; i++)
-                if ((st = spill_open(&col.sp[i], target)) != RV_OK) {
-                    cli_fail(st, CMD);
-                    goto end;
-                }
-        }
-        rv_tok_layout shape;
-        if ((st = rv_tok_layout_make(&a.to, &a.io, 0, 0, &shape)) != RV_OK) {
-            cli_fail(st, CMD);
-            goto end;
-        }
-        col.video_dim = shape.video_dim;
-        col.audio_dim = shape.audio_dim;
-        double t0 = rv_clock_s();
-        if (strcmp(source, "probe") == 0)
-            st = rv_tokenize_range(a.path, &plan, 0, plan.seq, on_batch, &col, &stats);
-        else
-            st = rv_tokenize_file(a.path, &a.io, &a.to, on_batch, &col, &stats);
-        if (st != RV_OK) {
-            cli_fail(st, CMD);
-            goto end;
-        }
-        plan = stats.layout;
-        int64_t fps_ceil = (a.io.fps_num + a.io.fps_den - 1) / a.io.fps_den;
-        int much = stats.dropped_frames > (int64_t)(RV_TOK_PAD_MAX_S * fps_ceil) ||
-                   stats.dropped_samples > (int64_t)(RV_TOK_PAD_MAX_S * RV_AUDIO_RATE);
-        if (stats.dropped_frames || stats.dropped_samples)
-            rv_log(much ? RV_LOG_WARN : RV_LOG_DEBUG, "%s: the recording goes on after the length its container states "
-                   "(%.3f s): %lld frames and %lld audio samples after it were left out", a.path,
-                   plan_end, (long long)stats.dropped_frames, (long long)stats.dropped_samples);
-        double wall = rv_clock_s() - t0;
-        if ((st = rv_tok_shard_plan(&plan, a.shard, a.cp, &sp)) != RV_OK) {
-            cli_fail(st, CMD);
-            goto end;
-        }
-        double end = isfinite(plan_end) ? plan_end : stats.ingest.end_s;
-        report rep = {.a = &a, .L = &plan, .plan_source = source, .plan_end_s = plan_end,
-                      .end_s = end, .decoded = 1, .st = &stats, .wall_s = wall, .sp = &sp};
-        if (a.out && (st = write_output(&a, &col, &plan, probe, &rep)) != RV_OK) {
-            cli_fail(st, CMD);
-            goto end;
-        }
-        if (a.json) {
-            json_t *j = report_json(&rep);
-            rc = j ? cli_json_print(j) : (cli_error("%s: out of memory", CMD), RV_EXIT_FAIL);
-            json_decref(j);
-        } else {
-            report_table(&rep);
-            rc = RV_EXIT_OK;
-        }
-    } else {
-        if ((st = rv_tok_shard_plan(&plan, a.shard, a.cp, &sp)) != RV_OK) {
-            cli_fail(st, CMD);
-            goto end;
-        }
-        report rep = {.a = &a, .L = &plan, .plan_source = source, .plan_end_s = plan_end,
-                      .end_s = plan_end, .sp = &sp};
-        if (a.json) {
-            json_t *j = report_json(&rep);
-            rc = j ? cli_json_print(j) : (cli_error("%s: out of memory", CMD), RV_EXIT_FAIL);
-            json_decref(j);
-        } else {
-            report_table(&rep);
-            rc = RV_EXIT_OK;
-        }
+    double end = isfinite(plan_end) ? plan_end : stats.ingest.end_s;
+    report rep = {.a = &a, .rec = &rec, .L = L, .plan_source = source, .plan_end_s = plan_end,
+                  .end_s = end, .decoded = 1, .st = &stats, .wall_s = wall, .sp = &sp};
+    if (a.out && (st = write_output(&a, col, &rec, probe, &rep)) != RV_OK) {
+        cli_fail(st, CMD);
+        goto end;
     }
+    rc = report_print(&a, &rep);
 end:
-    for (int i = 0; i < SP_COUNT; i++)
-        spill_close(&col.sp[i]);
+    rv_tok_collected_free(&col);
     rv_probe_free(&probe);
     return rc;
 }

@@ -40,7 +40,7 @@ static int pieces_of(const rv_shard_plan *sp, piece *out)
  * writing the slices before, a sender still sending), and no longer than the
  * timeout after the peer falls silent. */
 rv_status embed_gather_tokens(rv_embed_job *j, const rv_shard_plan *sp, const float *y, int dim,
-                              embed_sink *sink, rv_status *write_st)
+                              collect_column *sink, rv_status *write_st)
 {
     const size_t row = sizeof(float) * (size_t)dim;
     piece *pc = malloc(sizeof *pc * (size_t)(RV_SHARD_MAX_SEGS * sp->ranks));
@@ -84,7 +84,7 @@ rv_status embed_gather_tokens(rv_embed_job *j, const rv_shard_plan *sp, const fl
             src = buf;
         }
         if (*write_st == RV_OK)
-            *write_st = embed_sink_write(sink, src, row * (size_t)pc[i].len);
+            *write_st = collect_column_put(sink, src, row * (size_t)pc[i].len);
         rv_comm_watch_beat(j->watch);
     }
 end:

@@ -15,7 +15,8 @@
  *   embed_gather.c   the per-token outputs of every rank to rank 0, in order
  *   embed_output.c   rv_embed_collect: the output's tensors and metadata, the
  *                    dtype conversions, rv_embed_output_complete
- *   embed_sink.c     bytes gathered into an unlinked scratch file or memory
+ * Bytes that may not fit in memory twice (the gathered tokens) go to a column
+ * (ingest/collect_column.h): an unlinked scratch file beside the output, or memory.
  */
 #ifndef RV_EMBED_INTERNAL_H
 #define RV_EMBED_INTERNAL_H
@@ -24,6 +25,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "collect_column.h"
 #include "rv_backend.h"
 #include "rv_comm.h"
 #include "rv_comm_vote.h"
@@ -40,26 +42,6 @@
 /* "f32", "f16", "bf16": the metadata "dtype" of RV_F32, RV_F16, RV_BF16; NULL
  * for another type. */
 const char *embed_dtype_name(rv_dtype dtype);
-
-/* ---- embed_sink.c: bytes that may not fit in memory twice ------------------------- */
-
-typedef struct embed_sink {
-    int fd;         /* the unlinked scratch file, -1: in memory (or closed) */
-    size_t bytes;   /* written so far */
-    char *mem;      /* (cap) in memory */
-    size_t cap;
-    void *map;      /* (bytes) read-only mapping of the file after embed_sink_map */
-} embed_sink;
-
-/* near: a path whose folder holds the scratch file ("-": $TMPDIR, else /tmp);
- * NULL: in memory. */
-rv_status embed_sink_open(embed_sink *s, const char *near);
-rv_status embed_sink_write(embed_sink *s, const void *data, size_t n);
-/* The bytes written, readable until embed_sink_close (NULL when none). */
-rv_status embed_sink_map(embed_sink *s, const void **data);
-/* Hands the memory of an in-memory sink to the caller (to free); NULL otherwise. */
-void *embed_sink_take(embed_sink *s);
-void embed_sink_close(embed_sink *s);
 
 /* ---- the job ------------------------------------------------------------------------ */
 
@@ -208,6 +190,6 @@ rv_status embed_queue_patches(rv_embed_job *j, const embed_patches *p, int index
  * to sink; the others send theirs. A failure to write on rank 0 still drains
  * every message and comes back in *write_st. */
 rv_status embed_gather_tokens(rv_embed_job *j, const rv_shard_plan *sp, const float *y, int dim,
-                              embed_sink *sink, rv_status *write_st);
+                              collect_column *sink, rv_status *write_st);
 
 #endif

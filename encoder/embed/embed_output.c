@@ -28,8 +28,8 @@ struct rv_embed_output {
     embed_out_meta m[OUT_MAX_META];
     int nm;
     void *owned[OUT_MAX_TENSORS]; /* buffers freed with the output (NULL: none) */
-    embed_sink tokens;           /* the gathered tokens (S, D) f32 */
-    embed_sink converted;        /* the tokens as written (dtype, normalize) */
+    collect_column tokens;       /* the gathered tokens (S, D) f32 */
+    collect_column converted;    /* the tokens as written (dtype, normalize) */
     rv_vit_pooled pooled;        /* times on the container's clock */
     rv_st_writer *w;             /* made on first use */
 };
@@ -133,32 +133,34 @@ static rv_status add_embedding(rv_embed_output *o, const rv_embed_opts *opts, co
     return add(o, name, opts->dtype, ndim, shape, dst, dst);
 }
 
-/* The tokens (S, D), converted a block of rows at a time into a second sink
+/* The tokens (S, D), converted a block of rows at a time into a second column
  * (they may not fit in memory twice). */
-static rv_status add_tokens(rv_embed_output *o, const rv_embed_opts *opts, const char *near,
-                            const int64_t *shape)
+static rv_status add_tokens(rv_embed_output *o, const rv_embed_opts *opts, rv_collect_keep keep,
+                            const char *near, const int64_t *shape)
 {
-    const void *f32 = NULL, *conv = NULL;
-    rv_status st = embed_sink_map(&o->tokens, &f32);
+    rv_status st = collect_column_seal(&o->tokens);
     if (st != RV_OK)
         return st;
+    const void *f32 = collect_column_data(&o->tokens);
     if (opts->dtype == RV_F32 && !opts->normalize)
-        return add(o, "tokens", RV_F32, 2, shape, f32, embed_sink_take(&o->tokens));
+        return add(o, "tokens", RV_F32, 2, shape, f32, collect_column_take(&o->tokens));
     const int64_t S = shape[0], D = shape[1], block = 4096;
     const size_t esz = rv_dtype_size(opts->dtype);
     void *buf = malloc((size_t)(block * D) * esz + 1);
-    st = buf ? embed_sink_open(&o->converted, near) : rv_fail(RV_ERR_NOMEM, "out of memory");
+    st = buf ? collect_column_open(&o->converted, keep, near)
+             : rv_fail(RV_ERR_NOMEM, "out of memory");
     for (int64_t r = 0; r < S && st == RV_OK; r += block) {
         const int64_t n = S - r < block ? S - r : block;
         rows_out((const float *)f32 + r * D, n, D, opts->normalize, opts->dtype, buf);
-        st = embed_sink_write(&o->converted, buf, (size_t)(n * D) * esz);
+        st = collect_column_put(&o->converted, buf, (size_t)(n * D) * esz);
     }
     free(buf);
     if (st == RV_OK)
-        st = embed_sink_map(&o->converted, &conv);
+        st = collect_column_seal(&o->converted);
     if (st == RV_OK)
-        st = add(o, "tokens", opts->dtype, 2, shape, conv, embed_sink_take(&o->converted));
-    embed_sink_close(&o->tokens); /* the f32 rows are no longer needed */
+        st = add(o, "tokens", opts->dtype, 2, shape, collect_column_data(&o->converted),
+                 collect_column_take(&o->converted));
+    collect_column_close(&o->tokens); /* the f32 rows are no longer needed */
     return st;
 }
 
@@ -180,20 +182,6 @@ static rv_status meta(rv_embed_output *o, const char *key, int json, const char 
     return RV_OK;
 }
 
-/* The probe as the outputs store it: compact, keys sorted, every digit. */
-static char *probe_text(const rv_probe *p, const char *given)
-{
-    char *text = NULL;
-    if (!given && (!p || rv_probe_json_text(p, 0, &text) != RV_OK))
-        return NULL;
-    json_t *root = json_loads(given ? given : text, 0, NULL);
-    free(text);
-    text = root ? json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(17))
-                : NULL;
-    json_decref(root);
-    return text;
-}
-
 /* The metadata entries, in the order the command always wrote them. */
 static rv_status add_meta(rv_embed_output *o, const rv_embed_job *j, const rv_embed_input *in,
                           const rv_tok_layout *L)
@@ -204,9 +192,12 @@ static rv_status add_meta(rv_embed_output *o, const rv_embed_job *j, const rv_em
     rv_span_format(&op->span, attention, sizeof attention);
     /* Metadata is UTF-8: a file name that is not keeps its other bytes as \xNN. */
     char *source = rv_utf8_text(in->path ? in->path : "");
-    char *probe = probe_text(in->probe, in->patches ? in->patches->probe_json : NULL);
-    const double t0 = in->patches ? in->patches->t0 : in->rec.clock0;
-    const double time_origin = in->patches ? in->patches->time_origin : in->rec.time_origin;
+    char *probe = NULL;
+    if (in->patches && in->patches->probe_json)
+        probe = strdup(in->patches->probe_json);
+    else if (in->probe && rv_probe_json_text(in->probe, 0, &probe) != RV_OK)
+        probe = NULL;
+    const double time_origin = in->rec.time_origin;
     rv_status st = RV_OK;
     if (!source)
         st = rv_fail(RV_ERR_NOMEM, "out of memory");
@@ -229,7 +220,7 @@ static rv_status add_meta(rv_embed_output *o, const rv_embed_job *j, const rv_em
          (st = meta(o, "segment_s", 1, "%.17g", op->segment_s)) != RV_OK ||
          (st = meta(o, "recording_s", 1, "%.17g", in->rec.end_s - in->rec.rec_start)) != RV_OK ||
          (st = meta(o, "time_origin", 1, "%.17g", time_origin)) != RV_OK ||
-         (st = meta(o, "start_s", 1, "%.17g", t0 + in->rec.io.start_s)) != RV_OK ||
+         (st = meta(o, "start_s", 1, "%.17g", rv_tok_start_time(L))) != RV_OK ||
          (st = meta(o, "tokens", 1, "%lld", (long long)L->seq)) != RV_OK ||
          (st = meta(o, "video_tokens", 1, "%lld", (long long)o->pooled.modality_tokens[0])) != RV_OK ||
          (st = meta(o, "audio_tokens", 1, "%lld", (long long)o->pooled.modality_tokens[1])) != RV_OK ||
@@ -244,8 +235,8 @@ end:
 }
 
 /* The per-token descriptions of the whole sequence (rank 0): token_time (S, 2)
- * on the container's clock, token_pos (S, 3), token_modality (S). */
-static rv_status token_info(const rv_tok_layout *L, double t0, rv_comm_watch *watch, double **tt,
+ * on the container's clock (rv_tok_info), token_pos (S, 3), token_modality (S). */
+static rv_status token_info(const rv_tok_layout *L, rv_comm_watch *watch, double **tt,
                             int64_t **tp, uint8_t **tm)
 {
     const size_t S = (size_t)L->seq;
@@ -263,33 +254,26 @@ static rv_status token_info(const rv_tok_layout *L, double t0, rv_comm_watch *wa
             return st;
         (*tm)[i] = (uint8_t)tk.modality;
         memcpy(*tp + 3 * i, tk.pos, sizeof tk.pos);
-        (*tt)[2 * i] = tk.time[0] + t0;
-        (*tt)[2 * i + 1] = tk.time[1] + t0;
+        memcpy(*tt + 2 * i, tk.time, sizeof tk.time);
     }
     return RV_OK;
 }
 
 /* The output's list from the pooled outputs and (tokens) the gathered rows. */
 static rv_status build(rv_embed_output *o, const rv_embed_job *j, const rv_embed_input *in,
-                       const char *near)
+                       rv_collect_keep keep, const char *near)
 {
     const rv_embed_opts *op = &j->o;
     const rv_tok_layout *L = &in->rec.layout;
-    rv_vit_pooled *p = &o->pooled;
+    const rv_vit_pooled *p = &o->pooled;
     const int64_t D = p->dim, G = p->segments, S = L->seq;
     const int64_t d1[1] = {D}, g1[1] = {G}, gd[2] = {G, D}, pj[1] = {p->proj_dim},
                   s1[1] = {S}, s2[2] = {S, 2}, s3[2] = {S, 3}, sd[2] = {S, D};
-    const double t0 = in->patches ? in->patches->t0 : in->rec.clock0;
     double *tt = NULL;
     int64_t *tp = NULL;
     uint8_t *tm = NULL;
     rv_status st;
-    /* Times on the container's clock, as ffprobe and PyAV give pts. */
-    for (int64_t g = 0; g < G; g++) {
-        p->segment_start[g] += t0;
-        p->segment_end[g] += t0;
-    }
-    if (op->tokens && (st = token_info(L, t0, j->watch, &tt, &tp, &tm)) != RV_OK)
+    if (op->tokens && (st = token_info(L, j->watch, &tt, &tp, &tm)) != RV_OK)
         goto end;
     /* 8-byte elements first, then 4 (or 2), then 1: every tensor starts aligned. */
     if ((st = add(o, "segment_start", RV_F64, 1, g1, p->segment_start, NULL)) != RV_OK ||
@@ -316,7 +300,7 @@ static rv_status build(rv_embed_output *o, const rv_embed_job *j, const rv_embed
         (st = add_embedding(o, op, "projected", 1, pj, p->projected, 0)) != RV_OK)
         goto end;
     if (op->tokens &&
-        ((st = add_tokens(o, op, near, sd)) != RV_OK ||
+        ((st = add_tokens(o, op, keep, near, sd)) != RV_OK ||
          (st = add(o, "token_modality", RV_U8, 1, s1, tm, tm)) != RV_OK))
         goto end;
     tm = NULL;
@@ -334,7 +318,9 @@ rv_vote_outcome rv_embed_collect(rv_embed_job *j, rv_embed_input *in, const char
                                  rv_embed_output **out, rv_embed_stats *stats)
 {
     const int D = j->m.model->cfg.dim;
-    const char *near = scratch_near && strcmp(scratch_near, "-") != 0 ? scratch_near : NULL;
+    /* Beside the output (standard output's in $TMPDIR), or in memory. */
+    const rv_collect_keep keep = scratch_near ? RV_KEEP_SCRATCH : RV_KEEP_MEMORY;
+    const char *near = scratch_near;
     rv_embed_output *o = NULL;
     rv_vote_outcome v = RV_VOTE_OK;
     rv_status st = RV_OK, wst = RV_OK;
@@ -354,7 +340,7 @@ rv_vote_outcome rv_embed_collect(rv_embed_job *j, rv_embed_input *in, const char
         else {
             o->tokens.fd = o->converted.fd = -1;
             if (j->o.tokens)
-                st = embed_sink_open(&o->tokens, near);
+                st = collect_column_open(&o->tokens, keep, near);
         }
     }
     if (j->o.tokens) {
@@ -371,7 +357,7 @@ rv_vote_outcome rv_embed_collect(rv_embed_job *j, rv_embed_input *in, const char
         if (st == RV_OK && wst == RV_OK) {
             o->pooled = in->pooled;
             memset(&in->pooled, 0, sizeof in->pooled);
-            wst = build(o, j, in, near);
+            wst = build(o, j, in, keep, near);
         }
         if (st == RV_OK && wst != RV_OK) {
             rv_fail(wst, "%s", rv_last_error());
@@ -459,8 +445,8 @@ void rv_embed_output_free(rv_embed_output **op)
         free(o->owned[i]);
     for (int i = 0; i < o->nm; i++)
         free(o->m[i].value);
-    embed_sink_close(&o->tokens);
-    embed_sink_close(&o->converted);
+    collect_column_close(&o->tokens);
+    collect_column_close(&o->converted);
     rv_vit_pooled_free(&o->pooled);
     free(o);
     *op = NULL;

@@ -27,7 +27,7 @@ static rv_status fill_from_patches(const embed_patches *p, int rank, rv_tok_slic
                 return st;
             s->modality[at] = (uint8_t)tk.modality;
             memcpy(s->pos + 3 * at, tk.pos, sizeof tk.pos);
-            memcpy(s->time + 2 * at, tk.time, sizeof tk.time);
+            memcpy(s->seq_time + 2 * at, tk.seq_time, sizeof tk.seq_time);
             s->window[at] = tk.window;
             if (tk.modality == RV_MOD_VIDEO)
                 memcpy(s->video + (size_t)(nv++ * L->video_dim), p->video + (size_t)(vi++ * L->video_dim),
@@ -74,7 +74,7 @@ static rv_status embed_as_batches(const embed_slice *es, const rv_tok_layout *L,
                 na += s->modality[i] == RV_MOD_AUDIO;
             }
             rv_vit_tokens bt = {.len = b - a, .modality = s->modality + off, .pos = s->pos + 3 * off,
-                                .time = s->time + 2 * off, .nvideo = nv,
+                                .seq_time = s->seq_time + 2 * off, .nvideo = nv,
                                 .video = s->video ? s->video + (size_t)v * (size_t)L->video_dim : NULL,
                                 .naudio = na,
                                 .audio = s->audio ? s->audio + (size_t)au * (size_t)L->audio_dim : NULL,
@@ -99,7 +99,7 @@ void embed_prepare_patches(rv_embed_job *j, rv_embed_input *in)
     rv_clear_error();
     /* The plan is the layout the arrays were made with. */
     in->rec = (rv_tok_recording){.layout = p->layout, .io = p->layout.ingest, .end_s = p->end_s,
-                                 .time_origin = p->time_origin, .clock0 = p->t0,
+                                 .time_origin = p->time_origin, .t0 = p->t0,
                                  .rec_start = p->rec_start};
     /* On the rank's own thread and host backend (never queued to the worker). */
     if ((st = embed_plan_slice(j, in, 1, embed_host_backend(j), NULL)) == RV_OK &&

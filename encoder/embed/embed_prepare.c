@@ -35,7 +35,7 @@ static rv_status on_batch(const rv_tok_batch *b, int64_t offset, void *user)
     if (embed_stopping(s->job))
         return rv_fail(RV_ERR_IO, "stopped by a signal");
     const int D = s->model->cfg.dim;
-    rv_vit_tokens bt = {.len = b->count, .modality = b->modality, .pos = b->pos, .time = b->time,
+    rv_vit_tokens bt = {.len = b->count, .modality = b->modality, .pos = b->pos, .seq_time = b->seq_time,
                         .nvideo = b->nvideo, .video = b->video, .naudio = b->naudio,
                         .audio = b->audio, .grid = s->grid, .audio_steps = s->audio_steps,
                         .window = b->window};

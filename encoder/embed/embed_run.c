@@ -211,7 +211,8 @@ rv_vote_outcome rv_embed_run(rv_embed_job *j, rv_embed_input *in, rv_embed_stats
                       .weights = j->dev_weights, .span = j->o.span, .host = j->host,
                       .check = layer_check, .check_arg = j};
     rv_vit_pool_opts po = {.segment_s = j->o.segment_s, .end_s = in->rec.end_s,
-                           .hop_s = j->o.hop_s, .start_s = in->rec.io.start_s};
+                           .hop_s = j->o.hop_s, .start_s = in->rec.io.start_s,
+                           .t0 = in->rec.t0};
     rv_clear_error();
     st = rv_vit_forward_embedded(j->m.model, &run, &tok, s->y, &vs);
     vs.flops += s->flops;

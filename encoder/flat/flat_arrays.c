@@ -109,6 +109,11 @@ rv_status flat_arrays_adopt(rv_arrays *a, const char *name, const char *dtype, i
     return st;
 }
 
+rv_status flat_arrays_adopt_collected(rv_arrays *a, const rv_collected *c, void *data)
+{
+    return flat_arrays_adopt(a, c->name, c->dtype, c->ndim, c->shape, data);
+}
+
 rv_status flat_arrays_meta(rv_arrays *a, json_t *obj)
 {
     char *text = obj ? json_dumps(obj, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;

@@ -274,7 +274,9 @@ rv_status rv_flat_encoder_embed_tokens(rv_flat_encoder *e, const rv_arrays *toke
     const rv_tok_layout *L = &patches.layout;
     json_t *tmeta = json_loads(rv_arrays_meta(tokens), 0, NULL);
     const json_t *probe = json_object_get(tmeta, "probe");
+    /* As the outputs store it (rv_probe_json_text's compact form). */
     patches.probe_json = json_is_object(probe) ? json_dumps(probe, JSON_COMPACT |
+                                                            JSON_SORT_KEYS |
                                                             JSON_REAL_PRECISION(17)) : NULL;
     json_decref(tmeta);
     patches.video = flat_arrays_get(tokens, "video_patches", "f32", &nv);
@@ -308,7 +310,7 @@ rv_status rv_flat_encoder_embed_tokens(rv_flat_encoder *e, const rv_arrays *toke
                      "its span when that is block= or frame)");
         goto end;
     }
-    patches.t0 = p.clock0;
+    patches.t0 = p.t0;
     patches.time_origin = p.time_origin;
     patches.end_s = p.end_s;
     patches.rec_start = p.rec_start;

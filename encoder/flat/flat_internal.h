@@ -22,6 +22,9 @@ rv_status flat_arrays_add(rv_arrays *a, const char *name, const char *dtype, int
 /* Adds an array that takes over data (malloc'd; freed with the set). */
 rv_status flat_arrays_adopt(rv_arrays *a, const char *name, const char *dtype, int ndim,
                             const int64_t *dims, void *data);
+/* Adds a collected tensor (rv_ingest.h), taking over data (its malloc'd buffer,
+ * or NULL when empty; freed on failure too). */
+rv_status flat_arrays_adopt_collected(rv_arrays *a, const rv_collected *c, void *data);
 /* Sets the metadata from obj (stolen reference; NULL: out of memory). */
 rv_status flat_arrays_meta(rv_arrays *a, json_t *obj);
 /* Private data kept with the set (freed with free_fn); rv_flat_tokens keeps the
@@ -51,11 +54,6 @@ rv_status flat_opts_ingest(const json_t *o, rv_ingest_opts *io, double *start_at
     "fps", "size", "start", "duration", "pad", "video", "audio", "video_stream", "audio_stream", \
         "threads", "max_corrupt", "decode_all"
 
-/* ---- texts (flat_probe.c) ---- */
-
-/* A path as a JSON string: as it is when it is UTF-8, else with \xNN escapes. */
-json_t *flat_json_path(const char *path);
-
 /* ---- model (flat_model.c) ---- */
 
 struct rv_vit_model;
@@ -66,12 +64,12 @@ rv_status flat_model_open(const char *spec, uint64_t seed, struct rv_vit_model *
 
 struct rv_tok_layout;
 /* The sequence rv_flat_tokens described in its metadata ("layout"): the layout
- * and the times that place it on the container's clock. */
+ * (its t0 set) and the times that go with it. */
 typedef struct flat_tok_plan {
-    double clock0;       /* t0 on the container's clock, s */
+    double t0;           /* t0 on the container's clock, s */
     double time_origin;  /* the first frame's pts, s */
-    double end_s;        /* where the tokens end, s since t0 */
-    double rec_start;    /* the recording's start, s since t0 */
+    double end_s;        /* where the tokens end, sequence time */
+    double rec_start;    /* the recording's start, sequence time */
 } flat_tok_plan;
 rv_status flat_tokens_layout(const char *meta, struct rv_tok_layout *L, flat_tok_plan *p);
 

@@ -4,7 +4,9 @@
  * at most two chunks (one being made, one waiting) exist at once, whatever the
  * recording's length. Closing early tells the producer, which leaves the
  * ingest at its next chunk; the thread is joined before the handle is freed.
- * Times are moved to the container's clock as cmd_frames does (+ t0). */
+ * The recording is opened, and each chunk gathered into its tensors, by
+ * ingest's frames collector (rv_ingest.h), as `ringvit frames` does: times on
+ * the container's clock. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -15,8 +17,7 @@
 
 struct rv_flat_reader {
     char *path;
-    rv_ingest_opts io;
-    double origin_s;        /* t0 on the container's clock, s (whole microseconds) */
+    rv_ingest_opts io;      /* the plan's: start_s set */
     double time_origin;     /* the first frame's pts, s */
     unsigned mark;          /* rv_flat_interrupt's counter at open */
     pthread_t thread;
@@ -29,27 +30,28 @@ struct rv_flat_reader {
     char msg[1024];
 };
 
+/* The chunk's tensors, gathered by the frames collector and taken over. */
 static rv_status make_chunk(const rv_flat_reader *r, const rv_ingest_chunk *c, rv_arrays **out)
 {
     rv_arrays *a = NULL;
-    const int64_t S = c->size > 0 ? c->size : r->io.size;
-    int64_t fdims[4] = {c->nframes, S, S, 3}, tdims[1] = {c->nframes}, adims[1] = {c->nsamples};
-    double *t = NULL, *src = NULL;
+    rv_frames_collector *col = NULL;
+    rv_collected arr[RV_FRAMES_ARRAYS];
     rv_status st;
-    if ((st = flat_arrays_new(&a)) != RV_OK ||
-        (st = flat_arrays_add(a, "frames", "u8", 4, fdims, c->frames, NULL)) != RV_OK ||
-        (st = flat_arrays_add(a, "frame_time", "f64", 1, tdims, NULL, (void **)&t)) != RV_OK ||
-        (st = flat_arrays_add(a, "frame_source_time", "f64", 1, tdims, NULL, (void **)&src)) != RV_OK ||
-        (st = flat_arrays_add(a, "audio", "f32", 1, adims, c->audio, NULL)) != RV_OK)
+    /* the order the reader has always handed them out in */
+    static const int order[RV_FRAMES_ARRAYS] = {RV_FRAMES_PICTURES, RV_FRAMES_TIME,
+                                                RV_FRAMES_SOURCE_TIME, RV_FRAMES_AUDIO};
+    if ((st = rv_frames_collector_new(r->io.size, RV_KEEP_MEMORY, NULL, &col)) != RV_OK ||
+        (st = rv_frames_collect(c, col)) != RV_OK ||
+        (st = rv_frames_arrays(col, arr)) != RV_OK || (st = flat_arrays_new(&a)) != RV_OK)
         goto end;
-    for (int i = 0; i < c->nframes; i++) {
-        t[i] = c->frame_time[i] + r->origin_s;
-        src[i] = c->source_time[i] + r->origin_s;
-    }
-    st = flat_arrays_meta(a, json_pack("{sIsIsfsb}", "first_frame", (json_int_t)c->first_frame,
-                                       "first_sample", (json_int_t)c->first_sample, "time_origin",
-                                       r->time_origin, "last", c->last));
+    for (int i = 0; i < RV_FRAMES_ARRAYS && st == RV_OK; i++)
+        st = flat_arrays_adopt_collected(a, &arr[order[i]], rv_frames_take(col, order[i]));
+    if (st == RV_OK)
+        st = flat_arrays_meta(a, json_pack("{sIsIsfsb}", "first_frame", (json_int_t)c->first_frame,
+                                           "first_sample", (json_int_t)c->first_sample,
+                                           "time_origin", r->time_origin, "last", c->last));
 end:
+    rv_frames_collector_free(&col);
     if (st != RV_OK)
         rv_arrays_free(&a);
     *out = a;
@@ -100,9 +102,9 @@ static const char *const reader_keys[] = {FLAT_INGEST_KEYS, "chunk_frames", NULL
 rv_status rv_flat_reader_open(const char *path, const char *opts_json, rv_flat_reader **out)
 {
     json_t *o = NULL;
-    rv_probe *probe = NULL;
     rv_flat_reader *r = NULL;
-    rv_timeline tl;
+    rv_frames_plan plan = {0};
+    rv_ingest_opts io;
     double start_at = NAN;
     int64_t chunk = 0;
     rv_status st;
@@ -116,23 +118,19 @@ rv_status rv_flat_reader_open(const char *path, const char *opts_json, rv_flat_r
         goto end;
     }
     r->mark = flat_interrupt_mark();
-    rv_ingest_opts_default(&r->io);
-    chunk = r->io.chunk_frames;
+    rv_ingest_opts_default(&io);
+    chunk = io.chunk_frames;
     if ((st = flat_opts_parse(opts_json, reader_keys, &o)) != RV_OK ||
-        (st = flat_opts_ingest(o, &r->io, &start_at, NULL)) != RV_OK ||
+        (st = flat_opts_ingest(o, &io, &start_at, NULL)) != RV_OK ||
         (st = flat_opt_int(o, "chunk_frames", 1, 65536, &chunk)) != RV_OK)
         goto end;
-    r->io.chunk_frames = (int)chunk;
-    /* As cmd_frames: the probe first (its message for a file that is not media),
-     * then where the recording starts on the container's clock. */
-    if ((st = rv_probe_file(path, &probe)) != RV_OK ||
-        (st = rv_ingest_timeline(path, &r->io, &tl)) != RV_OK)
+    io.chunk_frames = (int)chunk;
+    /* As `ringvit frames` opens it: the probe first (its message for a file that
+     * is not media), then where the recording starts on the container's clock. */
+    if ((st = rv_frames_plan_make(path, &io, start_at, &plan)) != RV_OK)
         goto end;
-    r->io.start_s = rv_timeline_start(&tl, start_at);
-    if ((st = rv_ingest_opts_check(&r->io)) != RV_OK)
-        goto end;
-    r->origin_s = (double)tl.t0_us / 1e6;
-    r->time_origin = tl.origin_s;
+    r->io = plan.io;
+    r->time_origin = plan.tl.time_origin;
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     r->started = 1;
@@ -148,7 +146,7 @@ rv_status rv_flat_reader_open(const char *path, const char *opts_json, rv_flat_r
     r = NULL;
 end:
     rv_flat_reader_close(&r);
-    rv_probe_free(&probe);
+    rv_frames_plan_release(&plan);
     json_decref(o);
     return st;
 }

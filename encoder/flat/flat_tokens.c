@@ -2,8 +2,9 @@
  * memory: the tokenizer's options from the same flags (or from a model, as
  * embed takes them), the sequence planned by the library's recipe
  * (rv_tok_recording_plan: probe, timeline, layout; a file without a stated
- * duration is tokenized open) and every batch appended, times moved to the
- * container's clock. The metadata holds the layout ("layout"), from which
+ * duration is tokenized open) and gathered by tokenize's collector
+ * (rv_tok_collect.h, times on the container's clock), with its report
+ * (rv_tok_report.h). The metadata holds the layout ("layout"), from which
  * rv_flat_encoder_embed_tokens rebuilds the sequence. */
 #include <math.h>
 #include <stdlib.h>
@@ -11,61 +12,18 @@
 
 #include "flat_internal.h"
 #include "rv_clock.h"
+#include "rv_tok_collect.h"
 #include "rv_tok_report.h"
 #include "rv_tok_slice.h"
 #include "rv_tokenize.h"
 #include "rv_vit.h"
 
-enum { V_VIDEO, V_AUDIO, V_FBANK, V_MOD, V_POS, V_TIME, V_WINDOW, V_COUNT };
-
-typedef struct vec {
-    char *p;
-    size_t n, cap;
-} vec;
-
-static rv_status vec_put(vec *v, const void *data, size_t bytes)
+/* Before each batch is kept: a Ctrl-C (rv_flat_interrupt) since the call began
+ * stops the pass. */
+static rv_status interrupted(const rv_tok_batch *b, void *user)
 {
-    if (v->n + bytes > v->cap) {
-        size_t cap = v->cap ? v->cap : 4096;
-        while (cap < v->n + bytes)
-            cap *= 2;
-        char *p = realloc(v->p, cap);
-        if (!p)
-            return rv_fail(RV_ERR_NOMEM, "tokens: out of memory (%zu bytes)", cap);
-        v->p = p;
-        v->cap = cap;
-    }
-    if (bytes)
-        memcpy(v->p + v->n, data, bytes);
-    v->n += bytes;
-    return RV_OK;
-}
-
-typedef struct collect {
-    vec v[V_COUNT];
-    int64_t video_dim, audio_dim;
-    double clock0;
-    unsigned mark;
-} collect;
-
-static rv_status on_batch(const rv_tok_batch *b, void *user)
-{
-    collect *c = user;
-    rv_status st = flat_interrupt_check(c->mark);
-    if (st != RV_OK ||
-        (st = vec_put(&c->v[V_VIDEO], b->video, sizeof(float) * (size_t)(b->nvideo * c->video_dim))) ||
-        (st = vec_put(&c->v[V_AUDIO], b->audio, sizeof(float) * (size_t)(b->naudio * c->audio_dim))) ||
-        (st = vec_put(&c->v[V_FBANK], b->fbank, sizeof(float) * (size_t)(b->nfbank * RV_FBANK_BINS))) ||
-        (st = vec_put(&c->v[V_MOD], b->modality, (size_t)b->count)) ||
-        (st = vec_put(&c->v[V_POS], b->pos, sizeof(int64_t) * 3 * (size_t)b->count)) ||
-        (st = vec_put(&c->v[V_WINDOW], b->window, sizeof(int64_t) * (size_t)b->count)))
-        return st;
-    for (int64_t i = 0; i < 2 * b->count; i++) {
-        double t = b->time[i] + c->clock0; /* as cmd_tokens: on the container's clock */
-        if ((st = vec_put(&c->v[V_TIME], &t, sizeof t)) != RV_OK)
-            return st;
-    }
-    return RV_OK;
+    (void)b;
+    return flat_interrupt_check(*(const unsigned *)user);
 }
 
 static const char *const tokens_keys[] = {
@@ -155,8 +113,8 @@ static json_t *layout_json(const rv_tok_layout *L, const rv_tok_recording *rec)
                           o->window_positions, "fps_num", io->fps_num);
     json_t *g = json_pack("{sisisisfsfsIsIsfsfsfsf}", "fps_den", io->fps_den, "size", io->size, "pad",
                           io->pad, "start_s", io->start_s, "duration_s", io->duration_s, "nframes",
-                          (json_int_t)L->nframes, "nsamples", (json_int_t)L->nsamples, "clock0",
-                          rec->clock0, "time_origin", rec->time_origin, "end_s", rec->end_s,
+                          (json_int_t)L->nframes, "nsamples", (json_int_t)L->nsamples, "t0",
+                          rec->t0, "time_origin", rec->time_origin, "end_s", rec->end_s,
                           "rec_start", rec->rec_start);
     if (!m || !g || json_object_update(m, g) != 0) {
         json_decref(m);
@@ -188,7 +146,7 @@ rv_status flat_tokens_layout(const char *meta, rv_tok_layout *L, flat_tok_plan *
                           "window_positions", &to.window_positions, "fps_num", &io.fps_num,
                           "fps_den", &io.fps_den, "size", &io.size, "pad", &io.pad, "start_s",
                           &io.start_s, "duration_s", &io.duration_s, "nframes", &nframes,
-                          "nsamples", &nsamples, "clock0", &p->clock0, "time_origin",
+                          "nsamples", &nsamples, "t0", &p->t0, "time_origin",
                           &p->time_origin, "end_s", &p->end_s, "rec_start", &p->rec_start) != 0) {
         st = rv_fail(RV_ERR_INVALID, "tokens: the metadata holds no token layout (make the "
                      "tokens with rv_flat_tokens and pass its metadata back)");
@@ -201,7 +159,8 @@ rv_status flat_tokens_layout(const char *meta, rv_tok_layout *L, flat_tok_plan *
         to.mean[c] = (float)mean[c];
         to.std[c] = (float)std[c];
     }
-    st = rv_tok_layout_make(&to, &io, nframes, nsamples, L);
+    if ((st = rv_tok_layout_make(&to, &io, nframes, nsamples, L)) == RV_OK)
+        L->t0 = p->t0;
 end:
     json_decref(root);
     return st;
@@ -216,16 +175,17 @@ rv_status rv_flat_tokens(const char *path, const char *opts_json, rv_arrays **ou
     rv_tok_stats stats;
     rv_tok_opts to;
     rv_ingest_opts io;
-    collect c = {.mark = flat_interrupt_mark()};
+    rv_tok_collected *col = NULL;
     const char *model = NULL, *shard = "contiguous", *attention = NULL;
     rv_span span = {0};
     rv_shard_kind kind = RV_SHARD_CONTIGUOUS;
     rv_shard_plan sp;
     rv_probe *probe = NULL;
     char *probe_text = NULL, *report_text = NULL;
-    double start_at = NAN, plan_end = NAN;
+    double start_at = NAN;
     int size_set = 0, blocks = 0;
     int64_t seed = 0, cp = 1;
+    unsigned mark = flat_interrupt_mark();
     rv_status st;
     *out = NULL;
     memset(&rec, 0, sizeof rec);
@@ -283,23 +243,9 @@ rv_status rv_flat_tokens(const char *path, const char *opts_json, rv_arrays **ou
     }
     if ((st = rv_tok_recording_plan(path, &to, &io, start_at, &rec, &probe)) != RV_OK)
         goto end;
-    if (!rec.need_count) { /* the end the probe states, as the report gives it */
-        rv_tok_layout plan;
-        if ((st = rv_tok_layout_from_probe(probe, &to, &rec.io, &plan, &plan_end)) != RV_OK)
-            goto end;
-    }
-    rv_tok_layout shape;
-    if ((st = rv_tok_layout_make(&to, &rec.io, 0, 0, &shape)) != RV_OK)
-        goto end;
-    c.video_dim = shape.video_dim;
-    c.audio_dim = shape.audio_dim;
-    c.clock0 = rec.clock0;
     const double t0 = rv_clock_s();
-    if (rec.need_count)
-        st = rv_tokenize_file(path, &rec.io, &to, on_batch, &c, &stats);
-    else
-        st = rv_tokenize_range(path, &rec.layout, 0, rec.layout.seq, on_batch, &c, &stats);
-    if (st != RV_OK)
+    rv_tok_collect_opts co = {.keep = RV_KEEP_MEMORY, .check = interrupted, .user = &mark};
+    if ((st = rv_tok_collect(path, &rec, &to, &co, &col, &stats)) != RV_OK)
         goto end;
     const double wall = rv_clock_s() - t0;
     const rv_tok_layout *L = &stats.layout;
@@ -309,41 +255,26 @@ rv_status rv_flat_tokens(const char *path, const char *opts_json, rv_arrays **ou
         goto end;
     /* The report `ringvit tokens` stores (without -o's path). */
     rv_tok_report rep = {.path = path, .io = &rec.io, .to = &to, .blocks = blocks,
-                         .origin = rec.clock0, .time_origin = rec.time_origin, .L = L,
+                         .time_origin = rec.time_origin, .L = L,
                          .plan_source = rec.need_count ? "decode" : "probe",
-                         .plan_end_s = plan_end,
-                         .end_s = isfinite(plan_end) ? plan_end : stats.ingest.end_s,
+                         .plan_end_s = rec.probe_end_s,
+                         .end_s = isfinite(rec.probe_end_s) ? rec.probe_end_s : stats.ingest.end_s,
                          .stats = &stats, .wall_s = wall, .sp = &sp};
     if ((st = rv_tok_report_json(&rep, &report_text)) != RV_OK ||
         (st = rv_probe_json_text(probe, 0, &probe_text)) != RV_OK)
         goto end;
-    if ((int64_t)c.v[V_MOD].n != L->seq) {
-        st = rv_fail(RV_ERR_INTERNAL, "tokens: %zu tokens collected, the layout has %lld",
-                     c.v[V_MOD].n, (long long)L->seq);
+    /* The arrays in the order rv_flat_tokens has always listed them. */
+    static const int order[RV_TOK_ARRAYS] = {RV_TOK_VIDEO_PATCHES, RV_TOK_AUDIO_PATCHES,
+                                             RV_TOK_AUDIO_FBANK, RV_TOK_MODALITY, RV_TOK_POS,
+                                             RV_TOK_TIME, RV_TOK_WINDOW};
+    rv_collected arr[RV_TOK_ARRAYS];
+    rv_tok_collected_arrays(col, arr);
+    if ((st = flat_arrays_new(&a)) != RV_OK)
         goto end;
-    }
-    int64_t vd[2] = {L->nvideo, L->video_dim}, ad[2] = {L->naudio, L->audio_dim},
-            fd[2] = {L->fbank_frames, RV_FBANK_BINS}, sd[1] = {L->seq}, pd[2] = {L->seq, 3},
-            td[2] = {L->seq, 2};
-    if ((st = flat_arrays_new(&a)) != RV_OK ||
-        (st = flat_arrays_adopt(a, "video_patches", "f32", 2, vd, c.v[V_VIDEO].p)) != RV_OK ||
-        (c.v[V_VIDEO].p = NULL,
-         (st = flat_arrays_adopt(a, "audio_patches", "f32", 2, ad, c.v[V_AUDIO].p))) != RV_OK ||
-        (c.v[V_AUDIO].p = NULL,
-         (st = flat_arrays_adopt(a, "audio_fbank", "f32", 2, fd, c.v[V_FBANK].p))) != RV_OK ||
-        (c.v[V_FBANK].p = NULL,
-         (st = flat_arrays_adopt(a, "token_modality", "u8", 1, sd, c.v[V_MOD].p))) != RV_OK ||
-        (c.v[V_MOD].p = NULL,
-         (st = flat_arrays_adopt(a, "token_pos", "i64", 2, pd, c.v[V_POS].p))) != RV_OK ||
-        (c.v[V_POS].p = NULL,
-         (st = flat_arrays_adopt(a, "token_time", "f64", 2, td, c.v[V_TIME].p))) != RV_OK ||
-        (c.v[V_TIME].p = NULL,
-         (st = flat_arrays_adopt(a, "token_window", "i64", 1, sd, c.v[V_WINDOW].p))) != RV_OK) {
-        for (int i = 0; i < V_COUNT; i++)
-            c.v[i].p = NULL; /* adopt frees what it is given, on failure too */
+    for (int i = 0; i < RV_TOK_ARRAYS && st == RV_OK; i++)
+        st = flat_arrays_adopt_collected(a, &arr[order[i]], rv_tok_collected_take(col, order[i]));
+    if (st != RV_OK)
         goto end;
-    }
-    c.v[V_WINDOW].p = NULL;
     json_t *meta = json_pack("{sssfsoso}", "format", "ringvit-tokens", "time_origin",
                              rec.time_origin, "probe", json_loads(probe_text, 0, NULL), "tokens",
                              json_loads(report_text, 0, NULL));
@@ -353,8 +284,7 @@ rv_status rv_flat_tokens(const char *path, const char *opts_json, rv_arrays **ou
     }
     st = flat_arrays_meta(a, meta);
 end:
-    for (int i = 0; i < V_COUNT; i++)
-        free(c.v[i].p);
+    rv_tok_collected_free(&col);
     if (st != RV_OK)
         rv_arrays_free(&a);
     *out = a;

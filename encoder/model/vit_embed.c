@@ -38,10 +38,10 @@ void vit_time_codes(const rv_vit_tokens *in, int dim, float *codes)
 {
     for (int64_t i = 0; i < in->len; i++) {
         float *row = codes + (size_t)i * dim;
-        if (i > 0 && in->time[2 * i] == in->time[2 * (i - 1)])
+        if (i > 0 && in->seq_time[2 * i] == in->seq_time[2 * (i - 1)])
             memcpy(row, row - dim, sizeof(float) * dim);
         else
-            rv_vit_time_code(in->time[2 * i], dim, row);
+            rv_vit_time_code(in->seq_time[2 * i], dim, row);
     }
 }
 
@@ -53,7 +53,7 @@ rv_status vit_tokens_check(const rv_vit_model *m, const rv_vit_tokens *in, int p
         return rv_fail(RV_ERR_INVALID, "vit forward: negative token counts (len %lld, video "
                        "%lld, audio %lld)", (long long)in->len, (long long)in->nvideo,
                        (long long)in->naudio);
-    if (in->len > 0 && (!in->modality || !in->pos || !in->time))
+    if (in->len > 0 && (!in->modality || !in->pos || !in->seq_time))
         return rv_fail(RV_ERR_INVALID, "vit forward: %lld tokens without modality, pos or time",
                        (long long)in->len);
     if (patches && ((in->nvideo > 0 && !in->video) || (in->naudio > 0 && !in->audio)))
@@ -104,9 +104,9 @@ rv_status vit_tokens_check(const rv_vit_model *m, const rv_vit_tokens *in, int p
             return rv_fail(RV_ERR_INVALID, "vit forward: token %lld: modality %d", (long long)i,
                            mod);
         }
-        if (!isfinite(in->time[2 * i]))
+        if (!isfinite(in->seq_time[2 * i]))
             return rv_fail(RV_ERR_INVALID, "vit forward: token %lld: start time %g",
-                           (long long)i, in->time[2 * i]);
+                           (long long)i, in->seq_time[2 * i]);
     }
     if (nv != in->nvideo || na != in->naudio)
         return rv_fail(RV_ERR_INVALID, "vit forward: the slice holds %lld video and %lld audio "

@@ -60,10 +60,11 @@
  * Flat calls for other languages (rv_flat.h, flat_internal.h; Python's ctypes)
  *   flat_arrays.c       named arrays (rv_arrays) the caller copies and frees
  *   flat_opts.c         options as JSON text, checked key by key
- *   flat_probe.c        probe JSON, the --version text, build info
- *   flat_reader.c       frames and audio pulled chunk by chunk (a producer thread)
- *   flat_tokens.c       a whole token sequence as `ringvit tokens` writes it;
- *                       tok_report.c (rv_tok_report.h), the tokens report JSON
+ *   flat_probe.c        probe JSON for a path, the --version text, build info
+ *   flat_reader.c       frames and audio pulled chunk by chunk (a producer thread
+ *                       over ingest's frames collector)
+ *   flat_tokens.c       a whole token sequence as `ringvit tokens` writes it
+ *                       (tokenize's collector and report)
  *   flat_encoder.c      embed in-process, cp ranks as threads, as `ringvit embed`
  *   flat_model.c        a --model spec: preset, weights file or folder
  *   flat_interrupt.c    rv_flat_interrupt: a counter the long loops poll */

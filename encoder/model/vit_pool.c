@@ -5,9 +5,11 @@
  * on the rank holding global position 0; its row reaches the others through the
  * same all-reduce (AST's distillation token likewise). Options: segment_s <= 0 (or
  * opts NULL) selects 10 s; end_s <= 0 selects the latest token end of any rank
- * (one more all-gather). rv_vit_pool_head then makes the family's pooled output
- * from those sums on every rank, in double (a LayerNorm, a tanh pooler, a
- * projection of one D-vector: no device, no communication). */
+ * (one more all-gather). Segments are cut on the tokens' sequence times; their
+ * bounds come out on the container's clock (opts->t0 added last).
+ * rv_vit_pool_head then makes the family's pooled output from those sums on
+ * every rank, in double (a LayerNorm, a tanh pooler, a projection of one
+ * D-vector: no device, no communication). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,8 +43,8 @@ static rv_status latest_end(rv_comm *comm, const rv_vit_tokens *in, double *end_
     if (!all)
         return rv_fail(RV_ERR_NOMEM, "vit pool: out of memory for %d ranks", comm->size);
     for (int64_t i = 0; i < in->len; i++)
-        if (in->time[2 * i + 1] > mine)
-            mine = in->time[2 * i + 1];
+        if (in->seq_time[2 * i + 1] > mine)
+            mine = in->seq_time[2 * i + 1];
     rv_status st = rv_comm_allgather(comm, &mine, all, sizeof(double));
     *end_s = 0;
     for (int r = 0; st == RV_OK && r < comm->size; r++)
@@ -59,19 +61,21 @@ rv_status rv_vit_pool(rv_comm *comm, const rv_vit_tokens *in, const float *y, in
     if (!out)
         return rv_fail(RV_ERR_INVALID, "vit pool: out is NULL");
     memset(out, 0, sizeof *out);
-    if (!comm || !in || dim <= 0 || (in->len > 0 && (!y || !in->modality || !in->time)))
+    if (!comm || !in || dim <= 0 || (in->len > 0 && (!y || !in->modality || !in->seq_time)))
         return rv_fail(RV_ERR_INVALID, "vit pool: communicator, tokens, outputs and dim > 0 "
                        "(got %d) are required", dim);
     double seg_s = opts && opts->segment_s > 0 ? opts->segment_s : DEFAULT_SEGMENT_S;
     double hop_s = opts && opts->hop_s > 0 ? opts->hop_s : seg_s;
     double end_s = opts ? opts->end_s : 0;
-    const double t0 = opts ? opts->start_s : 0; /* segments from here */
-    if (!isfinite(seg_s) || !isfinite(end_s) || !isfinite(hop_s) || !isfinite(t0))
-        return rv_fail(RV_ERR_INVALID, "vit pool: segment_s %g, hop_s %g, start_s %g and end_s "
-                       "%g must be finite", seg_s, hop_s, t0, end_s);
+    const double start = opts ? opts->start_s : 0; /* segments from here (sequence time) */
+    const double t0 = opts ? opts->t0 : 0;         /* t0 on the container's clock */
+    if (!isfinite(seg_s) || !isfinite(end_s) || !isfinite(hop_s) || !isfinite(start) ||
+        !isfinite(t0))
+        return rv_fail(RV_ERR_INVALID, "vit pool: segment_s %g, hop_s %g, start_s %g, end_s %g "
+                       "and t0 %g must be finite", seg_s, hop_s, start, end_s, t0);
     if (end_s <= 0 && (st = latest_end(comm, in, &end_s)) != RV_OK)
         return st;
-    const double span = end_s - t0; /* times below are from t0 */
+    const double span = end_s - start; /* times below are from start */
     double gd = ceil(span / hop_s);
     if (gd > 1e7)
         return rv_fail(RV_ERR_INVALID, "vit pool: %g s in segments every %g s is too many "
@@ -111,7 +115,7 @@ rv_status rv_vit_pool(rv_comm *comm, const rv_vit_tokens *in, const float *y, in
              * window's start counts in the last. Window floor(t / hop) always holds t
              * when hop <= seg (so rounding in the lower bound cannot lose a token);
              * with gaps between windows (hop > seg) a token may be in none. */
-            double t = in->time[2 * i] - t0;
+            double t = in->seq_time[2 * i] - start;
             double hi = t > 0 ? floor(t / hop_s) : 0;
             int clamped = hi >= (double)(G - 1);
             g_hi = clamped ? G - 1 : (int64_t)hi;
@@ -157,9 +161,10 @@ rv_status rv_vit_pool(rv_comm *comm, const rv_vit_tokens *in, const float *y, in
     out->tokens = (int64_t)cnt[0];
     for (int64_t g = 0; g < G; g++) {
         out->segment_tokens[g] = (int64_t)cnt[1 + g];
-        out->segment_start[g] = t0 + g * hop_s;
         double e = g * hop_s + seg_s;
-        out->segment_end[g] = t0 + (e > span || (g == G - 1 && hop_s == seg_s) ? span : e);
+        /* the bounds in sequence time, then on the container's clock */
+        out->segment_start[g] = t0 + (start + g * hop_s);
+        out->segment_end[g] = t0 + (start + (e > span || (g == G - 1 && hop_s == seg_s) ? span : e));
     }
     out->modality_tokens[0] = (int64_t)cnt[1 + G];
     out->modality_tokens[1] = (int64_t)cnt[2 + G];

@@ -69,7 +69,7 @@ rv_status vit_span_setup(rv_cp_attn *cp, const rv_vit_run *run, const rv_vit_tok
         goto end;
     }
     for (int64_t i = 0; i < in->len; i++) {
-        time[i] = in->time[2 * i];
+        time[i] = in->seq_time[2 * i];
         key[i] = sp->kind == RV_SPAN_WINDOW ? time[i] : (double)in->window[i];
     }
     st = rv_cp_attn_set_span(cp, sp->kind == RV_SPAN_WINDOW ? sp->seconds / 2 : 0.0, key, time);

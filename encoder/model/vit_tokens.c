@@ -19,7 +19,7 @@ int64_t rv_vit_audio_steps(const rv_tok_layout *L)
 rv_vit_tokens rv_vit_slice_tokens(const rv_tok_layout *L, const rv_tok_slice *s)
 {
     return (rv_vit_tokens){.len = s->len, .modality = s->modality, .pos = s->pos,
-                           .time = s->time, .nvideo = s->nvideo, .video = s->video,
+                           .seq_time = s->seq_time, .nvideo = s->nvideo, .video = s->video,
                            .naudio = s->naudio, .audio = s->audio, .grid = L->grid,
                            .audio_steps = rv_vit_audio_steps(L), .window = s->window};
 }

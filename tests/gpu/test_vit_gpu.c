@@ -128,7 +128,7 @@ static void slice_make(const rv_vit_config *c, const seq *s, const rv_shard_plan
             else if (s->mod[g] == RV_MOD_AUDIO)
                 memcpy(out->audio + ad * (size_t)na++, s->audio + ad * (size_t)s->row[g], ad * 4);
         }
-    out->t = (rv_vit_tokens){.len = len, .modality = out->mod, .pos = out->pos, .time = out->time, .nvideo = nv, .video = out->video, .naudio = na, .audio = out->audio, .grid = GRID, .audio_steps = 0};
+    out->t = (rv_vit_tokens){.len = len, .modality = out->mod, .pos = out->pos, .seq_time = out->time, .nvideo = nv, .video = out->video, .naudio = na, .audio = out->audio, .grid = GRID, .audio_steps = 0};
 }
 
 static void slice_free(slice *s)

@@ -9,15 +9,21 @@ command, so tests/unit/test_ingest_golden.c can check ringvit against it.
 Writes a safetensors file (laid out by hand: 8-byte header length, JSON header,
 raw little-endian data) holding
     frames            (N, S, S, 3) U8   the expected pictures
-    frame_time        (N) F64           t_k - t0, seconds
-    frame_source_time (N) F64           pts of the frame used - t0, seconds
+    frame_time        (N) F64           t0 + t_k, seconds on the container's clock
+    frame_source_time (N) F64           t0 + (pts of the frame used - its first), same
     audio             (M) F32           the expected audio (empty without audio)
+    t0                (1) F64           t0: the first frame's pts (audio only: the first
+                                        audio frame's) rounded down to the microsecond,
+                                        seconds (NaN: nothing to decode)
 and metadata "golden" (JSON: origin, rotation, audio offset, ...).
 
 What it does, step by step (the behaviour ringvit documents in rv_ingest.h):
   - decodes every frame of the video stream with PyAV (no fast path), in
-    presentation order; t0 is the first frame's pts;
-  - sample k is at t_k = t0 + start + k / fps, computed with Python fractions;
+    presentation order; the first frame's pts is the origin and t0 is it rounded
+    down to the microsecond (exactly, with fractions), the grid's zero;
+  - sample k is at t_k = start + k / fps after it, computed with Python fractions,
+    and written on the container's clock as the float t0 plus the float t_k (the
+    sum ringvit documents);
     its frame is the last decoded frame with pts <= t_k (the first frame if none);
     sampling stops before the end of the last frame's display (its pts plus its
     packet's duration, or one frame at the stream's average rate) and before
@@ -180,10 +186,14 @@ def video_golden(path, vindex, fps, size, pad, start_us, k_end):
     container.close()
     t0 = origin * (tb.numerator / tb.denominator)  # as C: pts * av_q2d(tb)
     end_rel = float((end - origin) * tb)
-    return frames, times, src, t0, end_rel, rot
+    grid0 = math.floor(origin * tb * 10**6) / 1e6  # the grid's zero: whole microseconds
+    times = [grid0 + t for t in times]
+    src = [grid0 + t for t in src]
+    return frames, times, src, t0, grid0, end_rel, rot
 
 
 def first_audio_time(path, index):
+    """The first audio frame's pts as C takes it (pts * av_q2d(tb)), and exactly."""
     container = av.open(path)
     stream = stream_by_index(container, index)
     for pkt in container.demux(stream):
@@ -191,9 +201,9 @@ def first_audio_time(path, index):
             t = fr.pts if fr.pts is not None else (stream.start_time or 0)
             tb = stream.time_base
             container.close()
-            return t * (tb.numerator / tb.denominator)
+            return t * (tb.numerator / tb.denominator), Fraction(t) * tb
     container.close()
-    return None
+    return None, None
 
 
 def ffmpeg_audio(path, index):
@@ -250,17 +260,19 @@ def main():
 
     S = a.size
     frames, times, src, rot = [], [], [], 0
+    grid0 = math.nan
     if vindex is not None:
-        frames, times, src, t0, end_rel, rot = video_golden(
+        frames, times, src, t0, grid0, end_rel, rot = video_golden(
             a.media, vindex, fps, S, a.pad, start_us, k_end)
 
     audio = np.zeros(0, np.float32)
     offset = None
     if aindex is not None:
-        a0 = first_audio_time(a.media, aindex)
+        a0, a0_exact = first_audio_time(a.media, aindex)
         ref = ffmpeg_audio(a.media, aindex)
         if vindex is None:
             t0 = a0
+            grid0 = math.floor(a0_exact * 10**6) / 1e6
             end_rel = (len(ref) / RATE)  # the stream's own length from t0
         origin = t0 + start_s
         offset = llround((a0 - origin) * RATE)
@@ -281,12 +293,13 @@ def main():
     meta = {"golden": json.dumps({
         "frames": n, "rotation": rot, "audio_offset": offset,
         "has_video": vindex is not None, "has_audio": aindex is not None,
-        "origin_s": t0 if (vindex is not None or aindex is not None) else None})}
+        "time_origin": t0 if (vindex is not None or aindex is not None) else None})}
     write_safetensors(a.out, [
         ("frame_time", "F64", (n,), np.asarray(times, "<f8")),
         ("frame_source_time", "F64", (n,), np.asarray(src, "<f8")),
         ("audio", "F32", (len(audio),), audio.astype("<f4")),
         ("frames", "U8", (n, S, S, 3), fr),
+        ("t0", "F64", (1,), np.asarray([grid0], "<f8")),
     ], meta)
     return 0
 

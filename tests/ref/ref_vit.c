@@ -204,7 +204,7 @@ void ref_vit_embed_w(const rv_vit_model *m, const double *w, const rv_vit_tokens
         for (int j = 0; j < D; j++)
             row[j] = 0;
         if (c->time_code) {
-            ref_vit_time_code(all->time[2 * i], D, code);
+            ref_vit_time_code(all->seq_time[2 * i], D, code);
             linear(wd(m, w, m->time_w), NULL, D, D, code, row);
             const double *mrow = wd(m, w, m->modality) + (size_t)mod * D;
             for (int j = 0; j < D; j++)
@@ -372,7 +372,7 @@ void ref_vit_pool(const rv_vit_tokens *all, const double *y, int dim, double seg
         }
         /* The window holding the start time; past the last window: the last. */
         int64_t g = 0;
-        while (g + 1 < G && all->time[2 * i] >= (g + 1) * segment_s)
+        while (g + 1 < G && all->seq_time[2 * i] >= (g + 1) * segment_s)
             g++;
         out->tokens++;
         out->segment_tokens[g]++;

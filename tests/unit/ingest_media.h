@@ -216,15 +216,19 @@ HELPER float gf32(const rv_st_tensor *t, int64_t i)
     return v;
 }
 
-/* ringvit against the peer: same frame count, frame times and source times exactly
- * equal, mean absolute pixel difference <= 1.0 (0..255) per frame, same audio
- * length and RMS difference <= 1e-3. */
+/* ringvit against the peer: the same t0 (the peer's first pts rounded down to
+ * the microsecond), the same frame count, frame times and source times on the
+ * container's clock exactly equal, mean absolute pixel difference <= 1.0
+ * (0..255) per frame, same audio length and RMS difference <= 1e-3. */
 HELPER void expect_golden(const char *path, const rv_ingest_opts *o, const char *tag)
 {
     rv_ingest_result *r = ingest_ok(path, o);
     rv_safetensors *g = golden(path, o, tag);
     const rv_st_tensor *gfr = gtensor(g, "frames"), *gt = gtensor(g, "frame_time"),
-                       *gs = gtensor(g, "frame_source_time"), *ga = gtensor(g, "audio");
+                       *gs = gtensor(g, "frame_source_time"), *ga = gtensor(g, "audio"),
+                       *g0 = gtensor(g, "t0");
+    cr_assert_eq(r->stats.t0, gf64(g0, 0), "%s (%s): t0 %.17g, the peer's %.17g", path, tag,
+                 r->stats.t0, gf64(g0, 0));
     cr_assert_eq(r->nframes, gt->shape[0], "%s (%s): %lld frames, the peer has %lld", path, tag,
                  (long long)r->nframes, (long long)gt->shape[0]);
     const size_t fsize = (size_t)o->size * o->size * 3;

@@ -1,6 +1,7 @@
 /* test_flat_media.c: the flat calls on generated media against the library's
- * own passes: the reader's chunks against rv_ingest_stream (+ t0), the tokens
- * against rv_tokenize_file, the embedding (2 ranks) against a plain one-rank
+ * own passes: the reader's chunks against rv_ingest_stream (times on the
+ * container's clock, t0 + the grid's: an MPEG-TS file whose video starts
+ * after 1.4 s of audio too), the tokens against rv_tokenize_file (likewise), the embedding (2 ranks) against a plain one-rank
  * forward pooled here in double; errors on missing and corrupt files; an
  * interrupt; two readers on two threads at once. */
 #include <criterion/criterion.h>
@@ -18,6 +19,10 @@ const media_recipe rv_test_media[] = {
                "anoisesrc=sample_rate=44100:amplitude=0.3:seed=7 -t 4 -c:v libx264 -g 30 "
                "-pix_fmt yuv420p -c:a aac", NULL},
     {"b.mp4", "-f lavfi -i testsrc2=size=80x60:rate=25 -t 3 -c:v libx264 -pix_fmt yuv420p", NULL},
+    /* audio from 0, video from about 1.4 s (tests/cli/test_timeline.sh's file) */
+    {"pre.ts", "-f lavfi -i sine=frequency=440:sample_rate=44100:duration=5 -itsoffset 1.4 "
+               "-f lavfi -i testsrc2=size=64x64:rate=25:duration=3 -map 1:v -map 0:a "
+               "-c:v mpeg2video -bf 0 -c:a mp2 -muxdelay 0 -muxpreload 0 -f mpegts", NULL},
     {NULL, NULL, NULL},
 };
 
@@ -99,10 +104,10 @@ static void check_reader(const char *path, int fps, int size, double start)
     cr_assert(ref.nframes > 0);
     cr_assert_eq(memcmp(got.frames, ref.frames, (size_t)(ref.nframes * size * size * 3)), 0);
     cr_assert_eq(memcmp(got.audio, ref.audio, sizeof(float) * (size_t)ref.nsamples), 0);
-    const double t0 = (double)tl.t0_us / 1e6;
     for (int64_t i = 0; i < ref.nframes; i++) {
-        cr_assert_eq(got.t[i], ref.t[i] + t0);
-        cr_assert_eq(got.src[i], ref.src[i] + t0);
+        cr_assert_eq(got.t[i], ref.t[i]);
+        cr_assert_eq(got.src[i], ref.src[i]);
+        cr_assert_eq(got.t[i], tl.t0 + rv_ingest_frame_time(&o, i), "frame %lld", (long long)i);
     }
     whole_free(&got);
     whole_free(&ref);
@@ -113,6 +118,10 @@ Test(flat_media, reader_equals_the_ingest)
     char *p = media("av.mp4");
     check_reader(p, 3, 32, -1);
     check_reader(p, 2, 16, 1.5);
+    free(p);
+    p = media("pre.ts");
+    check_reader(p, 5, 32, -1);
+    check_reader(p, 2, 16, 1.0); /* before the first frame, after the first audio */
     free(p);
 }
 
@@ -202,7 +211,7 @@ typedef struct toks {
     uint8_t *mod;
     double *time;
     float *video;
-    double clock0;
+    double t0;      /* the grid's zero on the container's clock */
 } toks;
 
 static rv_status on_batch(const rv_tok_batch *b, void *user)
@@ -213,8 +222,10 @@ static rv_status on_batch(const rv_tok_batch *b, void *user)
     t->video = realloc(t->video, sizeof(float) * (size_t)((t->nv + b->nvideo) * t->vd + 1));
     if (b->count > 0)
         memcpy(t->mod + t->n, b->modality, (size_t)b->count);
-    for (int64_t i = 0; i < 2 * b->count; i++)
-        t->time[2 * t->n + i] = b->time[i] + t->clock0;
+    for (int64_t i = 0; i < 2 * b->count; i++) {
+        cr_assert_eq(b->time[i], t->t0 + b->seq_time[i]);
+        t->time[2 * t->n + i] = b->time[i];
+    }
     if (b->nvideo > 0)
         memcpy(t->video + t->nv * t->vd, b->video, sizeof(float) * (size_t)(b->nvideo * t->vd));
     t->n += b->count;
@@ -222,9 +233,8 @@ static rv_status on_batch(const rv_tok_batch *b, void *user)
     return RV_OK;
 }
 
-Test(flat_media, tokens_equal_the_tokenizer)
+static void check_tokens(const char *p)
 {
-    char *p = media("av.mp4");
     rv_arrays *a = NULL;
     cr_assert_eq(rv_flat_tokens(p, "{\"fps\": 4, \"size\": 32, \"patch\": 8, \"cls\": true}", &a),
                  RV_OK, "%s", rv_last_error());
@@ -238,7 +248,7 @@ Test(flat_media, tokens_equal_the_tokenizer)
     io.start_s = rv_timeline_start(&tl, NAN);
     rv_tok_layout shape;
     cr_assert_eq(rv_tok_layout_make(&to, &io, 0, 0, &shape), RV_OK);
-    toks ref = {.vd = shape.video_dim, .clock0 = (double)tl.t0_us / 1e6};
+    toks ref = {.vd = shape.video_dim, .t0 = tl.t0};
     cr_assert_eq(rv_tokenize_file(p, &io, &to, on_batch, &ref, NULL), RV_OK);
     int mi = rv_arrays_find(a, "token_modality"), ti = rv_arrays_find(a, "token_time"),
         vi = rv_arrays_find(a, "video_patches");
@@ -250,7 +260,17 @@ Test(flat_media, tokens_equal_the_tokenizer)
     cr_assert_eq(memcmp(rv_arrays_data(a, vi), ref.video, sizeof(float) * (size_t)(ref.nv * ref.vd)), 0);
     cr_assert_eq(((const uint8_t *)rv_arrays_data(a, mi))[0], RV_MOD_CLS);
     rv_arrays_free(&a);
-    free(ref.mod), free(ref.time), free(ref.video), free(p);
+    free(ref.mod), free(ref.time), free(ref.video);
+}
+
+Test(flat_media, tokens_equal_the_tokenizer)
+{
+    char *p = media("av.mp4");
+    check_tokens(p);
+    free(p);
+    p = media("pre.ts");
+    check_tokens(p);
+    free(p);
 }
 
 /* ---- embed ---- */

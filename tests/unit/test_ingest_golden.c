@@ -5,7 +5,9 @@
  * file, rotated files, 48 kHz 5.1 audio, audio only, video only, audio that starts
  * before the video (negative container start); plus start/duration, padding and
  * the probe. Frames within 1.0 mean absolute difference, times exact, audio RMS
- * within 1e-3. */
+ * within 1e-3. And times on the container's clock against ffprobe: an MPEG-TS
+ * file whose video starts after 1.4 s of audio (as tests/cli/test_timeline.sh
+ * makes one) hands out its chunks' times at ffprobe's pts. */
 #include "ingest_media.h"
 
 #define TONE(f, r) "-f lavfi -i sine=frequency=" #f ":sample_rate=" #r
@@ -41,6 +43,10 @@ const media_recipe rv_test_media[] = {
     {"negaudio.mkv", "-f lavfi -i testsrc2=size=160x90:rate=30 " TONE(440, 48000)
                      " -t 3 -vf setpts=PTS-1.5/TB -af asetpts=PTS-1.2/TB -c:v libx264 -bf 3 "
                      "-c:a aac -avoid_negative_ts disabled", NULL},
+    /* Audio from 0, video from about 1.4 s (90 kHz pts). */
+    {"pre.ts", TONE(440, 44100) ":duration=5 -itsoffset 1.4 -f lavfi -i "
+               "testsrc2=size=64x64:rate=25:duration=3 -map 1:v -map 0:a -c:v mpeg2video -bf 0 "
+               "-c:a mp2 -muxdelay 0 -muxpreload 0 -f mpegts", NULL},
     {NULL, NULL, NULL},
 };
 
@@ -191,4 +197,105 @@ Test(ingest_golden, rotation_in_stats)
         rv_ingest_result_free(&r);
         free(p);
     }
+}
+
+/* ffprobe's pts of stream sel's frames ("v:0", "a:0"), in its time base, which
+ * must be 1/90000 (MPEG-TS); returns how many (at most cap). */
+static int ffprobe_pts(const char *path, const char *sel, int64_t *pts, int cap)
+{
+    char out[1024];
+    snprintf(out, sizeof out, "%s/.ffprobe.%d.%s.txt", media_dir(), (int)getpid(), sel);
+    int rc = run_shell("ffprobe -v error -select_streams %s -show_entries stream=time_base "
+                       "-of csv=p=0 '%s' > '%s' && ffprobe -v error -select_streams %s "
+                       "-show_entries frame=pts -of csv=p=0 '%s' >> '%s'",
+                       sel, path, out, sel, path, out);
+    cr_assert_eq(rc, 0, "ffprobe failed on %s", path);
+    FILE *f = fopen(out, "r");
+    cr_assert_not_null(f);
+    /* one value per line, perhaps followed by ",side_data,"; other lines are the
+     * side data's, or the time base again (the stream listed under its program) */
+    char line[256];
+    cr_assert_not_null(fgets(line, sizeof line, f));
+    cr_assert(strncmp(line, "1/90000", 7) == 0, "%s %s: time base %s", path, sel, line);
+    int n = 0;
+    while (n < cap && fgets(line, sizeof line, f))
+        if (line[0] >= '0' && line[0] <= '9' && !strchr(line, '/'))
+            pts[n++] = strtoll(line, NULL, 10);
+    fclose(f);
+    unlink(out);
+    return n;
+}
+
+typedef struct clock_chunks {
+    int64_t next_k;
+    double t0;
+    int nframes, chunks;
+    double time[256], source[256];
+} clock_chunks;
+
+static rv_status on_clock_chunk(const rv_ingest_chunk *c, void *user)
+{
+    clock_chunks *cc = user;
+    cr_assert_eq(c->first_frame, cc->next_k);
+    cr_assert(cc->chunks == 0 || c->t0 == cc->t0, "t0 changed between chunks");
+    cc->t0 = c->t0;
+    cc->chunks++;
+    for (int i = 0; i < c->nframes && cc->nframes < 256; i++, cc->nframes++) {
+        cc->time[cc->nframes] = c->frame_time[i];
+        cc->source[cc->nframes] = c->source_time[i];
+    }
+    cc->next_k += c->nframes;
+    return RV_OK;
+}
+
+Test(ingest_golden, mpegts_times_on_the_container_clock)
+{
+    char *p = media("pre.ts");
+    int64_t vpts[128], apts[4];
+    const int nv = ffprobe_pts(p, "v:0", vpts, 128), na = ffprobe_pts(p, "a:0", apts, 4);
+    cr_assert(nv >= 70 && na >= 1, "%s: %d video, %d audio frames", p, nv, na);
+    cr_assert(vpts[0] > 126000 && apts[0] < vpts[0], "the video should start after 1.4 s and "
+              "after the audio (pts %lld, %lld)", (long long)vpts[0], (long long)apts[0]);
+    rv_ingest_opts o = opts_fps(5, 1, 32);
+    o.chunk_frames = 7;
+    rv_timeline tl;
+    cr_assert_eq(rv_ingest_timeline(p, &o, &tl), RV_OK, "%s", rv_last_error());
+    /* time_origin: ffprobe's first video pts; t0: it in whole microseconds, down */
+    const int64_t t0_us = vpts[0] * 100 / 9;
+    cr_assert_float_eq(tl.time_origin, vpts[0] / 90000.0, 1e-12);
+    cr_assert_eq(tl.t0_us, t0_us);
+    cr_assert_eq(tl.t0, (double)t0_us / 1e6);
+    /* the grid from the recording's start: the first audio */
+    o.start_s = rv_timeline_start(&tl, NAN);
+    const double a0 = (double)(apts[0] * 100 / 9) / 1e6;
+    cr_assert_float_eq(o.start_s, a0 - tl.t0, 1e-12);
+    clock_chunks cc = {0};
+    rv_ingest_stats st;
+    cr_assert_eq(rv_ingest_stream(p, &o, on_clock_chunk, &cc, &st), RV_OK, "%s", rv_last_error());
+    cr_assert_eq(cc.t0, tl.t0);
+    cr_assert_eq(st.t0, tl.t0);
+    cr_assert(cc.chunks > 2 && cc.nframes >= 20, "%d chunks, %d frames", cc.chunks, cc.nframes);
+    for (int k = 0; k < cc.nframes; k++) {
+        /* the sum the library documents, and the grid at 5 fps from the first audio */
+        cr_assert_eq(cc.time[k], tl.t0 + rv_ingest_frame_time(&o, k), "frame %d", k);
+        cr_assert_float_eq(cc.time[k], a0 + k / 5.0, 1e-9, "frame %d at %.17g s", k, cc.time[k]);
+        /* ffprobe's pts of the last frame at or before it, the first before that */
+        int i = 0;
+        while (i + 1 < nv && vpts[i + 1] / 90000.0 <= cc.time[k] + 1e-12)
+            i++;
+        cr_assert_float_eq(cc.source[k], vpts[i] / 90000.0, 1e-9, "frame %d at %.6f s shows "
+                           "%.9f s, ffprobe's frame there is at %.9f s", k, cc.time[k],
+                           cc.source[k], vpts[i] / 90000.0);
+    }
+    cr_assert_eq(st.end_time, st.t0 + st.end_s);
+    cr_assert_float_eq(st.end_time, (vpts[nv - 1] + 3600) / 90000.0, 1e-9,
+                       "the recording ends at %.9f s, its last frame shows until %.9f s",
+                       st.end_time, (vpts[nv - 1] + 3600) / 90000.0);
+    /* the same times collected whole */
+    rv_ingest_result *r = ingest_ok(p, &o);
+    cr_assert_eq(r->nframes, cc.nframes);
+    cr_assert_eq(memcmp(r->frame_time, cc.time, sizeof(double) * (size_t)cc.nframes), 0);
+    cr_assert_eq(memcmp(r->source_time, cc.source, sizeof(double) * (size_t)cc.nframes), 0);
+    rv_ingest_result_free(&r);
+    free(p);
 }

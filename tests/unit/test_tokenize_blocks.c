@@ -289,43 +289,43 @@ Test(blocks, layouts_match_the_model)
             if (e->mod == RV_MOD_CLS) {
                 double tw = o->cls_each_window ? model_window_time(&L, k, e->window)
                                                : rv_ingest_frame_time(&L.ingest, 0);
-                cr_assert(tk.pos[1] == 0 && tk.pos[2] == 0 && tk.time[0] == tw &&
-                              tk.time[1] == tw,
+                cr_assert(tk.pos[1] == 0 && tk.pos[2] == 0 && tk.seq_time[0] == tw &&
+                              tk.seq_time[1] == tw,
                           "%s: special token %lld at %.17g s, want %.17g", k->name, (long long)i,
-                          tk.time[0], tw);
+                          tk.seq_time[0], tw);
                 if (o->cls_each_window)
                     cr_assert_eq(rv_tok_window_time(&L, e->window), tw);
                 ns++;
             } else if (e->mod == RV_MOD_VIDEO) {
                 cr_assert_eq(tk.pos[1], e->part / L.grid);
                 cr_assert_eq(tk.pos[2], e->part % L.grid);
-                cr_assert_eq(tk.time[0], rv_ingest_frame_time(&L.ingest, e->item * o->tubelet));
-                cr_assert_eq(tk.time[1],
+                cr_assert_eq(tk.seq_time[0], rv_ingest_frame_time(&L.ingest, e->item * o->tubelet));
+                cr_assert_eq(tk.seq_time[1],
                              rv_ingest_frame_time(&L.ingest, (e->item + 1) * o->tubelet));
                 cr_assert_eq(rv_tok_index_video(&L, e->item, e->part), i, "%s: token %lld",
                              k->name, (long long)i);
                 cr_assert_eq(rv_tok_window_of_tubelet(&L, e->item), e->window);
                 /* a frame window's time is its tubelet's */
                 if (o->frame_windows)
-                    cr_assert_eq(rv_tok_window_time(&L, e->window), tk.time[0]);
+                    cr_assert_eq(rv_tok_window_time(&L, e->window), tk.seq_time[0]);
                 nv++;
             } else {
                 int64_t j0 = e->item * o->audio_stride * 160;
                 cr_assert_eq(tk.pos[1], e->part);
                 cr_assert_eq(tk.pos[2], 0);
-                cr_assert_float_eq(tk.time[0], k->start + j0 / 16000.0, 1e-9);
+                cr_assert_float_eq(tk.seq_time[0], k->start + j0 / 16000.0, 1e-9);
                 cr_assert_eq(rv_tok_index_audio(&L, e->item, e->part), i, "%s: token %lld",
                              k->name, (long long)i);
                 cr_assert_eq(rv_tok_window_of_step(&L, e->item), e->window);
                 /* its first sample is inside its window's time range */
-                cr_assert_geq(tk.time[0], rv_tok_window_time(&L, e->window) - 1e-12);
-                cr_assert_lt(tk.time[0], rv_tok_window_time(&L, e->window + 1));
+                cr_assert_geq(tk.seq_time[0], rv_tok_window_time(&L, e->window) - 1e-12);
+                cr_assert_lt(tk.seq_time[0], rv_tok_window_time(&L, e->window + 1));
                 na++;
             }
             if (e->mod != RV_MOD_CLS) {
-                cr_assert_geq(tk.time[0], last_t[e->mod], "%s: token %lld goes back in time",
+                cr_assert_geq(tk.seq_time[0], last_t[e->mod], "%s: token %lld goes back in time",
                               k->name, (long long)i);
-                last_t[e->mod] = tk.time[0];
+                last_t[e->mod] = tk.seq_time[0];
             }
         }
         cr_assert_eq(nv, L.nvideo);
@@ -361,7 +361,7 @@ Test(blocks, case_geometry)
     rv_token tk;
     cr_assert_eq(rv_tok_info(&L, rv_tok_window_start(&L, 3), &tk), RV_OK);
     cr_assert(tk.modality == RV_MOD_CLS && tk.window == 3 && tk.pos[0] == 0);
-    cr_assert_eq(tk.time[0], 3 * 2 * 1001 / 30000.0);
+    cr_assert_eq(tk.seq_time[0], 3 * 2 * 1001 / 30000.0);
     /* the ties: step 1001 k opens window 300 k, step 1001 k - 1 is the window before */
     make_case(&CASES[15], &L);
     for (int64_t k = 1; k <= 2; k++) {
@@ -405,9 +405,9 @@ static void check_span(const rv_tok_layout *L, int64_t first, int64_t count, con
     cr_assert_eq(x.cls, special, "%s: span [%lld, +%lld) says %lld special tokens, holds %lld",
                  what, (long long)first, (long long)count, (long long)x.cls, (long long)special);
     if (count > 0)
-        cr_assert(x.t0 == t0 && x.t1 == t1, "%s: span [%lld, +%lld) times %.17g..%.17g, its "
-                  "tokens %.17g..%.17g", what, (long long)first, (long long)count, x.t0, x.t1,
-                  t0, t1);
+        cr_assert(x.time[0] == t0 && x.time[1] == t1, "%s: span [%lld, +%lld) times "
+                  "%.17g..%.17g, its tokens %.17g..%.17g", what, (long long)first,
+                  (long long)count, x.time[0], x.time[1], t0, t1);
     if (g_hi >= 0)
         cr_assert(x.tubelet0 == g_lo && x.tubelet1 == g_hi + 1 &&
                       x.frame0 == g_lo * L->opts.tubelet && x.grid0 <= x.frame0 &&
@@ -500,10 +500,12 @@ static void run_planned(const rv_tok_layout *L, int64_t first, int64_t count, co
 
 /* The whole planned pass: every token the layout's, window indices included,
  * and its patch the plain sequence's patch of the same tubelet or step (the
- * blocks move tokens, never change them). */
+ * blocks move tokens, never change them). The plan is placed on a clock whose
+ * grid zero is 1.4 s (the chunks say 0: a planned pass keeps the plan's). */
 static void whole_pass(const bcase *c, const tt_media *m, rv_tok_layout *L, tok_table *t)
 {
     make_case(c, L);
+    L->t0 = 1.4;
     tt_init(t, L->seq, L->video_dim, L->audio_dim, L->fbank_frames);
     const int sizes[] = {1, 2, 3, 5};
     rv_tok_stats st;
@@ -518,11 +520,17 @@ static void whole_pass(const bcase *c, const tt_media *m, rv_tok_layout *L, tok_
                      t->have[g]);
         cr_assert_eq(rv_tok_info(L, g, &tk), RV_OK);
         cr_assert(t->mod[g] == tk.modality && !memcmp(t->pos + 3 * g, tk.pos, sizeof tk.pos) &&
-                      !memcmp(t->time + 2 * g, tk.time, sizeof tk.time) && t->win[g] == tk.window,
+                      !memcmp(t->time + 2 * g, tk.time, sizeof tk.time) &&
+                      !memcmp(t->seq_time + 2 * g, tk.seq_time, sizeof tk.seq_time) &&
+                      t->win[g] == tk.window,
                   "%s: token %lld is not the layout's (%s pos %lld window %lld, the layout %s "
                   "pos %lld window %lld)", c->name, (long long)g, rv_modality_name(t->mod[g]),
                   (long long)t->pos[3 * g], (long long)t->win[g], rv_modality_name(tk.modality),
                   (long long)tk.pos[0], (long long)tk.window);
+        for (int e = 0; e < 2; e++)
+            cr_assert(t->time[2 * g + e] == 1.4 + t->seq_time[2 * g + e],
+                      "%s: token %lld at %.17g s on the clock, %.17g s from t0 1.4", c->name,
+                      (long long)g, t->time[2 * g + e], t->seq_time[2 * g + e]);
     }
     /* the plain sequence (no blocks) over the same recording */
     rv_tok_opts to;
@@ -582,6 +590,7 @@ Test(blocks, open_pass_equals_planned)
         rv_tok_layout L;
         tok_table whole, open;
         whole_pass(c, &m, &L, &whole);
+        m.t0 = 1.4; /* the chunks' clock, the whole pass's plan's: the open pass takes it */
         rv_tok_opts to;
         rv_ingest_opts io;
         case_opts(c, &to, &io);
@@ -599,6 +608,8 @@ Test(blocks, open_pass_equals_planned)
         cr_assert_eq(st.tokens, L.seq, "%s: the open pass handed out %lld tokens, want %lld",
                      c->name, (long long)st.tokens, (long long)L.seq);
         cr_assert_eq(st.cls_tokens, L.nspecial);
+        cr_assert_eq(st.layout.t0, 1.4, "%s: the open pass is at t0 %.17g, its chunks at 1.4",
+                     c->name, st.layout.t0);
         cr_assert(open.ordered);
         char what[160];
         snprintf(what, sizeof what, "%s, open pass", c->name);

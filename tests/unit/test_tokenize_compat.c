@@ -112,7 +112,7 @@ static uint64_t info_hash(const rv_tok_layout *L)
         int64_t w = rv_tok_window_of(L, i);
         h = fnv(h, &m, 4);
         h = fnv(h, t.pos, 24);
-        h = fnv(h, t.time, 16);
+        h = fnv(h, t.seq_time, 16);
         h = fnv(h, &t.item, 8);
         h = fnv(h, &part, 4);
         h = fnv(h, &vb, 8);
@@ -139,8 +139,8 @@ static uint64_t span_hash(const rv_tok_layout *L)
                                    s[j].frame1,  s[j].fbank0,  s[j].fbank1,  s[j].sample0,
                                    s[j].sample1, s[j].grid0,   s[j].grid1};
                     h = fnv(h, v, sizeof v);
-                    h = fnv(h, &s[j].t0, 8);
-                    h = fnv(h, &s[j].t1, 8);
+                    h = fnv(h, &s[j].time[0], 8); /* t0 0: sequence time */
+                    h = fnv(h, &s[j].time[1], 8);
                 }
             }
         }
@@ -288,7 +288,7 @@ Test(compat, special_tokens_shift_the_sequence)
                                  "tokens, want %d", c, cls, (long long)first, (long long)count,
                                  s.cls, want);
                     if (want && count == want)
-                        cr_assert(s.t0 == t0 && s.t1 == t0 && s.grid1 == s.grid0,
+                        cr_assert(s.time[0] == t0 && s.time[1] == t0 && s.grid1 == s.grid0,
                                   "a span of special tokens only reads nothing");
                 }
         }

@@ -44,6 +44,8 @@ static const lcase CASES[] = {
 };
 #define NCASES (sizeof CASES / sizeof CASES[0])
 
+#define CLOCK_T0 1.4 /* s: the grid zero the cases are placed at */
+
 static void make_case(const lcase *c, rv_tok_layout *L)
 {
     rv_tok_opts to;
@@ -66,6 +68,10 @@ static void make_case(const lcase *c, rv_tok_layout *L)
     to.window_s = c->window;
     cr_assert_eq(rv_tok_layout_make(&to, &io, c->nframes, c->nsamples, L), RV_OK, "%s",
                  rv_last_error());
+    cr_assert_eq(L->t0, 0.0, "a layout made from counts is in sequence time");
+    /* placed on a container clock whose grid zero is 1.4 s (an MPEG-TS file's
+     * first frame, as tests/cli/test_timeline.sh makes one) */
+    L->t0 = CLOCK_T0;
 }
 
 typedef struct item {
@@ -105,7 +111,19 @@ static int naive_bands(int F, int fstride)
 }
 
 /* Special token i of L: modality cls, position (i, 0, 0), no item, the grid
- * start's time, in window 0 with no video or audio token before it. */
+ * start's time (sequence time; on the clock 1.4 s later), in window 0 with no
+ * video or audio token before it. */
+/* A token on the clock: time = t0 + seq_time, computed as that sum, and within
+ * a nanosecond of the exact sum of the known offset and the sequence time. */
+static void expect_clock(const rv_token *tk, const char *what)
+{
+    for (int e = 0; e < 2; e++) {
+        cr_assert_eq(tk->time[e], CLOCK_T0 + tk->seq_time[e], "%s: time %.17g, seq_time %.17g",
+                     what, tk->time[e], tk->seq_time[e]);
+        cr_assert_float_eq(tk->time[e] - CLOCK_T0, tk->seq_time[e], 1e-9);
+    }
+}
+
 static void expect_special(const rv_tok_layout *L, int64_t i, double start, const char *what)
 {
     rv_token tk;
@@ -116,9 +134,10 @@ static void expect_special(const rv_tok_layout *L, int64_t i, double start, cons
               (long long)tk.pos[0], (long long)tk.pos[1], (long long)tk.pos[2]);
     cr_assert_eq(tk.item, -1);
     cr_assert_eq(tk.part, 0);
-    cr_assert_float_eq(tk.time[0], start, 1e-9, "%s: special token %lld at %g s", what,
-                       (long long)i, tk.time[0]);
-    cr_assert_eq(tk.time[1], tk.time[0]);
+    cr_assert_float_eq(tk.seq_time[0], start, 1e-9, "%s: special token %lld at %g s", what,
+                       (long long)i, tk.seq_time[0]);
+    cr_assert_eq(tk.seq_time[1], tk.seq_time[0]);
+    expect_clock(&tk, what);
     cr_assert_eq(rv_tok_window_of(L, i), 0);
     cr_assert_eq(rv_tok_video_before(L, i), 0);
     cr_assert_eq(rv_tok_audio_before(L, i), 0);
@@ -176,8 +195,8 @@ Test(layout, matches_brute_force_order)
                     cr_assert_eq(tk.pos[0], tk.item);
                     cr_assert_eq(tk.pos[1], part / L.grid);
                     cr_assert_eq(tk.pos[2], part % L.grid);
-                    cr_assert_eq(tk.time[0], rv_ingest_frame_time(&L.ingest, tk.item * o->tubelet));
-                    cr_assert_eq(tk.time[1], rv_ingest_frame_time(&L.ingest, (tk.item + 1) * o->tubelet));
+                    cr_assert_eq(tk.seq_time[0], rv_ingest_frame_time(&L.ingest, tk.item * o->tubelet));
+                    cr_assert_eq(tk.seq_time[1], rv_ingest_frame_time(&L.ingest, (tk.item + 1) * o->tubelet));
                     cr_assert_eq(rv_tok_index_video(&L, tk.item, part), i);
                     cr_assert_eq(rv_tok_video_before(&L, i), nv);
                     nv++;
@@ -186,12 +205,13 @@ Test(layout, matches_brute_force_order)
                     int64_t j1 = j0 + (int64_t)(o->audio_time - 1) * 160 + 400;
                     cr_assert_eq(tk.pos[0], tk.item);
                     cr_assert_eq(tk.pos[1], part);
-                    cr_assert_float_eq(tk.time[0], CASES[c].start + j0 / 16000.0, 1e-9);
-                    cr_assert_float_eq(tk.time[1], CASES[c].start + j1 / 16000.0, 1e-9);
+                    cr_assert_float_eq(tk.seq_time[0], CASES[c].start + j0 / 16000.0, 1e-9);
+                    cr_assert_float_eq(tk.seq_time[1], CASES[c].start + j1 / 16000.0, 1e-9);
                     cr_assert_eq(rv_tok_index_audio(&L, tk.item, part), i);
                     cr_assert_eq(rv_tok_audio_before(&L, i), na);
                     na++;
                 }
+                expect_clock(&tk, what);
                 /* non-decreasing within a modality */
                 cr_assert_geq(tk.time[0], last_t[m], "case %zu token %lld goes back in time", c,
                               (long long)i);
@@ -241,7 +261,7 @@ Test(layout, shard_spans_cover_exactly)
                             rv_token tk;
                             cr_assert_eq(rv_tok_info(&L, i, &tk), RV_OK);
                             seen[i]++;
-                            cr_assert(tk.time[0] >= x->t0 && tk.time[1] <= x->t1,
+                            cr_assert(tk.time[0] >= x->time[0] && tk.time[1] <= x->time[1],
                                       "case %zu N=%d r=%d: token %lld outside the span's time",
                                       c, ns[ni], r, (long long)i);
                             if (tk.modality == RV_MOD_VIDEO) {

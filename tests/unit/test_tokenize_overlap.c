@@ -91,6 +91,7 @@ static void whole_pass(const ocase *c, const tt_media *m, rv_tok_layout *L, tok_
         cr_assert_eq(rv_tok_info(L, g, &tk), RV_OK);
         cr_assert(t->mod[g] == tk.modality && !memcmp(t->pos + 3 * g, tk.pos, sizeof tk.pos) &&
                       !memcmp(t->time + 2 * g, tk.time, sizeof tk.time) &&
+                      !memcmp(t->seq_time + 2 * g, tk.seq_time, sizeof tk.seq_time) &&
                       t->win[g] == tk.window && tk.window == rv_tok_window_of(L, g),
                   "%s: token %lld is not the layout's (modality %d, pos %lld %lld, time %.17g, "
                   "window %lld)", c->name, (long long)g, t->mod[g], (long long)t->pos[3 * g],

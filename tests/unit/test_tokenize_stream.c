@@ -75,6 +75,8 @@ static void whole_pass_matches_ingest(int tubelet, int ast, int cls)
     cr_assert_eq(L->nframes, r->nframes);
     cr_assert_eq(L->nsamples, r->nsamples);
     cr_assert_neq(r->nframes % tubelet, 0, "the clip should end inside a tubelet");
+    cr_assert_eq(L->t0, r->stats.t0, "the open pass takes t0 from its chunks: %.17g, ingest's "
+                 "%.17g", L->t0, r->stats.t0);
     cr_assert_eq(st.tokens, L->seq);
     cr_assert_eq(st.video_tokens, L->nvideo);
     cr_assert_eq(st.audio_tokens, L->naudio);
@@ -104,9 +106,12 @@ static void whole_pass_matches_ingest(int tubelet, int ast, int cls)
             cr_assert_eq(t.time[2 * i], r->frame_time[g * T],
                          "tubelet %lld starts at %.17g, its first frame is at %.17g", (long long)g,
                          t.time[2 * i], r->frame_time[g * T]);
-            double end = (g + 1) * T < r->nframes ? r->frame_time[(g + 1) * T]
-                                                  : rv_ingest_frame_time(&io, (g + 1) * T);
-            cr_assert_eq(t.time[2 * i + 1], end);
+            cr_assert_eq(t.seq_time[2 * i], rv_ingest_frame_time(&io, g * T));
+            double end = rv_ingest_frame_time(&io, (g + 1) * T);
+            cr_assert_eq(t.seq_time[2 * i + 1], end);
+            if ((g + 1) * T < r->nframes)
+                cr_assert_eq(t.time[2 * i + 1], r->frame_time[(g + 1) * T]);
+            cr_assert_eq(t.time[2 * i + 1], r->stats.t0 + end);
             memcpy(tub + q * L->video_dim, t.patch + i * L->video_dim, sizeof(float) * L->video_dim);
         }
         uint8_t *bp[3] = {back, back + fsize, back + 2 * fsize};

@@ -139,7 +139,7 @@ static void slice_make(const seq *s, const rv_shard_plan *p, int r, slice *o)
                 memcpy(o->audio + na++ * s->ad, s->audio + s->patch_of[g] * s->ad,
                        sizeof(float) * (size_t)s->ad);
         }
-    o->t = (rv_vit_tokens){.len = len, .modality = o->mod, .pos = o->pos, .time = o->time, .nvideo = nv, .video = o->video, .naudio = na, .audio = o->audio, .grid = 3, .audio_steps = 0};
+    o->t = (rv_vit_tokens){.len = len, .modality = o->mod, .pos = o->pos, .seq_time = o->time, .nvideo = nv, .video = o->video, .naudio = na, .audio = o->audio, .grid = 3, .audio_steps = 0};
 }
 
 static void slice_free(slice *o)
@@ -565,7 +565,7 @@ Test(train_heads, classify_argmax_and_labels)
     seq_make(&s, 8, 1, 9);
     rv_train_head *h = head_make(RV_TASK_CLASSIFY, D, C);
     h->cls_b[3] = 50.0f; /* class 3 wins by far: loss ~0 for it, ~50 for another */
-    rv_vit_tokens t = {.len = s.S, .modality = s.mod, .pos = s.pos, .time = s.time, .nvideo = s.nv, .video = s.video, .naudio = s.na, .audio = s.audio, .grid = 3, .audio_steps = 0};
+    rv_vit_tokens t = {.len = s.S, .modality = s.mod, .pos = s.pos, .seq_time = s.time, .nvideo = s.nv, .video = s.video, .naudio = s.na, .audio = s.audio, .grid = 3, .audio_steps = 0};
     rv_vit_pooled p = {.dim = D, .tokens = s.S - 1, .global = s.y};
     double loss = -1;
     int pred = -1;
@@ -857,7 +857,7 @@ Test(train_heads, mae_argument_errors)
     uint8_t hid[10];
     memset(hid, 1, sizeof hid);
     double loss;
-    rv_vit_tokens t = {.len = s.S, .modality = s.mod, .pos = s.pos, .time = s.time, .nvideo = s.nv, .video = s.video, .naudio = s.na, .audio = s.audio, .grid = 3, .audio_steps = 0};
+    rv_vit_tokens t = {.len = s.S, .modality = s.mod, .pos = s.pos, .seq_time = s.time, .nvideo = s.nv, .video = s.video, .naudio = s.na, .audio = s.audio, .grid = 3, .audio_steps = 0};
     cr_assert_eq(rv_mae_loss(NULL, h, &t, hid, s.y, 1, &loss, NULL, NULL, NULL), RV_ERR_INVALID);
     ejob e = {c, NULL, t, hid, s.y, RV_OK}; /* a classify head */
     cr_assert_eq(rv_local_run(1, err_rank, &e), RV_ERR_INVALID);

@@ -152,11 +152,11 @@ static void seq_make(seq *s, int size, int64_t nframes, double audio_s, double h
         cr_assert_eq(rv_tok_info(&s->L, i, &t), RV_OK);
         s->mod[i] = (uint8_t)t.modality;
         memcpy(s->pos + 3 * i, t.pos, sizeof t.pos);
-        memcpy(s->time + 2 * i, t.time, sizeof t.time);
+        memcpy(s->time + 2 * i, t.seq_time, sizeof t.seq_time);
         s->patch_of[i] = t.modality == RV_MOD_VIDEO ? nv++ : t.modality == RV_MOD_AUDIO ? na++ : -1;
         s->hidden[i] = t.modality != RV_MOD_CLS && ref_rng_uniform(&r) < hide;
     }
-    s->all = (rv_vit_tokens){.len = S, .modality = s->mod, .pos = s->pos, .time = s->time, .nvideo = nv, .video = s->video, .naudio = na, .audio = s->audio, .grid = s->L.grid, .audio_steps = s->L.steps};
+    s->all = (rv_vit_tokens){.len = S, .modality = s->mod, .pos = s->pos, .seq_time = s->time, .nvideo = nv, .video = s->video, .naudio = na, .audio = s->audio, .grid = s->L.grid, .audio_steps = s->L.steps};
 }
 
 static void seq_free(seq *s)

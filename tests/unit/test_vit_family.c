@@ -309,7 +309,7 @@ static void seq_make(seq *s, const rv_vit_config *c, int tgrid, int tubelets, in
         s->end_s = fmax(s->end_s, s->time[2 * k + 1]);
         s->hidden[k] = ref_rng_uniform(&r) < hide;
     }
-    s->all = (rv_vit_tokens){.len = S, .modality = s->mod, .pos = s->pos, .time = s->time, .nvideo = nv, .video = s->video, .naudio = na, .audio = s->audio, .grid = c->video ? tgrid : c->grid, .audio_steps = steps};
+    s->all = (rv_vit_tokens){.len = S, .modality = s->mod, .pos = s->pos, .seq_time = s->time, .nvideo = nv, .video = s->video, .naudio = na, .audio = s->audio, .grid = c->video ? tgrid : c->grid, .audio_steps = steps};
 }
 
 static void seq_free(seq *s)

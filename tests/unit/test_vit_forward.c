@@ -94,13 +94,13 @@ static void seq_make(seq *s, int cls, int size, int64_t nframes, double audio_s,
         cr_assert_eq(rv_tok_info(&s->L, i, &t), RV_OK);
         s->mod[i] = (uint8_t)t.modality;
         memcpy(s->pos + 3 * i, t.pos, sizeof t.pos);
-        memcpy(s->time + 2 * i, t.time, sizeof t.time);
+        memcpy(s->time + 2 * i, t.seq_time, sizeof t.seq_time);
         s->patch_of[i] = t.modality == RV_MOD_VIDEO ? nv++ : t.modality == RV_MOD_AUDIO ? na++ : -1;
-        s->end_s = fmax(s->end_s, t.time[1]);
+        s->end_s = fmax(s->end_s, t.seq_time[1]);
     }
     cr_assert_eq(nv, s->L.nvideo);
     cr_assert_eq(na, s->L.naudio);
-    s->all = (rv_vit_tokens){.len = S, .modality = s->mod, .pos = s->pos, .time = s->time, .nvideo = nv, .video = s->video, .naudio = na, .audio = s->audio, .grid = s->L.grid, .audio_steps = s->L.steps};
+    s->all = (rv_vit_tokens){.len = S, .modality = s->mod, .pos = s->pos, .seq_time = s->time, .nvideo = nv, .video = s->video, .naudio = na, .audio = s->audio, .grid = s->L.grid, .audio_steps = s->L.steps};
 }
 
 static void seq_free(seq *s)
@@ -422,7 +422,7 @@ static void hop_case(const rv_vit_model *m, const seq *s, int N, double seg, dou
             int64_t count = 0;
             memset(want, 0, sizeof(double) * (size_t)D);
             for (int64_t i = 0; i < s->all.len; i++) {
-                double t = s->all.time[2 * i];
+                double t = s->all.seq_time[2 * i];
                 int in = s->all.modality[i] != RV_MOD_CLS &&
                          ((t >= g * hop && t < g * hop + seg) || (g == G - 1 && t >= g * hop));
                 if (!in)

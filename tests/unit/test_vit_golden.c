@@ -132,7 +132,7 @@ static rv_status collect(const rv_tok_batch *b, void *user)
     if (b->count > 0) { /* an empty batch's pointers may be NULL */
         memcpy(s->mod + s->len, b->modality, (size_t)b->count);
         memcpy(s->pos + 3 * s->len, b->pos, sizeof(int64_t) * 3 * (size_t)b->count);
-        memcpy(s->time + 2 * s->len, b->time, sizeof(double) * 2 * (size_t)b->count);
+        memcpy(s->time + 2 * s->len, b->seq_time, sizeof(double) * 2 * (size_t)b->count);
     }
     if (b->nvideo > 0)
         memcpy(s->video + s->nvideo * s->vdim, b->video,
@@ -242,7 +242,7 @@ static rv_status fwd_rank(rv_comm *comm, void *arg)
         .len = seg[0].len,
         .modality = j->s->mod + first,
         .pos = j->s->pos + 3 * first,
-        .time = j->s->time + 2 * first,
+        .seq_time = j->s->time + 2 * first,
         .nvideo = nv,
         .video = j->s->video + v0 * j->s->vdim,
         .naudio = 0,

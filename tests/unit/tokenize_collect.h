@@ -1,6 +1,6 @@
 /* tokenize_collect.h: gathers the batches of a tokenize pass into one table
- * indexed by global token position (modality, position, time, window, patch
- * values)
+ * indexed by global token position (modality, position, both times, window,
+ * patch values)
  * plus the fbank rows by frame index, so tests can compare passes token by
  * token; a plain reference cut of audio patches from fbank rows; and a
  * synthetic recording fed to the engine in chunks the way ingest hands them
@@ -25,7 +25,8 @@ typedef struct tok_table {
     uint8_t *have;        /* (seq) times each token was handed out */
     uint8_t *mod;         /* (seq) */
     int64_t *pos;         /* (seq, 3) */
-    double *time;         /* (seq, 2) */
+    double *time;         /* (seq, 2) on the container's clock */
+    double *seq_time;     /* (seq, 2) sequence time */
     int64_t *win;         /* (seq) window index */
     float *patch;         /* (seq, max(vdim, adim)) */
     int64_t nfbank;       /* slots for fbank rows */
@@ -46,6 +47,7 @@ TC_HELPER void tt_init(tok_table *t, int64_t seq, int64_t vdim, int64_t adim, in
     t->mod = calloc((size_t)seq + 1, 1);
     t->pos = calloc((size_t)seq * 3 + 3, sizeof(int64_t));
     t->time = calloc((size_t)seq * 2 + 2, sizeof(double));
+    t->seq_time = calloc((size_t)seq * 2 + 2, sizeof(double));
     t->win = calloc((size_t)seq + 1, sizeof(int64_t));
     t->patch = calloc((size_t)(seq * pd) + 1, sizeof(float));
     t->nfbank = nfbank;
@@ -53,7 +55,8 @@ TC_HELPER void tt_init(tok_table *t, int64_t seq, int64_t vdim, int64_t adim, in
     t->fbank = calloc((size_t)nfbank * 128 + 1, sizeof(float));
     t->ordered = 1;
     t->next_first = -1;
-    cr_assert(t->have && t->mod && t->pos && t->time && t->win && t->patch && t->fb_have &&
+    cr_assert(t->have && t->mod && t->pos && t->time && t->seq_time && t->win && t->patch &&
+              t->fb_have &&
               t->fbank);
 }
 
@@ -63,6 +66,7 @@ TC_HELPER void tt_free(tok_table *t)
     free(t->mod);
     free(t->pos);
     free(t->time);
+    free(t->seq_time);
     free(t->win);
     free(t->patch);
     free(t->fb_have);
@@ -93,6 +97,7 @@ TC_HELPER rv_status tt_collect(const rv_tok_batch *b, void *user)
         t->mod[g] = b->modality[i];
         memcpy(t->pos + 3 * g, b->pos + 3 * i, 3 * sizeof(int64_t));
         memcpy(t->time + 2 * g, b->time + 2 * i, 2 * sizeof(double));
+        memcpy(t->seq_time + 2 * g, b->seq_time + 2 * i, 2 * sizeof(double));
         t->win[g] = b->window[i];
         if (b->modality[i] == RV_MOD_VIDEO) {
             memcpy(t->patch + g * pd, b->video + v * t->vdim, sizeof(float) * (size_t)t->vdim);
@@ -114,8 +119,8 @@ TC_HELPER rv_status tt_collect(const rv_tok_batch *b, void *user)
     return RV_OK;
 }
 
-/* Token g of a and of b are the same (modality, position, time, window, patch
- * bits). */
+/* Token g of a and of b are the same (modality, position, both times, window,
+ * patch bits). */
 TC_HELPER int tt_same_token(const tok_table *a, const tok_table *b, int64_t g, char *why,
                             size_t n)
 {
@@ -133,6 +138,11 @@ TC_HELPER int tt_same_token(const tok_table *a, const tok_table *b, int64_t g, c
     if (memcmp(a->time + 2 * g, b->time + 2 * g, 2 * sizeof(double))) {
         snprintf(why, n, "time [%.17g %.17g] vs [%.17g %.17g]", a->time[2 * g], a->time[2 * g + 1],
                  b->time[2 * g], b->time[2 * g + 1]);
+        return 0;
+    }
+    if (memcmp(a->seq_time + 2 * g, b->seq_time + 2 * g, 2 * sizeof(double))) {
+        snprintf(why, n, "sequence time [%.17g %.17g] vs [%.17g %.17g]", a->seq_time[2 * g],
+                 a->seq_time[2 * g + 1], b->seq_time[2 * g], b->seq_time[2 * g + 1]);
         return 0;
     }
     if (a->win[g] != b->win[g]) {
@@ -177,6 +187,7 @@ typedef struct tt_media {
     uint8_t *frames;
     float *audio;
     double *times; /* zeros: the engine takes times from the layout */
+    double t0;     /* the chunks' t0 (0 unless a test sets it) */
 } tt_media;
 
 TC_HELPER uint32_t tt_lcg(uint64_t *x)
@@ -225,7 +236,7 @@ TC_HELPER tt_media tt_media_view(const tt_media *m, int64_t k0, int64_t nframes,
               (long long)m->nsamples);
     tt_media v = {.nframes = nframes, .nsamples = nsamples, .size = m->size,
                   .frames = m->frames + (size_t)k0 * fsize, .audio = m->audio + j0,
-                  .times = m->times};
+                  .times = m->times, .t0 = m->t0};
     return v;
 }
 
@@ -255,6 +266,7 @@ TC_HELPER void tt_feed(rv_tokenizer *tk, const rv_ingest_opts *io, const tt_medi
         rv_ingest_chunk ch = {.first_frame = k,
                               .nframes = f1 > k ? (int)(f1 - k) : 0,
                               .size = m->size,
+                              .t0 = m->t0,
                               .frames = f1 > k ? m->frames + (size_t)k * fsize : NULL,
                               .frame_time = m->times,
                               .source_time = m->times,

@@ -56,7 +56,7 @@ static inline void vit_slice_make(const rv_vit_tokens *all, const int64_t *patch
             out->mod[k] = all->modality[g];
             out->hidden[k] = hidden ? hidden[g] : 0;
             memcpy(out->pos + 3 * k, all->pos + 3 * g, 3 * sizeof(int64_t));
-            memcpy(out->time + 2 * k, all->time + 2 * g, 2 * sizeof(double));
+            memcpy(out->time + 2 * k, all->seq_time + 2 * g, 2 * sizeof(double));
             if (all->window)
                 out->window[k] = all->window[g];
             if (all->modality[g] == RV_MOD_VIDEO)
@@ -68,7 +68,7 @@ static inline void vit_slice_make(const rv_vit_tokens *all, const int64_t *patch
         }
     cr_assert_eq(k, len);
     out->t = (rv_vit_tokens){.len = len, .modality = out->mod, .pos = out->pos,
-                             .time = out->time, .nvideo = nv, .video = out->video, .naudio = na,
+                             .seq_time = out->time, .nvideo = nv, .video = out->video, .naudio = na,
                              .audio = out->audio, .grid = all->grid,
                              .audio_steps = all->audio_steps, .window = out->window};
 }

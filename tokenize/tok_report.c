@@ -1,12 +1,14 @@
 /* tok_report.c: the report of `ringvit tokens` as JSON (what --json prints and
  * -o stores as "tokens" metadata; rv_flat_tokens's "tokens" metadata too): the
  * options, the plan, the counts per modality, the windows (attention blocks),
- * the recording's decode and each rank's shard with its time ranges. */
+ * the recording's decode and each rank's shard with its time ranges, every
+ * time on the container's clock (the layout's t0 + the sequence time). */
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "flat_internal.h"
+#include "ingest_json.h"
 #include "rv_tok_report.h"
 
 /* Seconds of recording the sequence covers: from the grid start to the end
@@ -73,7 +75,7 @@ static json_t *options_json(const rv_tok_report *a)
     json_object_set_new(m, "fps_rational", json_sprintf("%d/%d", a->io->fps_num, a->io->fps_den));
     json_object_set_new(m, "size", json_integer(a->io->size));
     json_object_set_new(m, "pad", json_boolean(a->io->pad));
-    json_object_set_new(m, "start_s", json_real(a->origin + a->io->start_s));
+    json_object_set_new(m, "start_s", json_real(a->L->t0 + a->io->start_s));
     json_object_set_new(m, "time_origin", json_real(a->time_origin));
     json_object_set_new(m, "duration_s", a->io->duration_s > 0 ? json_real(a->io->duration_s) : json_null());
     json_object_set_new(m, "tubelet", json_integer(o->tubelet));
@@ -104,11 +106,11 @@ static json_t *report_json(const rv_tok_report *r)
 {
     const rv_tok_layout *L = r->L;
     json_t *root = json_object();
-    json_object_set_new(root, "path", flat_json_path(r->path));
+    json_object_set_new(root, "path", ingest_json_path(r->path));
     json_object_set_new(root, "options", options_json(r));
     json_t *plan = json_object();
     json_object_set_new(plan, "source", json_string(r->plan_source));
-    json_object_set_new(plan, "end_s", isfinite(r->plan_end_s) ? json_real(r->origin + r->plan_end_s)
+    json_object_set_new(plan, "end_s", isfinite(r->plan_end_s) ? json_real(L->t0 + r->plan_end_s)
                                                                : json_null());
     json_object_set_new(plan, "frames", json_integer(L->nframes));
     json_object_set_new(plan, "samples", json_integer(L->nsamples));
@@ -131,7 +133,7 @@ static json_t *report_json(const rv_tok_report *r)
     if (r->stats) {
         const rv_tok_stats *s = r->stats;
         json_t *d = json_object();
-        json_object_set_new(d, "end_s", json_real(r->origin + s->ingest.end_s));
+        json_object_set_new(d, "end_s", json_real(L->t0 + s->ingest.end_s));
         json_object_set_new(d, "frames", json_integer(s->ingest.frames));
         json_object_set_new(d, "samples", json_integer(s->ingest.samples));
         json_object_set_new(d, "padded_frames", json_integer(s->padded_frames));
@@ -162,8 +164,8 @@ static json_t *report_json(const rv_tok_report *r)
             json_t *sg = json_object();
             json_object_set_new(sg, "first", json_integer(x->first));
             json_object_set_new(sg, "count", json_integer(x->count));
-            json_object_set_new(sg, "t0", json_real(r->origin + x->t0));
-            json_object_set_new(sg, "t1", json_real(r->origin + x->t1));
+            json_object_set_new(sg, "t0", json_real(x->time[0]));
+            json_object_set_new(sg, "t1", json_real(x->time[1]));
             json_object_set_new(sg, "video_tokens", json_integer(rv_tok_video_before(L, x->first + x->count) -
                                                                  rv_tok_video_before(L, x->first)));
             json_object_set_new(sg, "audio_tokens", json_integer(rv_tok_audio_before(L, x->first + x->count) -
