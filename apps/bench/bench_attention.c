@@ -119,13 +119,13 @@ static int parse_args(int argc, char **argv, bench_opts *o)
 {
     *o = (bench_opts){.seqs = {4096}, .nseq = 1, .heads = 4, .dim = 64, .repeat = 3,
                       .rate = 150.0, .device = "cpu"};
-    const bench_flag flags[] = {
-        {.name = "--seq", .kind = RV_BENCH_TAKE_CUSTOM, .dst = o, .take = take_seqs},
-        {.name = "--threads", .kind = RV_BENCH_TAKE_INT, .dst = &o->threads, .lo = 1, .hi = 4096},
-        {.name = "--repeat", .kind = RV_BENCH_TAKE_INT, .dst = &o->repeat, .lo = 1, .hi = 1000},
+    const cli_flag flags[] = {
+        {.name = "--seq", .kind = RV_CLI_CUSTOM, .dst = o, .take = take_seqs},
+        {.name = "--threads", .kind = RV_CLI_INT, .dst = &o->threads, .lo = 1, .hi = 4096},
+        {.name = "--repeat", .kind = RV_CLI_INT, .dst = &o->repeat, .lo = 1, .hi = 1000},
         RV_BENCH_ATTN_FLAGS(o),
     };
-    int rc = bench_parse(CMD, argc, argv, flags, (int)(sizeof flags / sizeof flags[0]), NULL);
+    int rc = cli_flags_parse(CMD, argc, argv, flags, RV_CLI_NFLAGS(flags), NULL);
     if (rc)
         return rc;
     if (o->window > 0 && o->block > 0)

@@ -117,20 +117,17 @@ static int take_backend(const char *cmd, const char *flag, const char *v, void *
 static int parse_args(int argc, char **argv, bench_opts *o)
 {
     *o = (bench_opts){.ranks = 2, .min_size = 4 << 10, .max_size = (size_t)256 << 20};
-    const bench_flag flags[] = {
-        {.name = "--backend", .kind = RV_BENCH_TAKE_CUSTOM, .dst = &o->mpi, .take = take_backend},
-        {.name = "--ranks", .kind = RV_BENCH_TAKE_INT, .dst = &o->ranks, .lo = 1, .hi = 1024,
+    const cli_flag flags[] = {
+        {.name = "--backend", .kind = RV_CLI_CUSTOM, .dst = &o->mpi, .take = take_backend},
+        {.name = "--ranks", .kind = RV_CLI_INT, .dst = &o->ranks, .lo = 1, .hi = 1024,
          .seen = &o->ranks_set},
-        {.name = "--min-size", .kind = RV_BENCH_TAKE_CUSTOM,
-         .dst = &o->min_size, .take = take_size},
-        {.name = "--max-size", .kind = RV_BENCH_TAKE_CUSTOM,
-         .dst = &o->max_size, .take = take_size},
-        {.name = "--iters", .kind = RV_BENCH_TAKE_INT, .dst = &o->iters, .lo = 1, .hi = 100000},
-        {.name = "--timeout", .kind = RV_BENCH_TAKE_DOUBLE,
-         .dst = &o->timeout, .lo = 1e-3, .hi = 1e6},
-        {.name = "--json", .kind = RV_BENCH_SWITCH, .dst = &o->json},
+        {.name = "--min-size", .kind = RV_CLI_CUSTOM, .dst = &o->min_size, .take = take_size},
+        {.name = "--max-size", .kind = RV_CLI_CUSTOM, .dst = &o->max_size, .take = take_size},
+        {.name = "--iters", .kind = RV_CLI_INT, .dst = &o->iters, .lo = 1, .hi = 100000},
+        {.name = "--timeout", .kind = RV_CLI_DOUBLE, .dst = &o->timeout, .lo = 1e-3, .hi = 1e6},
+        {.name = "--json", .kind = RV_CLI_SWITCH, .dst = &o->json},
     };
-    int rc = bench_parse(CMD, argc, argv, flags, (int)(sizeof flags / sizeof flags[0]), NULL);
+    int rc = cli_flags_parse(CMD, argc, argv, flags, RV_CLI_NFLAGS(flags), NULL);
     if (rc)
         return rc;
     if (o->min_size > o->max_size)

@@ -1,4 +1,4 @@
-/* bench_common.c: the report and the flag loop of every bench, the sgemm
+/* bench_common.c: the report and the flag takes of every bench, the sgemm
  * baseline of the compute benches and the synthetic token slices of the encoder
  * benches (bench_common.h). */
 #include "bench_common.h"
@@ -141,62 +141,7 @@ int bench_finish(bench_report *r, int ok, const char *fmt, ...)
     return rc != RV_EXIT_OK ? rc : ok ? RV_EXIT_OK : RV_EXIT_FAIL;
 }
 
-/* ---- the flag loop ------------------------------------------------------------------- */
-
-static int take(const char *cmd, int argc, char **argv, int *i, const bench_flag *f)
-{
-    const char *v;
-    switch (f->kind) {
-    case RV_BENCH_SWITCH:
-        *(int *)f->dst = 1;
-        return 0;
-    case RV_BENCH_TAKE_INT:
-        return cli_take_int(cmd, argc, argv, i, (int)f->lo, (int)f->hi, f->dst);
-    case RV_BENCH_TAKE_I64:
-        return cli_take_i64(cmd, argc, argv, i, (int64_t)f->lo, (int64_t)f->hi, f->dst);
-    case RV_BENCH_TAKE_DOUBLE:
-        return cli_take_double(cmd, argc, argv, i, f->lo, f->hi, f->dst);
-    case RV_BENCH_TAKE_DEVICE:
-        return cli_take_device(cmd, argc, argv, i, f->dst);
-    case RV_BENCH_TAKE_TEXT:
-    case RV_BENCH_TAKE_CUSTOM:
-        break;
-    }
-    if (!(v = cli_flag_value(cmd, argc, argv, i)))
-        return RV_EXIT_USAGE;
-    if (f->kind == RV_BENCH_TAKE_TEXT) {
-        *(const char **)f->dst = v;
-        return 0;
-    }
-    return f->take(cmd, f->name, v, f->dst);
-}
-
-int bench_parse(const char *cmd, int argc, char **argv, const bench_flag *flags, int n,
-                   const char **file)
-{
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const bench_flag *f = NULL;
-        for (int k = 0; k < n && !f; k++)
-            if (flags[k].kind == RV_BENCH_SWITCH ? strcmp(a, flags[k].name) == 0
-                                                 : cli_flag_is(a, flags[k].name))
-                f = &flags[k];
-        if (!f) {
-            if (!file || (a[0] == '-' && a[1] != '\0'))
-                return cli_unknown_arg(cmd, a);
-            if (*file)
-                return cli_usage_error(cmd, "one FILE at a time (got '%s' and '%s')", *file, a);
-            *file = a;
-            continue;
-        }
-        int rc = take(cmd, argc, argv, &i, f);
-        if (f->seen)
-            *f->seen = 1;
-        if (rc)
-            return rc;
-    }
-    return 0;
-}
+/* ---- the flags ---------------------------------------------------------------------- */
 
 int bench_take_strategy(const char *cmd, const char *name, const char *value, void *dst)
 {
@@ -428,21 +373,20 @@ int bench_model_parse(const char *cmd, int argc, char **argv, int64_t seq,
     *o = (bench_model_opts){.seq = seq, .cp = 1, .threads = rv_cpu_default_threads(), .repeat = 1,
                 .strategy = RV_CP_RING};
     strcpy(o->preset, "tiny");
-    const bench_flag flags[] = {
-        {.name = "--strategy", .kind = RV_BENCH_TAKE_CUSTOM,
+    const cli_flag flags[] = {
+        {.name = "--strategy", .kind = RV_CLI_CUSTOM,
          .dst = &o->strategy, .take = bench_take_strategy},
-        {.name = "--preset", .kind = RV_BENCH_TAKE_CUSTOM, .dst = o->preset, .take = take_preset},
-        {.name = "--model", .kind = RV_BENCH_TAKE_TEXT, .dst = &o->model},
-        {.name = "--seq", .kind = RV_BENCH_TAKE_I64,
-         .dst = &o->seq, .lo = 1, .hi = (double)((int64_t)1 << 28)},
-        {.name = "--cp", .kind = RV_BENCH_TAKE_INT, .dst = &o->cp, .lo = 1, .hi = 1024},
-        {.name = "--threads", .kind = RV_BENCH_TAKE_INT, .dst = &o->threads, .lo = 1, .hi = 4096},
-        {.name = "--repeat", .kind = RV_BENCH_TAKE_INT, .dst = &o->repeat, .lo = 1, .hi = 100},
-        {.name = "--attention", .kind = RV_BENCH_TAKE_CUSTOM, .dst = &o->span, .take = take_span},
-        {.name = "--causal", .kind = RV_BENCH_SWITCH, .dst = &o->causal},
-        {.name = "--json", .kind = RV_BENCH_SWITCH, .dst = &o->json},
+        {.name = "--preset", .kind = RV_CLI_CUSTOM, .dst = o->preset, .take = take_preset},
+        {.name = "--model", .kind = RV_CLI_TEXT, .dst = &o->model},
+        {.name = "--seq", .kind = RV_CLI_I64, .dst = &o->seq, .lo = 1, .hi = 1 << 28},
+        {.name = "--cp", .kind = RV_CLI_INT, .dst = &o->cp, .lo = 1, .hi = 1024},
+        {.name = "--threads", .kind = RV_CLI_INT, .dst = &o->threads, .lo = 1, .hi = 4096},
+        {.name = "--repeat", .kind = RV_CLI_INT, .dst = &o->repeat, .lo = 1, .hi = 100},
+        {.name = "--attention", .kind = RV_CLI_CUSTOM, .dst = &o->span, .take = take_span},
+        {.name = "--causal", .kind = RV_CLI_SWITCH, .dst = &o->causal},
+        {.name = "--json", .kind = RV_CLI_SWITCH, .dst = &o->json},
     };
-    return bench_parse(cmd, argc, argv, flags, (int)(sizeof flags / sizeof flags[0]), NULL);
+    return cli_flags_parse(cmd, argc, argv, flags, RV_CLI_NFLAGS(flags), NULL);
 }
 
 void bench_model_report_init(bench_report *r, const char *bench,

@@ -1,6 +1,6 @@
 /* bench_common.h: what the benches share: the report (a table of rows with an
- * OK/FAILED footer, or one JSON object with --json, nccl-tests style), the flag
- * loop, the sgemm rate every compute bench sets its figures against (measured in
+ * OK/FAILED footer, or one JSON object with --json, nccl-tests style), flag-table
+ * fragments and takes (cli_flags.h), the sgemm rate every compute bench sets its figures against (measured in
  * the same run, on the same backend and threads), and the synthetic token slices
  * of the encoder benches. */
 #ifndef RV_BENCH_COMMON_H
@@ -9,6 +9,7 @@
 #include <jansson.h>
 #include <stdint.h>
 
+#include "cli_flags.h"
 #include "rv_backend.h"
 #include "rv_cp_attention.h"
 #include "rv_shard.h"
@@ -75,54 +76,27 @@ void bench_add_row(bench_report *r, const bench_val *vals);
 int bench_finish(bench_report *r, int ok, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* ---- the flag loop ------------------------------------------------------------------- */
-
-typedef enum bench_flag_kind {
-    RV_BENCH_SWITCH, /* no value: *(int *)dst = 1 (--json, --causal) */
-    RV_BENCH_TAKE_INT,    /* *(int *)dst in [lo, hi] */
-    RV_BENCH_TAKE_I64,    /* *(int64_t *)dst in [lo, hi] */
-    RV_BENCH_TAKE_DOUBLE, /* *(double *)dst in [lo, hi] */
-    RV_BENCH_TAKE_TEXT,   /* *(const char **)dst = the value (argv's) */
-    RV_BENCH_TAKE_DEVICE, /* *(const char **)dst = cpu or cuda */
-    RV_BENCH_TAKE_CUSTOM, /* take(cmd, name, value, dst): 0 or an exit code after a message */
-} bench_flag_kind;
-
-/* One flag of a bench. Switches match exactly; flags with a value take it as the
- * next argument or after '=' (cli_flag_value). */
-typedef struct bench_flag {
-    const char *name; /* "--heads" */
-    bench_flag_kind kind;
-    void *dst;
-    double lo, hi;    /* the range of the numeric kinds */
-    int (*take)(const char *cmd, const char *name, const char *value, void *dst);
-    int *seen;        /* set to 1 when the flag is given (NULL: not kept) */
-} bench_flag;
+/* ---- the flags (cli_flags.h) ---------------------------------------------------------- */
 
 /* --window W, --block B and --rate R of the span benches (bench attention, bench
  * ring), into the doubles at w, b and r. */
-#define RV_BENCH_SPAN_FLAGS(w, b, r)                                       \
-    {.name = "--window", .kind = RV_BENCH_TAKE_DOUBLE, .dst = (w), .lo = 1e-6, .hi = 1e6}, \
-    {.name = "--block", .kind = RV_BENCH_TAKE_DOUBLE, .dst = (b), .lo = 1e-6, .hi = 1e6}, \
-    {.name = "--rate", .kind = RV_BENCH_TAKE_DOUBLE, .dst = (r), .lo = 1.0, .hi = 1e6}
+#define RV_BENCH_SPAN_FLAGS(w, b, r)                                                       \
+    {.name = "--window", .kind = RV_CLI_DOUBLE, .dst = (w), .lo = 1e-6, .hi = 1e6},          \
+    {.name = "--block", .kind = RV_CLI_DOUBLE, .dst = (b), .lo = 1e-6, .hi = 1e6},           \
+    {.name = "--rate", .kind = RV_CLI_DOUBLE, .dst = (r), .lo = 1.0, .hi = 1e6}
 
 /* The flags of the attention benches (bench attention, bench ring) in the struct
  * at o, which has int heads, dim, causal, backward, json; const char *device; and
  * double window, block, rate. */
 #define RV_BENCH_ATTN_FLAGS(o)                                                             \
-    {.name = "--heads", .kind = RV_BENCH_TAKE_INT, .dst = &(o)->heads, .lo = 1, .hi = 1024}, \
-    {.name = "--dim", .kind = RV_BENCH_TAKE_INT, .dst = &(o)->dim, .lo = 1, .hi = 1024},     \
-    {.name = "--device", .kind = RV_BENCH_TAKE_DEVICE, .dst = &(o)->device},                \
+    {.name = "--heads", .kind = RV_CLI_INT, .dst = &(o)->heads, .lo = 1, .hi = 1024},        \
+    {.name = "--dim", .kind = RV_CLI_INT, .dst = &(o)->dim, .lo = 1, .hi = 1024},            \
+    {.name = "--device", .kind = RV_CLI_DEVICE, .dst = &(o)->device},                       \
     RV_BENCH_SPAN_FLAGS(&(o)->window, &(o)->block, &(o)->rate),                             \
-    {.name = "--causal", .kind = RV_BENCH_SWITCH, .dst = &(o)->causal},                     \
-    {.name = "--backward", .kind = RV_BENCH_SWITCH, .dst = &(o)->backward},                 \
-    {.name = "--json", .kind = RV_BENCH_SWITCH, .dst = &(o)->json}
+    {.name = "--causal", .kind = RV_CLI_SWITCH, .dst = &(o)->causal},                       \
+    {.name = "--backward", .kind = RV_CLI_SWITCH, .dst = &(o)->backward},                   \
+    {.name = "--json", .kind = RV_CLI_SWITCH, .dst = &(o)->json}
 
-/* Parses argv[1..] of `ringvit <cmd>` against flags[0..n): an argument no flag
- * names is an unknown flag, unless file is not NULL and it does not start with
- * '-' (or is "-"): then it is the one FILE (*file). Returns 0 or an exit code
- * after a usage message, at the first bad argument. */
-int bench_parse(const char *cmd, int argc, char **argv, const bench_flag *flags, int n,
-                   const char **file);
 /* --strategy ring|allgather|ulysses into the rv_cp_strategy at dst (a take). */
 int bench_take_strategy(const char *cmd, const char *name, const char *value, void *dst);
 

@@ -138,13 +138,6 @@ static int run_ffmpeg(const char *ffmpeg, char **args, bench_row *row, char *err
     return 0;
 }
 
-/* --fps F into the rv_ingest_opts at dst. */
-static int take_fps(const char *cmd, const char *name, const char *value, void *dst)
-{
-    rv_ingest_opts *o = dst;
-    return cli_parse_fps(cmd, name, value, &o->fps_num, &o->fps_den);
-}
-
 /* One row per decoder that ran. */
 static const bench_col row_cols[] = {
     {"decoder", "%8s", "decoder", RV_BENCH_TEXT},
@@ -163,20 +156,20 @@ static int bench_main(int argc, char **argv)
     rv_ingest_opts_default(&o);
     const char *path = NULL, *ffmpeg = "ffmpeg";
     int rc = 0, json = 0, no_ffmpeg = 0, no_audio = 0, threads_set = 0;
-    const bench_flag flags[] = {
-        {.name = "--fps", .kind = RV_BENCH_TAKE_CUSTOM, .dst = &o, .take = take_fps},
-        {.name = "--size", .kind = RV_BENCH_TAKE_INT, .dst = &o.size, .lo = 8, .hi = 4096},
-        {.name = "--threads", .kind = RV_BENCH_TAKE_INT, .dst = &o.threads, .lo = 1, .hi = 256,
+    const cli_flag flags[] = {
+        RV_CLI_INGEST_FPS(&o),
+        RV_CLI_INGEST_SIZE(&o, NULL),
+        {.name = "--threads", .kind = RV_CLI_INT, .dst = &o.threads, .lo = 1, .hi = 256,
          .seen = &threads_set},
-        {.name = "--ffmpeg", .kind = RV_BENCH_TAKE_TEXT, .dst = &ffmpeg},
-        {.name = "--pad", .kind = RV_BENCH_SWITCH, .dst = &o.pad},
-        {.name = "--no-audio", .kind = RV_BENCH_SWITCH, .dst = &no_audio},
-        {.name = "--decode-all", .kind = RV_BENCH_SWITCH, .dst = &o.decode_all},
-        {.name = "--no-ffmpeg", .kind = RV_BENCH_SWITCH, .dst = &no_ffmpeg},
-        {.name = "--json", .kind = RV_BENCH_SWITCH, .dst = &json},
+        {.name = "--ffmpeg", .kind = RV_CLI_TEXT, .dst = &ffmpeg},
+        {.name = "--pad", .kind = RV_CLI_SWITCH, .dst = &o.pad},
+        {.name = "--no-audio", .kind = RV_CLI_SWITCH, .dst = &no_audio},
+        {.name = "--decode-all", .kind = RV_CLI_SWITCH, .dst = &o.decode_all},
+        {.name = "--no-ffmpeg", .kind = RV_CLI_SWITCH, .dst = &no_ffmpeg},
+        {.name = "--json", .kind = RV_CLI_SWITCH, .dst = &json},
     };
-    if ((rc = bench_parse(CMD, argc, argv, flags, (int)(sizeof flags / sizeof flags[0]),
-                             &path)) != 0)
+    if ((rc = cli_flags_parse(CMD, argc, argv, flags, RV_CLI_NFLAGS(flags),
+                              &(cli_operands){.what = "FILE", .one = &path})) != 0)
         return rc;
     if (no_audio)
         o.audio_stream = -2;

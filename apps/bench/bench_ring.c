@@ -268,22 +268,19 @@ static int parse(int argc, char **argv, opts *o)
     *o = (opts){.strategy = RV_CP_RING, .cp = 2, .heads = 4, .dim = 64, .tpr = 1, .repeat = 1,
                 .seq = 32768, .timeout = RV_COMM_DEFAULT_TIMEOUT_S, .rate = 150.0,
                 .device = "cpu"};
-    const bench_flag flags[] = {
-        {.name = "--strategy", .kind = RV_BENCH_TAKE_CUSTOM, .dst = &o->strategy,
+    const cli_flag flags[] = {
+        {.name = "--strategy", .kind = RV_CLI_CUSTOM, .dst = &o->strategy,
          .take = bench_take_strategy},
-        {.name = "--shard", .kind = RV_BENCH_TAKE_CUSTOM, .dst = &o->shard, .take = take_shard,
+        {.name = "--shard", .kind = RV_CLI_CUSTOM, .dst = &o->shard, .take = take_shard,
          .seen = &o->shard_set},
-        {.name = "--cp", .kind = RV_BENCH_TAKE_INT, .dst = &o->cp, .lo = 1, .hi = 1024},
-        {.name = "--seq", .kind = RV_BENCH_TAKE_I64,
-         .dst = &o->seq, .lo = 1, .hi = (double)((int64_t)1 << 30)},
-        {.name = "--repeat", .kind = RV_BENCH_TAKE_INT, .dst = &o->repeat, .lo = 1, .hi = 100},
-        {.name = "--threads-per-rank", .kind = RV_BENCH_TAKE_INT,
-         .dst = &o->tpr, .lo = 1, .hi = 1024},
-        {.name = "--timeout", .kind = RV_BENCH_TAKE_DOUBLE,
-         .dst = &o->timeout, .lo = 0.001, .hi = 1e6},
+        {.name = "--cp", .kind = RV_CLI_INT, .dst = &o->cp, .lo = 1, .hi = 1024},
+        {.name = "--seq", .kind = RV_CLI_I64, .dst = &o->seq, .lo = 1, .hi = 1 << 30},
+        {.name = "--repeat", .kind = RV_CLI_INT, .dst = &o->repeat, .lo = 1, .hi = 100},
+        {.name = "--threads-per-rank", .kind = RV_CLI_INT, .dst = &o->tpr, .lo = 1, .hi = 1024},
+        {.name = "--timeout", .kind = RV_CLI_DOUBLE, .dst = &o->timeout, .lo = 0.001, .hi = 1e6},
         RV_BENCH_ATTN_FLAGS(o),
     };
-    int rc = bench_parse(CMD, argc, argv, flags, (int)(sizeof flags / sizeof flags[0]), NULL);
+    int rc = cli_flags_parse(CMD, argc, argv, flags, RV_CLI_NFLAGS(flags), NULL);
     if (rc)
         return rc;
     if (o->window > 0 && o->block > 0)

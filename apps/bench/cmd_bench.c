@@ -1,7 +1,7 @@
 /* cmd_bench.c: `ringvit bench BENCH [options]`, the micro-benchmarks. This file
  * only lists the benches and dispatches to one of them with argv shifted by one
  * (argv[0] becomes the bench name), or prints its help for --help; each bench
- * parses its own flags (bench_parse) and reports through bench_common.h in the
+ * parses its own flags (cli_flags_parse) and reports through bench_common.h in the
  * nccl-tests shape: one row per size, an OK/FAILED footer, --json for machines. */
 #include <stdio.h>
 #include <string.h>

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "cli_flags.h"
 #include "rv_backend.h"
 #include "rv_cuda.h"
 #include "rv_ingest.h"
@@ -166,53 +167,39 @@ int cli_parse_float(const char *cmd, const char *flag, const char *text, float m
     return rc;
 }
 
-/* argv[*i] is the flag; its value is argv[*i] after '=' or argv[*i + 1]. */
-#define TAKE(parse)                                                                    \
-    const char *flag = argv[*i];                                                       \
-    const char *text = cli_flag_value(cmd, argc, argv, i);                          \
-    if (!text)                                                                         \
-        return RV_EXIT_USAGE;                                                          \
-    return parse(cmd, flag, text, min, max, out)
-
+/* The takes of the loops that are no flag table yet: a table of one flag. */
 int cli_take_int(const char *cmd, int argc, char **argv, int *i, int min, int max,
                     int *out)
 {
-    TAKE(cli_parse_int);
+    const cli_flag f = {.kind = RV_CLI_INT, .dst = out, .lo = min, .hi = max};
+    return cli_flag_take(cmd, argc, argv, i, &f);
 }
 
 int cli_take_i64(const char *cmd, int argc, char **argv, int *i, int64_t min,
                     int64_t max, int64_t *out)
 {
-    TAKE(cli_parse_i64);
+    const cli_flag f = {.kind = RV_CLI_I64, .dst = out, .lo = (double)min, .hi = (double)max};
+    return cli_flag_take(cmd, argc, argv, i, &f);
 }
 
 int cli_take_float(const char *cmd, int argc, char **argv, int *i, float min,
                       float max, float *out)
 {
-    TAKE(cli_parse_float);
+    const cli_flag f = {.kind = RV_CLI_FLOAT, .dst = out, .lo = min, .hi = max};
+    return cli_flag_take(cmd, argc, argv, i, &f);
 }
 
 int cli_take_double(const char *cmd, int argc, char **argv, int *i, double min,
                        double max, double *out)
 {
-    TAKE(cli_parse_double);
+    const cli_flag f = {.kind = RV_CLI_DOUBLE, .dst = out, .lo = min, .hi = max};
+    return cli_flag_take(cmd, argc, argv, i, &f);
 }
-#undef TAKE
 
 int cli_take_device(const char *cmd, int argc, char **argv, int *i, const char **out)
 {
-    const char *v = cli_flag_value(cmd, argc, argv, i);
-    if (!v)
-        return RV_EXIT_USAGE;
-    if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0)
-        return cli_usage_error(cmd, "--device wants cpu or cuda, got '%s'", v);
-#ifndef RINGVIT_HAVE_CUDA
-    if (strcmp(v, "cuda") == 0)
-        return cli_usage_error(cmd, "--device cuda: this build has no CUDA (configure where "
-                                  "the CUDA toolkit is installed, -DRINGVIT_CUDA=ON)");
-#endif
-    *out = v;
-    return 0;
+    const cli_flag f = {.kind = RV_CLI_DEVICE, .dst = out};
+    return cli_flag_take(cmd, argc, argv, i, &f);
 }
 
 void cli_log_stderr(rv_log_level level, const char *msg, void *user)

@@ -73,12 +73,9 @@ int cli_parse_float(const char *cmd, const char *flag, const char *text, float m
                        float max, float *out);
 
 /* The flag at argv[*i] with its value parsed in one step ("--seq 64" or
- * "--seq=64"): advances *i past the value; returns 0, or RV_EXIT_USAGE after a
- * message naming the flag. Typical loop body:
- *     if (cli_flag_is(argv[i], "--seq")) {
- *         if ((rc = cli_take_int(CMD, argc, argv, &i, 1, 1 << 24, &seq)))
- *             return rc;
- *     } else ...                                                            */
+ * "--seq=64"), for the loops that are no flag table yet (cli_flags.h, which
+ * implements them): advances *i past the value; returns 0, or RV_EXIT_USAGE after
+ * a message naming the flag. cli_take_device: cpu or cuda (the argv string). */
 int cli_take_int(const char *cmd, int argc, char **argv, int *i, int min, int max,
                     int *out);
 int cli_take_i64(const char *cmd, int argc, char **argv, int *i, int64_t min,
@@ -87,8 +84,6 @@ int cli_take_float(const char *cmd, int argc, char **argv, int *i, float min,
                       float max, float *out);
 int cli_take_double(const char *cmd, int argc, char **argv, int *i, double min,
                        double max, double *out);
-
-/* --device at argv[*i]: cpu or cuda (kept as the argv string), as cli_take_int. */
 int cli_take_device(const char *cmd, int argc, char **argv, int *i, const char **out);
 
 /* Log sink for rv_log_set: one line per message on stderr, "ringvit: warning: ..."

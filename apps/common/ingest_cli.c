@@ -1,12 +1,9 @@
-/* ingest_cli.c: the probe as JSON, exact frame-rate parsing and the ingest
- * flags every media command shares (--max-corrupt as a count or a share),
- * shared by `ringvit probe`, `frames`, `tokens`, `embed`, `finetune` and
- * `bench ingest`. */
+/* ingest_cli.c: the probe as JSON, exact frame-rate parsing, --max-corrupt as a
+ * count or a share, and standard input spooled to a file: what `ringvit probe`,
+ * `frames`, `tokens`, `embed`, `finetune` and `bench ingest` share. */
 #include "ingest_cli.h"
 
 #include <errno.h>
-#include <math.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,23 +13,11 @@
 
 int cli_parse_fps(const char *cmd, const char *flag, const char *text, int *num, int *den)
 {
-    char name[64];
-    size_t fl = strcspn(flag, "=");
-    snprintf(name, sizeof name, "%.*s", (int)(fl < sizeof name ? fl : sizeof name - 1), flag);
     if (rv_ingest_parse_fps(text, num, den) != RV_OK)
         return cli_usage_error(cmd, "%s wants a frame rate like 30, 29.97 or 30000/1001 "
                                   "(above 0, at most 1000), got '%s'",
-                                  name, text ? text : "");
+                                  flag, text ? text : "");
     return 0;
-}
-
-int cli_take_fps(const char *cmd, int argc, char **argv, int *i, int *num, int *den)
-{
-    const char *flag = argv[*i];
-    const char *text = cli_flag_value(cmd, argc, argv, i);
-    if (!text)
-        return RV_EXIT_USAGE;
-    return cli_parse_fps(cmd, flag, text, num, den);
 }
 
 int cli_input_open(const char *cmd, const char *arg, char *path, size_t len, int *spooled)
@@ -95,43 +80,22 @@ void cli_input_done(const char *path, int spooled)
         unlink(path);
 }
 
-int cli_parse_max_corrupt(const char *cmd, const char *text, rv_ingest_opts *o)
+int cli_take_max_corrupt(const char *cmd, const char *name, const char *value, void *dst)
 {
-    if (rv_ingest_parse_max_corrupt(text, o) != RV_OK)
+    (void)name;
+    if (rv_ingest_parse_max_corrupt(value, dst) != RV_OK)
         return cli_usage_error(cmd, "--max-corrupt wants a count of corrupt packets (0 to "
                                   "%d) or a share of the file's packets from 0%% to 100%% "
-                                  "(like 0.5%%), got '%s'", 1 << 30, text);
+                                  "(like 0.5%%), got '%s'", 1 << 30, value);
     return 0;
 }
 
 int cli_ingest_flag(const char *cmd, int argc, char **argv, int *i, rv_ingest_opts *o,
                        int *audio_set, int *video_set, int *rc)
 {
-    const char *s = argv[*i];
-    *rc = 0;
-    if (cli_flag_is(s, "--fps")) {
-        *rc = cli_take_fps(cmd, argc, argv, i, &o->fps_num, &o->fps_den);
-    } else if (cli_flag_is(s, "--size")) {
-        *rc = cli_take_int(cmd, argc, argv, i, 8, 4096, &o->size);
-    } else if (cli_flag_is(s, "--start")) {
-        *rc = cli_take_double(cmd, argc, argv, i, 0, 1e8, &o->start_s);
-    } else if (cli_flag_is(s, "--duration")) {
-        *rc = cli_take_double(cmd, argc, argv, i, 1e-6, 1e8, &o->duration_s);
-    } else if (cli_flag_is(s, "--audio-stream")) {
-        *rc = cli_take_int(cmd, argc, argv, i, 0, 65535, &o->audio_stream);
-        *audio_set = 1;
-    } else if (cli_flag_is(s, "--video-stream")) {
-        *rc = cli_take_int(cmd, argc, argv, i, 0, 65535, &o->video_stream);
-        *video_set = 1;
-    } else if (cli_flag_is(s, "--threads")) {
-        *rc = cli_take_int(cmd, argc, argv, i, 0, 256, &o->threads);
-    } else if (cli_flag_is(s, "--max-corrupt")) {
-        const char *text = cli_flag_value(cmd, argc, argv, i);
-        *rc = text ? cli_parse_max_corrupt(cmd, text, o) : RV_EXIT_USAGE;
-    } else if (strcmp(s, "--pad") == 0) {
-        o->pad = 1;
-    } else {
-        return 0;
-    }
-    return 1;
+    const cli_flag flags[] = {RV_CLI_INGEST_FLAGS(o, NULL, audio_set, video_set),
+                              RV_CLI_INGEST_THREADS(o)};
+    const cli_flag *f = cli_flag_find(flags, RV_CLI_NFLAGS(flags), argv[*i]);
+    *rc = f ? cli_flag_take(cmd, argc, argv, i, f) : 0;
+    return f != NULL;
 }

@@ -1,35 +1,56 @@
-/* ingest_cli.h: what the media commands (probe, frames, tokens, embed, bench
- * ingest) share: the parsing of a frame rate and of the ingest flags, and
- * standard input as a file. */
+/* ingest_cli.h: what the media commands (probe, frames, tokens, embed, finetune,
+ * bench ingest) share: the ingest flags as table entries, the parsing of a frame
+ * rate, and standard input as a file. */
 #ifndef RV_INGEST_CLI_H
 #define RV_INGEST_CLI_H
 
 #include <jansson.h>
 
+#include "cli_flags.h"
 #include "rv_ingest.h"
 
 /* Parses a frame rate exactly: "30", "29.97" (up to 6 decimals) or "30000/1001",
- * positive and at most 1000 frames/s. Prints a usage error naming the flag and
- * returns RV_EXIT_USAGE on error, else 0. */
+ * positive and at most 1000 frames/s. Prints a usage error naming flag ("--fps")
+ * and returns RV_EXIT_USAGE on error, else 0. */
 int cli_parse_fps(const char *cmd, const char *flag, const char *text, int *num, int *den);
 
-/* The flag at argv[*i] with its frame-rate value (see cli_take_int). */
-int cli_take_fps(const char *cmd, int argc, char **argv, int *i, int *num, int *den);
+/* --max-corrupt's value into the rv_ingest_opts at dst (a cli_take_fn): "N", a
+ * count (0 to 2^30), sets max_corrupt = N and max_corrupt_share = 0 (an absolute
+ * limit); "P%", a share (0% to 100%, like 0.5%), sets max_corrupt_share = P / 100
+ * and max_corrupt = 0. Without the flag the defaults stand (32 and 1%: a file
+ * stops past both). */
+int cli_take_max_corrupt(const char *cmd, const char *name, const char *value, void *dst);
 
-/* The ingest flags every media command shares (--fps --size --start --duration
- * --audio-stream --video-stream --threads --max-corrupt --pad), parsed into o.
- * Returns 1 when argv[*i] is one of them (*rc is then 0 or a usage exit code,
- * after a message), 0 when it is not. *audio_set, *video_set become 1 when the
- * stream is chosen explicitly. */
+/* The ingest flags the media commands share, as entries of a flag table
+ * (cli_flags.h) filling the rv_ingest_opts at io: --fps F, --size N (8 to 4096
+ * px), and RV_CLI_INGEST_FLAGS: those two, --start S, --duration S, --audio-stream
+ * N, --video-stream N (0 to 65535), --max-corrupt N|P%, --pad. The *_seen (NULL:
+ * not kept) become 1 when the flag is given: a stream chosen explicitly. */
+#define RV_CLI_INGEST_FPS(io) {.name = "--fps", .kind = RV_CLI_FPS, .dst = (io)}
+#define RV_CLI_INGEST_SIZE(io, size_seen)                                                 \
+    {.name = "--size", .kind = RV_CLI_INT, .dst = &(io)->size, .lo = 8, .hi = 4096,        \
+     .seen = (size_seen)}
+#define RV_CLI_INGEST_FLAGS(io, size_seen, audio_seen, video_seen)                        \
+    RV_CLI_INGEST_FPS(io), RV_CLI_INGEST_SIZE(io, size_seen),                             \
+    {.name = "--start", .kind = RV_CLI_DOUBLE, .dst = &(io)->start_s, .lo = 0, .hi = 1e8},  \
+    {.name = "--duration", .kind = RV_CLI_DOUBLE, .dst = &(io)->duration_s, .lo = 1e-6,    \
+     .hi = 1e8},                                                                          \
+    {.name = "--audio-stream", .kind = RV_CLI_INT, .dst = &(io)->audio_stream, .lo = 0,    \
+     .hi = 65535, .seen = (audio_seen)},                                                  \
+    {.name = "--video-stream", .kind = RV_CLI_INT, .dst = &(io)->video_stream, .lo = 0,    \
+     .hi = 65535, .seen = (video_seen)},                                                  \
+    {.name = "--max-corrupt", .kind = RV_CLI_CUSTOM, .dst = (io),                         \
+     .take = cli_take_max_corrupt},                                                       \
+    {.name = "--pad", .kind = RV_CLI_SWITCH, .dst = &(io)->pad}
+/* --threads N, the decoder threads (0 to 256; 0: automatic) of frames and tokens. */
+#define RV_CLI_INGEST_THREADS(io)                                                         \
+    {.name = "--threads", .kind = RV_CLI_INT, .dst = &(io)->threads, .lo = 0, .hi = 256}
+
+/* The flag at argv[*i] if it is one of RV_CLI_INGEST_FLAGS or RV_CLI_INGEST_THREADS,
+ * parsed into o: returns 1 (*rc: 0 or a usage exit code, after a message), else 0.
+ * For the commands that still loop over argv themselves. */
 int cli_ingest_flag(const char *cmd, int argc, char **argv, int *i, rv_ingest_opts *o,
                        int *audio_set, int *video_set, int *rc);
-
-/* --max-corrupt's value: "N", a count (0 to 2^30), sets max_corrupt = N and
- * max_corrupt_share = 0 (an absolute limit); "P%", a share (0% to 100%, like
- * 0.5%), sets max_corrupt_share = P / 100 and max_corrupt = 0. Without the flag
- * the defaults stand (32 and 1%: a file stops past both). Prints a usage error
- * and returns RV_EXIT_USAGE on a bad value, else 0. */
-int cli_parse_max_corrupt(const char *cmd, const char *text, rv_ingest_opts *o);
 
 /* The file to ingest for the command-line argument arg. "-" is standard input:
  * the ingest opens its input more than once (probe, one demuxer per stream), so

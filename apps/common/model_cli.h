@@ -1,15 +1,17 @@
 /* model_cli.h: --model for the subcommands that run the encoder (embed,
  * finetune, bench encoder, inspect): a preset name (random weights, seeded), a
  * weights file (ringvit's own or torchvision-named .safetensors) or a model
- * folder in the Hugging Face layout; the load options (--heads, --tubelet);
- * the warning that random weights mean nothing; and which modalities a run
- * embeds (the model's own, narrowed by --no-audio / --no-video; --audio /
- * --video insist on one and are refused when the weights lack it). */
+ * folder in the Hugging Face layout; the load options (--seed, --heads,
+ * --tubelet, as flag-table entries); the warning that random weights mean
+ * nothing; and which modalities a run embeds (the model's own, narrowed by
+ * --no-audio / --no-video; --audio / --video insist on one and are refused when
+ * the weights lack it). */
 #ifndef RV_MODEL_CLI_H
 #define RV_MODEL_CLI_H
 
 #include <stdint.h>
 
+#include "cli_flags.h"
 #include "rv_tokens.h"
 #include "rv_vit.h"
 
@@ -26,6 +28,15 @@ typedef struct model_cli {
 int model_cli_open(const char *cmd, const char *spec, int64_t seed, int seed_set, int heads,
                    int tubelet, int loud, model_cli *out);
 void model_cli_close(model_cli *mc);
+
+/* model_cli_open's options as flag-table entries (cli_flags.h): --seed N (0 to
+ * INT64_MAX; *seed_seen = 1 when given, NULL: not kept), --heads H (1 to 65536),
+ * --tubelet T (1 to 64). */
+#define RV_CLI_MODEL_FLAGS(seed_dst, seed_seen, heads_dst, tubelet_dst)                     \
+    {.name = "--seed", .kind = RV_CLI_I64, .dst = (seed_dst), .lo = 0, .hi = INT64_MAX,      \
+     .seen = (seed_seen)},                                                                 \
+    {.name = "--heads", .kind = RV_CLI_INT, .dst = (heads_dst), .lo = 1, .hi = 65536},       \
+    {.name = "--tubelet", .kind = RV_CLI_INT, .dst = (tubelet_dst), .lo = 1, .hi = 64}
 
 /* One warning line for a preset's random weights, naming the flag for real ones
  * (nothing when quiet). */

@@ -24,6 +24,7 @@
 
 #include "apps.h"
 #include "cli.h"
+#include "cli_flags.h"
 #include "out_path.h"
 #include "finetune.h"
 #include "ingest_cli.h"
@@ -170,15 +171,15 @@ static const char help_text[] =
 
 typedef struct ft_args {
     const char *task, *manifest, *val, *model, *out, *log, *ckpt, *resume, *backend, *device;
-    int cp, dp, cp_set, dp_set, accum, threads, causal, no_cache, quiet, json, check_sync;
+    int cp, dp, dp_set, accum, threads, causal, no_cache, quiet, json, check_sync;
     int gpu; /* --gpu, or -1 */
     rv_span span;
-    int seed_set, size_set, model_set;
+    int size_set, model_set;
     rv_cp_strategy strategy;
     double epochs, timeout_s, mask_ratio, head_lr;
     int epochs_set;
     int64_t steps, save_every, stop_at, seed;
-    int fps_num, fps_den, size;
+    rv_ingest_opts io; /* --fps (default 2), --size */
     rv_adamw_opts opt;
 } ft_args;
 
@@ -194,113 +195,58 @@ static int parse_args(int argc, char **argv, ft_args *a)
     a->epochs = 1;
     a->mask_ratio = 0.75;
     a->head_lr = -1;
-    a->fps_num = 2, a->fps_den = 1;
+    rv_ingest_opts_default(&a->io);
+    a->io.fps_num = 2;
     rv_adamw_opts_default(&a->opt);
     if (rv_comm_default_timeout(&a->timeout_s) != RV_OK)
         a->timeout_s = RV_COMM_DEFAULT_TIMEOUT_S;
-    int rc = 0;
-    for (int i = 1; i < argc && !rc; i++) {
-        const char *s = argv[i], *v;
-#define VALUE(dst)                                                         \
-    do {                                                                   \
-        if (!(v = cli_flag_value(CMD, argc, argv, &i)))                 \
-            return RV_EXIT_USAGE;                                          \
-        dst = v;                                                           \
-    } while (0)
-        if (cli_flag_is(s, "--task"))
-            VALUE(a->task);
-        else if (cli_flag_is(s, "--manifest"))
-            VALUE(a->manifest);
-        else if (cli_flag_is(s, "--val"))
-            VALUE(a->val);
-        else if (cli_flag_is(s, "--model")) {
-            VALUE(a->model);
-            a->model_set = 1;
-        }
-        else if (cli_flag_is(s, "-o") || cli_flag_is(s, "--output"))
-            VALUE(a->out);
-        else if (cli_flag_is(s, "--log"))
-            VALUE(a->log);
-        else if (cli_flag_is(s, "--ckpt"))
-            VALUE(a->ckpt);
-        else if (cli_flag_is(s, "--resume"))
-            VALUE(a->resume);
-        else if (cli_flag_is(s, "--backend")) {
-            VALUE(a->backend);
-            if (strcmp(v, "local") && strcmp(v, "mpi") && strcmp(v, "nccl"))
-                return cli_usage_error(CMD, "--backend wants local, mpi or nccl, got '%s'", v);
-        } else if (cli_flag_is(s, "--device")) {
-            rc = cli_take_device(CMD, argc, argv, &i, &a->device);
-        } else if (cli_flag_is(s, "--gpu")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 0, 1023, &a->gpu);
-        } else if (cli_flag_is(s, "--strategy")) {
-            VALUE(v);
-            if (rv_cp_strategy_parse(v, &a->strategy) != RV_OK)
-                return cli_usage_error(CMD, "--strategy: %s", rv_last_error());
-        } else if (cli_flag_is(s, "--seed")) {
-            rc = cli_take_i64(CMD, argc, argv, &i, 0, INT64_MAX, &a->seed);
-            a->seed_set = 1;
-        } else if (cli_flag_is(s, "--cp")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 1, 1024, &a->cp);
-            a->cp_set = 1;
-        } else if (cli_flag_is(s, "--dp")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 1, 1024, &a->dp);
-            a->dp_set = 1;
-        } else if (cli_flag_is(s, "--accum")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 1, 1 << 20, &a->accum);
-        } else if (cli_flag_is(s, "--threads")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 1, RV_CLI_MAX_THREADS, &a->threads);
-        } else if (cli_flag_is(s, "--epochs")) {
-            rc = cli_take_double(CMD, argc, argv, &i, 1e-9, 1e9, &a->epochs);
-            a->epochs_set = 1;
-        } else if (cli_flag_is(s, "--steps")) {
-            rc = cli_take_i64(CMD, argc, argv, &i, 1, (int64_t)1 << 40, &a->steps);
-        } else if (cli_flag_is(s, "--lr")) {
-            rc = cli_take_double(CMD, argc, argv, &i, 0, 10, &a->opt.lr);
-        } else if (cli_flag_is(s, "--head-lr")) {
-            rc = cli_take_double(CMD, argc, argv, &i, 0, 10, &a->head_lr);
-        } else if (cli_flag_is(s, "--min-lr")) {
-            rc = cli_take_double(CMD, argc, argv, &i, 0, 10, &a->opt.min_lr);
-        } else if (cli_flag_is(s, "--wd")) {
-            rc = cli_take_double(CMD, argc, argv, &i, 0, 10, &a->opt.wd);
-        } else if (cli_flag_is(s, "--warmup")) {
-            rc = cli_take_i64(CMD, argc, argv, &i, 0, (int64_t)1 << 40, &a->opt.warmup);
-        } else if (cli_flag_is(s, "--clip")) {
-            rc = cli_take_double(CMD, argc, argv, &i, 0, 1e9, &a->opt.clip);
-        } else if (cli_flag_is(s, "--mask-ratio")) {
-            rc = cli_take_double(CMD, argc, argv, &i, 0.001, 1, &a->mask_ratio);
-        } else if (cli_flag_is(s, "--fps")) {
-            rc = cli_take_fps(CMD, argc, argv, &i, &a->fps_num, &a->fps_den);
-        } else if (cli_flag_is(s, "--size")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 8, 4096, &a->size);
-            a->size_set = 1;
-        } else if (cli_flag_is(s, "--save-every")) {
-            rc = cli_take_i64(CMD, argc, argv, &i, 1, (int64_t)1 << 40, &a->save_every);
-        } else if (cli_flag_is(s, "--stop-at")) {
-            rc = cli_take_i64(CMD, argc, argv, &i, 1, (int64_t)1 << 40, &a->stop_at);
-        } else if (cli_flag_is(s, "--check-sync")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 1, 1 << 30, &a->check_sync);
-        } else if (cli_flag_is(s, "--timeout")) {
-            rc = cli_take_double(CMD, argc, argv, &i, 0.001, 1e7, &a->timeout_s);
-        } else if (strcmp(s, "--causal") == 0) {
-            a->causal = 1;
-        } else if (cli_flag_is(s, "--attention")) {
-            const char *v = cli_flag_value(CMD, argc, argv, &i);
-            if (!v)
-                return RV_EXIT_USAGE;
-            if (rv_span_parse(v, &a->span) != RV_OK)
-                return cli_usage_error(CMD, "--attention: %s", rv_last_error());
-        } else if (strcmp(s, "--no-cache") == 0) {
-            a->no_cache = 1;
-        } else if (strcmp(s, "--quiet") == 0 || strcmp(s, "-q") == 0) {
-            a->quiet = 1;
-        } else if (strcmp(s, "--json") == 0) {
-            a->json = 1;
-        } else {
-            return cli_unknown_arg(CMD, s);
-        }
-#undef VALUE
-    }
+    const int64_t max_steps = (int64_t)1 << 40;
+    const cli_flag flags[] = {
+        {.name = "--task", .kind = RV_CLI_TEXT, .dst = &a->task},
+        {.name = "--manifest", .kind = RV_CLI_TEXT, .dst = &a->manifest},
+        {.name = "--val", .kind = RV_CLI_TEXT, .dst = &a->val},
+        {.name = "--model", .kind = RV_CLI_TEXT, .dst = &a->model, .seen = &a->model_set},
+        {.name = "--output", .alias = "-o", .kind = RV_CLI_TEXT, .dst = &a->out},
+        {.name = "--log", .kind = RV_CLI_TEXT, .dst = &a->log},
+        {.name = "--ckpt", .kind = RV_CLI_TEXT, .dst = &a->ckpt},
+        {.name = "--resume", .kind = RV_CLI_TEXT, .dst = &a->resume},
+        {.name = "--backend", .kind = RV_CLI_CUSTOM, .dst = &a->backend, .take = cli_take_backend},
+        {.name = "--device", .kind = RV_CLI_DEVICE, .dst = &a->device},
+        {.name = "--gpu", .kind = RV_CLI_INT, .dst = &a->gpu, .lo = 0, .hi = 1023},
+        {.name = "--strategy", .kind = RV_CLI_CUSTOM, .dst = &a->strategy,
+         .take = cli_take_strategy},
+        {.name = "--seed", .kind = RV_CLI_I64, .dst = &a->seed, .lo = 0, .hi = INT64_MAX},
+        {.name = "--cp", .kind = RV_CLI_INT, .dst = &a->cp, .lo = 1, .hi = 1024},
+        {.name = "--dp", .kind = RV_CLI_INT, .dst = &a->dp, .lo = 1, .hi = 1024,
+         .seen = &a->dp_set},
+        {.name = "--accum", .kind = RV_CLI_INT, .dst = &a->accum, .lo = 1, .hi = 1 << 20},
+        {.name = "--threads", .kind = RV_CLI_INT, .dst = &a->threads, .lo = 1,
+         .hi = RV_CLI_MAX_THREADS},
+        {.name = "--epochs", .kind = RV_CLI_DOUBLE, .dst = &a->epochs, .lo = 1e-9, .hi = 1e9,
+         .seen = &a->epochs_set},
+        {.name = "--steps", .kind = RV_CLI_I64, .dst = &a->steps, .lo = 1, .hi = max_steps},
+        {.name = "--lr", .kind = RV_CLI_DOUBLE, .dst = &a->opt.lr, .lo = 0, .hi = 10},
+        {.name = "--head-lr", .kind = RV_CLI_DOUBLE, .dst = &a->head_lr, .lo = 0, .hi = 10},
+        {.name = "--min-lr", .kind = RV_CLI_DOUBLE, .dst = &a->opt.min_lr, .lo = 0, .hi = 10},
+        {.name = "--wd", .kind = RV_CLI_DOUBLE, .dst = &a->opt.wd, .lo = 0, .hi = 10},
+        {.name = "--warmup", .kind = RV_CLI_I64, .dst = &a->opt.warmup, .lo = 0, .hi = max_steps},
+        {.name = "--clip", .kind = RV_CLI_DOUBLE, .dst = &a->opt.clip, .lo = 0, .hi = 1e9},
+        {.name = "--mask-ratio", .kind = RV_CLI_DOUBLE, .dst = &a->mask_ratio, .lo = 0.001,
+         .hi = 1},
+        RV_CLI_INGEST_FPS(&a->io),
+        RV_CLI_INGEST_SIZE(&a->io, &a->size_set),
+        {.name = "--save-every", .kind = RV_CLI_I64, .dst = &a->save_every, .lo = 1,
+         .hi = max_steps},
+        {.name = "--stop-at", .kind = RV_CLI_I64, .dst = &a->stop_at, .lo = 1, .hi = max_steps},
+        {.name = "--check-sync", .kind = RV_CLI_INT, .dst = &a->check_sync, .lo = 1, .hi = 1 << 30},
+        {.name = "--timeout", .kind = RV_CLI_DOUBLE, .dst = &a->timeout_s, .lo = 0.001, .hi = 1e7},
+        {.name = "--causal", .kind = RV_CLI_SWITCH, .dst = &a->causal},
+        {.name = "--attention", .kind = RV_CLI_CUSTOM, .dst = &a->span, .take = cli_take_span},
+        {.name = "--no-cache", .kind = RV_CLI_SWITCH, .dst = &a->no_cache},
+        {.name = "--quiet", .alias = "-q", .kind = RV_CLI_SWITCH, .dst = &a->quiet},
+        {.name = "--json", .kind = RV_CLI_SWITCH, .dst = &a->json},
+    };
+    int rc = cli_flags_parse(CMD, argc, argv, flags, RV_CLI_NFLAGS(flags), NULL);
     if (rc)
         return rc;
     if (!a->task)
@@ -602,10 +548,8 @@ static int finetune_main(int argc, char **argv)
     }
     /* The tokens the model wants; modalities follow its weights; blocks and
      * frames are the tokenizer's windows (embed does the same). */
-    rv_ingest_opts_default(&set.io);
-    set.io.fps_num = a.fps_num;
-    set.io.fps_den = a.fps_den;
-    if (rv_vit_input_opts(cfg, a.size_set ? a.size : 0, 0, 0, &a.span, &set.to, &set.io) !=
+    set.io = a.io;
+    if (rv_vit_input_opts(cfg, a.size_set ? a.io.size : 0, 0, 0, &a.span, &set.to, &set.io) !=
         RV_OK) {
         rc = cli_usage_error(CMD, "%s", rv_last_error());
         goto end;

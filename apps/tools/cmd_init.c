@@ -10,6 +10,8 @@
 
 #include "apps.h"
 #include "cli.h"
+#include "cli_flags.h"
+#include "model_cli.h"
 #include "out_path.h"
 #include "rv_vit.h"
 
@@ -46,37 +48,17 @@ static int init_main(int argc, char **argv)
     const char *preset = NULL, *outpath = NULL;
     int64_t seed = 0;
     int tubelet = 0, patch = 0, grid = 0, heads = 0, no_cls = 0, json = 0, rc = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (cli_flag_is(a, "--preset")) {
-            if (!(preset = cli_flag_value(CMD, argc, argv, &i)))
-                return RV_EXIT_USAGE;
-        } else if (cli_flag_is(a, "-o") || cli_flag_is(a, "--output")) {
-            if (!(outpath = cli_flag_value(CMD, argc, argv, &i)))
-                return RV_EXIT_USAGE;
-        } else if (cli_flag_is(a, "--seed")) {
-            if ((rc = cli_take_i64(CMD, argc, argv, &i, 0, INT64_MAX, &seed)))
-                return rc;
-        } else if (cli_flag_is(a, "--tubelet")) {
-            if ((rc = cli_take_int(CMD, argc, argv, &i, 1, 64, &tubelet)))
-                return rc;
-        } else if (cli_flag_is(a, "--patch")) {
-            if ((rc = cli_take_int(CMD, argc, argv, &i, 1, 1024, &patch)))
-                return rc;
-        } else if (cli_flag_is(a, "--grid")) {
-            if ((rc = cli_take_int(CMD, argc, argv, &i, 1, 1024, &grid)))
-                return rc;
-        } else if (cli_flag_is(a, "--heads")) {
-            if ((rc = cli_take_int(CMD, argc, argv, &i, 1, 65536, &heads)))
-                return rc;
-        } else if (strcmp(a, "--no-cls") == 0) {
-            no_cls = 1;
-        } else if (strcmp(a, "--json") == 0) {
-            json = 1;
-        } else {
-            return cli_unknown_arg(CMD, a);
-        }
-    }
+    const cli_flag flags[] = {
+        {.name = "--preset", .kind = RV_CLI_TEXT, .dst = &preset},
+        {.name = "--output", .alias = "-o", .kind = RV_CLI_TEXT, .dst = &outpath},
+        RV_CLI_MODEL_FLAGS(&seed, NULL, &heads, &tubelet),
+        {.name = "--patch", .kind = RV_CLI_INT, .dst = &patch, .lo = 1, .hi = 1024},
+        {.name = "--grid", .kind = RV_CLI_INT, .dst = &grid, .lo = 1, .hi = 1024},
+        {.name = "--no-cls", .kind = RV_CLI_SWITCH, .dst = &no_cls},
+        {.name = "--json", .kind = RV_CLI_SWITCH, .dst = &json},
+    };
+    if ((rc = cli_flags_parse(CMD, argc, argv, flags, RV_CLI_NFLAGS(flags), NULL)) != 0)
+        return rc;
     if (!preset)
         return cli_usage_error(CMD, "which model? give --preset tiny, small or base");
     if (!outpath || !outpath[0])

@@ -10,6 +10,7 @@
 
 #include "apps.h"
 #include "cli.h"
+#include "cli_flags.h"
 #include "model_cli.h"
 
 #define CMD "inspect"
@@ -170,25 +171,12 @@ static int inspect_main(int argc, char **argv)
     const char *spec = NULL;
     int json = 0, heads = 0, tubelet = 0, seed_set = 0, rc = 0;
     int64_t seed = 0;
-    for (int i = 1; i < argc && !rc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--json") == 0)
-            json = 1;
-        else if (cli_flag_is(a, "--heads"))
-            rc = cli_take_int(CMD, argc, argv, &i, 1, 65536, &heads);
-        else if (cli_flag_is(a, "--tubelet"))
-            rc = cli_take_int(CMD, argc, argv, &i, 1, 64, &tubelet);
-        else if (cli_flag_is(a, "--seed")) {
-            rc = cli_take_i64(CMD, argc, argv, &i, 0, INT64_MAX, &seed);
-            seed_set = 1;
-        } else if (a[0] == '-' && a[1])
-            return cli_unknown_arg(CMD, a);
-        else if (spec)
-            return cli_usage_error(CMD, "one MODEL at a time (got '%s' and '%s')", spec, a);
-        else
-            spec = a;
-    }
-    if (rc)
+    const cli_flag flags[] = {
+        {.name = "--json", .kind = RV_CLI_SWITCH, .dst = &json},
+        RV_CLI_MODEL_FLAGS(&seed, &seed_set, &heads, &tubelet),
+    };
+    if ((rc = cli_flags_parse(CMD, argc, argv, flags, RV_CLI_NFLAGS(flags),
+                              &(cli_operands){.what = "MODEL", .one = &spec})) != 0)
         return rc;
     if (!spec)
         return cli_usage_error(CMD, "which model? give a folder, a weights file or a preset");

@@ -8,6 +8,7 @@
 
 #include "apps.h"
 #include "cli.h"
+#include "cli_flags.h"
 #include "ingest_cli.h"
 #include "rv_ingest.h"
 
@@ -76,22 +77,17 @@ static int probe_main(int argc, char **argv)
 {
     const char *path = NULL;
     int json = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--json") == 0)
-            json = 1;
-        else if (a[0] == '-' && a[1] != '\0')
-            return cli_unknown_arg(CMD, a);
-        else if (!path)
-            path = a;
-        else
-            return cli_usage_error(CMD, "one FILE at a time (got '%s' and '%s')", path, a);
-    }
+    const cli_flag flags[] = {{.name = "--json", .kind = RV_CLI_SWITCH, .dst = &json}};
+    int rc = cli_flags_parse(CMD, argc, argv, flags, RV_CLI_NFLAGS(flags),
+                             &(cli_operands){.what = "FILE", .one = &path});
+    if (rc)
+        return rc;
     if (!path)
         return cli_usage_error(CMD, "which file? give a media FILE");
 
     char input[4096];
-    int spooled = 0, rc = cli_input_open(CMD, path, input, sizeof input, &spooled);
+    int spooled = 0;
+    rc = cli_input_open(CMD, path, input, sizeof input, &spooled);
     if (rc)
         return rc;
     rv_probe *p = NULL;
