@@ -22,10 +22,11 @@
 
 #include "apps.h"
 #include "cli.h"
-#include "out_path.h"
+#include "cli_flags.h"
 #include "embed.h"
 #include "ingest_cli.h"
 #include "model_cli.h"
+#include "out_path.h"
 #include "rv_backend.h"
 #include "rv_clock.h"
 
@@ -229,7 +230,7 @@ typedef struct embed_args {
     int nmanifests;
     const char **inputs;
     int ninputs;
-    int cp, cp_set, ranks, seed_set, size_set;
+    int cp, cp_set, ranks, seed_set;
     int gpu; /* --gpu, or -1 */
     int heads, tubelet;
     int64_t seed;
@@ -239,18 +240,49 @@ typedef struct embed_args {
     double claim_stale_s;         /* --claim-stale (0: not given) */
 } embed_args;
 
-/* --shard I/N: 0 <= I < N. Returns 0 or RV_EXIT_USAGE after a message. */
-static int parse_shard(const char *v, embed_args *a)
+/* --shard I/N (into the embed_args at dst): 0 <= I < N. Returns 0 or
+ * RV_EXIT_USAGE after a message. */
+static int take_shard(const char *cmd, const char *name, const char *v, void *dst)
 {
+    (void)name;
+    embed_args *a = dst;
     char *end = NULL, *end2 = NULL;
     errno = 0;
     long i = v[0] >= '0' && v[0] <= '9' ? strtol(v, &end, 10) : -1;
     long n = end && *end == '/' && end[1] >= '0' && end[1] <= '9' ? strtol(end + 1, &end2, 10) : -1;
     if (errno || i < 0 || n < 1 || n > 1000000 || !end2 || *end2 || i >= n)
-        return cli_usage_error(CMD, "--shard wants I/N, this job's number I of N jobs with 0 "
+        return cli_usage_error(cmd, "--shard wants I/N, this job's number I of N jobs with 0 "
                                   "<= I < N (0/2 and 1/2 for two jobs), got '%s'", v);
     a->shard_index = (int)i;
     a->shard_count = (int)n;
+    return 0;
+}
+
+/* --manifest LIST, as often as given (into the embed_args at dst). */
+static int take_manifest(const char *cmd, const char *name, const char *value, void *dst)
+{
+    (void)cmd, (void)name;
+    embed_args *a = dst;
+    a->manifests[a->nmanifests++] = value;
+    return 0;
+}
+
+static int take_dtype(const char *cmd, const char *name, const char *value, void *dst)
+{
+    (void)name;
+    if (rv_embed_dtype_parse(value, dst) != RV_OK)
+        return cli_usage_error(cmd, "--dtype wants f32, f16 or bf16, got '%s'", value);
+    return 0;
+}
+
+/* An INPUT (ctx: the embed_args); "-" before "--" is refused. */
+static int take_input(const char *cmd, const char *arg, int dashed, void *ctx)
+{
+    embed_args *a = ctx;
+    if (!dashed && strcmp(arg, "-") == 0)
+        return cli_usage_error(cmd, "standard input ('-') cannot be embedded: every rank "
+                                  "opens the file itself; save it to a file first");
+    a->inputs[a->ninputs++] = arg;
     return 0;
 }
 
@@ -270,122 +302,62 @@ static int parse_args(int argc, char **argv, embed_args *a)
         cli_error("embed: out of memory");
         return RV_EXIT_FAIL;
     }
-    int rc = 0, audio_set = 0, video_set = 0, no_audio = 0, no_video = 0;
-    for (int i = 1; i < argc && !rc; i++) {
-        const char *s = argv[i], *v;
-#define VALUE()                                                            \
-    do {                                                                   \
-        if (!(v = cli_flag_value(CMD, argc, argv, &i)))                 \
-            return RV_EXIT_USAGE;                                          \
-    } while (0)
-        if (cli_flag_is(s, "-o") || cli_flag_is(s, "--output")) {
-            VALUE();
-            a->out = v;
-        } else if (cli_flag_is(s, "--out-dir")) {
-            VALUE();
-            a->out_dir = v;
-        } else if (cli_flag_is(s, "--log")) {
-            VALUE();
-            a->log = v;
-        } else if (cli_flag_is(s, "--manifest")) {
-            VALUE();
-            a->manifests[a->nmanifests++] = v;
-        } else if (cli_flag_is(s, "--model")) {
-            VALUE();
-            a->model = v;
-        } else if (cli_flag_is(s, "--seed")) {
-            rc = cli_take_i64(CMD, argc, argv, &i, 0, INT64_MAX, &a->seed);
-            a->seed_set = 1;
-        } else if (cli_flag_is(s, "--cp")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 1, 1024, &a->cp);
-            a->cp_set = 1;
-        } else if (cli_flag_is(s, "--ranks")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 1, 1024, &a->ranks);
-        } else if (cli_flag_is(s, "--prefetch")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 0, RV_EMBED_MAX_PREFETCH, &a->o.prefetch);
-        } else if (cli_flag_is(s, "--backend")) {
-            VALUE();
-            if (strcmp(v, "local") && strcmp(v, "mpi") && strcmp(v, "nccl"))
-                return cli_usage_error(CMD, "--backend wants local, mpi or nccl, got '%s'", v);
-            a->backend = v;
-        } else if (cli_flag_is(s, "--device")) {
-            rc = cli_take_device(CMD, argc, argv, &i, &a->o.device);
-        } else if (cli_flag_is(s, "--gpu")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 0, 1023, &a->gpu);
-        } else if (cli_flag_is(s, "--strategy")) {
-            VALUE();
-            if (rv_cp_strategy_parse(v, &a->o.strategy) != RV_OK)
-                return cli_usage_error(CMD, "--strategy: %s", rv_last_error());
-        } else if (cli_flag_is(s, "--segment")) {
-            rc = cli_take_double(CMD, argc, argv, &i, 0.001, 1e9, &a->o.segment_s);
-        } else if (cli_flag_is(s, "--max-tokens")) {
-            rc = cli_take_i64(CMD, argc, argv, &i, 1, INT64_MAX, &a->o.max_tokens);
-        } else if (cli_flag_is(s, "--hop")) {
-            rc = cli_take_double(CMD, argc, argv, &i, 0.001, 1e9, &a->o.hop_s);
-        } else if (cli_flag_is(s, "--attention")) {
-            VALUE();
-            if (rv_span_parse(v, &a->o.span) != RV_OK)
-                return cli_usage_error(CMD, "--attention: %s", rv_last_error());
-        } else if (cli_flag_is(s, "--threads")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 1, RV_CLI_MAX_THREADS, &a->o.threads);
-        } else if (cli_flag_is(s, "--decode-threads")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 1, RV_INGEST_MAX_THREADS, &a->o.io.threads);
-        } else if (cli_flag_is(s, "--timeout")) {
-            rc = cli_take_double(CMD, argc, argv, &i, 0.001, 1e7, &a->o.timeout_s);
-        } else if (cli_flag_is(s, "--size")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 8, 4096, &a->o.io.size);
-            a->size_set = 1;
-        } else if (cli_ingest_flag(CMD, argc, argv, &i, &a->o.io, &audio_set, &video_set, &rc)) {
-            /* --fps --pad --start --duration --audio-stream --video-stream --max-corrupt */
-        } else if (cli_flag_is(s, "--heads")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 1, 65536, &a->heads);
-        } else if (cli_flag_is(s, "--tubelet")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 1, 64, &a->tubelet);
-        } else if (strcmp(s, "--no-audio") == 0) {
-            no_audio = 1;
-        } else if (strcmp(s, "--no-video") == 0) {
-            no_video = 1;
-        } else if (strcmp(s, "--audio") == 0) {
-            a->o.want_audio = 1;
-        } else if (strcmp(s, "--video") == 0) {
-            a->o.want_video = 1;
-        } else if (strcmp(s, "--tokens") == 0) {
-            a->o.tokens = 1;
-        } else if (strcmp(s, "--resume") == 0) {
-            a->resume = 1;
-        } else if (strcmp(s, "--causal") == 0) {
-            a->o.causal = 1;
-        } else if (strcmp(s, "--quiet") == 0 || strcmp(s, "-q") == 0) {
-            a->quiet = 1;
-        } else if (strcmp(s, "--json") == 0) {
-            a->json = 1;
-        } else if (cli_flag_is(s, "--dtype")) {
-            VALUE();
-            if (rv_embed_dtype_parse(v, &a->o.dtype) != RV_OK)
-                return cli_usage_error(CMD, "--dtype wants f32, f16 or bf16, got '%s'", v);
-        } else if (strcmp(s, "--normalize") == 0) {
-            a->o.normalize = 1;
-        } else if (cli_flag_is(s, "--progress")) {
-            rc = cli_take_double(CMD, argc, argv, &i, 0, 1e6, &a->progress_s);
-        } else if (cli_flag_is(s, "--shard")) {
-            VALUE();
-            if ((rc = parse_shard(v, a)) != 0)
-                return rc;
-        } else if (cli_flag_is(s, "--claim-stale")) {
-            rc = cli_take_double(CMD, argc, argv, &i, 1, 1e7, &a->claim_stale_s);
-        } else if (strcmp(s, "--") == 0) {
-            for (i++; i < argc; i++)
-                a->inputs[a->ninputs++] = argv[i];
-        } else if (s[0] == '-' && s[1] != '\0') {
-            return cli_unknown_arg(CMD, s);
-        } else if (strcmp(s, "-") == 0) {
-            return cli_usage_error(CMD, "standard input ('-') cannot be embedded: every rank "
-                                      "opens the file itself; save it to a file first");
-        } else {
-            a->inputs[a->ninputs++] = s;
-        }
-#undef VALUE
-    }
+    int rc, audio_set = 0, video_set = 0, no_audio = 0, no_video = 0;
+    rv_embed_opts *o = &a->o;
+    const cli_flag flags[] = {
+        /* inputs and outputs */
+        {.name = "--output", .alias = "-o", .kind = RV_CLI_TEXT, .dst = &a->out},
+        {.name = "--out-dir", .kind = RV_CLI_TEXT, .dst = &a->out_dir},
+        {.name = "--log", .kind = RV_CLI_TEXT, .dst = &a->log},
+        {.name = "--manifest", .kind = RV_CLI_CUSTOM, .dst = a, .take = take_manifest},
+        {.name = "--resume", .kind = RV_CLI_SWITCH, .dst = &a->resume},
+        {.name = "--tokens", .kind = RV_CLI_SWITCH, .dst = &o->tokens},
+        {.name = "--dtype", .kind = RV_CLI_CUSTOM, .dst = &o->dtype, .take = take_dtype},
+        {.name = "--normalize", .kind = RV_CLI_SWITCH, .dst = &o->normalize},
+        {.name = "--shard", .kind = RV_CLI_CUSTOM, .dst = a, .take = take_shard},
+        {.name = "--claim-stale", .kind = RV_CLI_DOUBLE, .dst = &a->claim_stale_s, .lo = 1,
+         .hi = 1e7},
+        /* the model */
+        {.name = "--model", .kind = RV_CLI_TEXT, .dst = &a->model},
+        RV_CLI_MODEL_FLAGS(&a->seed, &a->seed_set, &a->heads, &a->tubelet),
+        {.name = "--audio", .kind = RV_CLI_SWITCH, .dst = &o->want_audio},
+        {.name = "--video", .kind = RV_CLI_SWITCH, .dst = &o->want_video},
+        /* parallelism */
+        {.name = "--cp", .kind = RV_CLI_INT, .dst = &a->cp, .lo = 1, .hi = 1024,
+         .seen = &a->cp_set},
+        {.name = "--ranks", .kind = RV_CLI_INT, .dst = &a->ranks, .lo = 1, .hi = 1024},
+        {.name = "--prefetch", .kind = RV_CLI_INT, .dst = &o->prefetch, .lo = 0,
+         .hi = RV_EMBED_MAX_PREFETCH},
+        {.name = "--backend", .kind = RV_CLI_CUSTOM, .dst = &a->backend, .take = cli_take_backend},
+        {.name = "--device", .kind = RV_CLI_DEVICE, .dst = &o->device},
+        {.name = "--gpu", .kind = RV_CLI_INT, .dst = &a->gpu, .lo = 0, .hi = 1023},
+        {.name = "--strategy", .kind = RV_CLI_CUSTOM, .dst = &o->strategy,
+         .take = cli_take_strategy},
+        {.name = "--causal", .kind = RV_CLI_SWITCH, .dst = &o->causal},
+        {.name = "--attention", .kind = RV_CLI_CUSTOM, .dst = &o->span, .take = cli_take_span},
+        {.name = "--threads", .kind = RV_CLI_INT, .dst = &o->threads, .lo = 1,
+         .hi = RV_CLI_MAX_THREADS},
+        {.name = "--decode-threads", .kind = RV_CLI_INT, .dst = &o->io.threads, .lo = 1,
+         .hi = RV_INGEST_MAX_THREADS},
+        {.name = "--timeout", .kind = RV_CLI_DOUBLE, .dst = &o->timeout_s, .lo = 0.001,
+         .hi = 1e7},
+        /* sampling */
+        RV_CLI_INGEST_FLAGS(&o->io, NULL, &audio_set, &video_set),
+        {.name = "--segment", .kind = RV_CLI_DOUBLE, .dst = &o->segment_s, .lo = 0.001,
+         .hi = 1e9},
+        {.name = "--hop", .kind = RV_CLI_DOUBLE, .dst = &o->hop_s, .lo = 0.001, .hi = 1e9},
+        {.name = "--no-audio", .kind = RV_CLI_SWITCH, .dst = &no_audio},
+        {.name = "--no-video", .kind = RV_CLI_SWITCH, .dst = &no_video},
+        {.name = "--max-tokens", .kind = RV_CLI_I64, .dst = &o->max_tokens, .lo = 1,
+         .hi = INT64_MAX},
+        /* reporting */
+        {.name = "--quiet", .alias = "-q", .kind = RV_CLI_SWITCH, .dst = &a->quiet},
+        {.name = "--json", .kind = RV_CLI_SWITCH, .dst = &a->json},
+        {.name = "--progress", .kind = RV_CLI_DOUBLE, .dst = &a->progress_s, .lo = 0,
+         .hi = 1e6},
+    };
+    rc = cli_flags_parse(CMD, argc, argv, flags, RV_CLI_NFLAGS(flags),
+                         &(cli_operands){.what = "INPUT", .take = take_input, .ctx = a});
     if (rc)
         return rc;
     if (no_audio && audio_set)

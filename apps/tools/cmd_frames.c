@@ -21,8 +21,9 @@
 
 #include "apps.h"
 #include "cli.h"
-#include "out_path.h"
+#include "cli_flags.h"
 #include "ingest_cli.h"
+#include "out_path.h"
 #include "rv_clock.h"
 #include "rv_ingest.h"
 #include "rv_safetensors.h"
@@ -126,31 +127,20 @@ static int parse_args(int argc, char **argv, frames_args *a)
     a->o.start_s = NAN; /* --start given or not */
     a->path = a->out = NULL;
     a->max_frames = RV_CLI_MAX_FRAMES;
-    int rc = 0, no_audio = 0, audio_set = 0, video_set = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *s = argv[i];
-        if (cli_flag_is(s, "-o") || cli_flag_is(s, "--output")) {
-            if (!(a->out = cli_flag_value(CMD, argc, argv, &i)))
-                return RV_EXIT_USAGE;
-        } else if (cli_ingest_flag(CMD, argc, argv, &i, &a->o, &audio_set, &video_set,
-                                      &rc)) {
-            /* parsed into a->o */
-        } else if (strcmp(s, "--no-audio") == 0) {
-            no_audio = 1;
-        } else if (cli_flag_is(s, "--max-frames")) {
-            rc = cli_take_i64(CMD, argc, argv, &i, 1, INT64_MAX, &a->max_frames);
-        } else if (strcmp(s, "--decode-all") == 0) {
-            a->o.decode_all = 1;
-        } else if (s[0] == '-' && s[1] != '\0') {
-            return cli_unknown_arg(CMD, s);
-        } else if (!a->path) {
-            a->path = s;
-        } else {
-            return cli_usage_error(CMD, "one FILE at a time (got '%s' and '%s')", a->path, s);
-        }
-        if (rc)
-            return rc;
-    }
+    int no_audio = 0, audio_set = 0, video_set = 0;
+    const cli_flag flags[] = {
+        {.name = "--output", .alias = "-o", .kind = RV_CLI_TEXT, .dst = &a->out},
+        RV_CLI_INGEST_FLAGS(&a->o, NULL, &audio_set, &video_set),
+        RV_CLI_INGEST_THREADS(&a->o),
+        {.name = "--no-audio", .kind = RV_CLI_SWITCH, .dst = &no_audio},
+        {.name = "--max-frames", .kind = RV_CLI_I64, .dst = &a->max_frames, .lo = 1,
+         .hi = INT64_MAX},
+        {.name = "--decode-all", .kind = RV_CLI_SWITCH, .dst = &a->o.decode_all},
+    };
+    int rc = cli_flags_parse(CMD, argc, argv, flags, RV_CLI_NFLAGS(flags),
+                             &(cli_operands){.what = "FILE", .one = &a->path});
+    if (rc)
+        return rc;
     if (no_audio && audio_set)
         return cli_usage_error(CMD, "--no-audio and --audio-stream contradict each other");
     if (no_audio)

@@ -27,9 +27,10 @@
 
 #include "apps.h"
 #include "cli.h"
+#include "cli_flags.h"
+#include "ingest_cli.h"
 #include "out_path.h"
 #include "rv_clock.h"
-#include "ingest_cli.h"
 #include "rv_ingest.h"
 #include "rv_safetensors.h"
 #include "rv_shard.h"
@@ -145,6 +146,70 @@ static int parse_triple(const char *flag, const char *text, float lo, float hi, 
     return 0;
 }
 
+static int take_mean(const char *cmd, const char *name, const char *value, void *dst)
+{
+    (void)cmd;
+    return parse_triple(name, value, -10, 10, dst);
+}
+
+static int take_std(const char *cmd, const char *name, const char *value, void *dst)
+{
+    (void)cmd;
+    return parse_triple(name, value, 1e-6f, 1e6f, dst);
+}
+
+/* --block SEC and --frame (into the tokens_args at dst): blocks of seconds or of
+ * one tubelet, not both. */
+static int blocks_clash(void)
+{
+    return cli_usage_error(CMD, "--block and --frame contradict each other (blocks of "
+                                "seconds or of one tubelet)");
+}
+
+static int take_block(const char *cmd, const char *name, const char *value, void *dst)
+{
+    tokens_args *a = dst;
+    if (a->blocks == 2)
+        return blocks_clash();
+    a->blocks = 1;
+    return cli_parse_double(cmd, name, value, 0.01, 86400, &a->to.window_s);
+}
+
+static int take_frame(const char *cmd, const char *name, const char *value, void *dst)
+{
+    (void)cmd, (void)name, (void)value;
+    tokens_args *a = dst;
+    if (a->blocks == 1)
+        return blocks_clash();
+    a->blocks = 2;
+    return 0;
+}
+
+/* --cls and --dist into rv_tok_opts.cls: --dist already asks for the class token
+ * it follows. */
+static int take_cls(const char *cmd, const char *name, const char *value, void *dst)
+{
+    (void)cmd, (void)name, (void)value;
+    int *cls = dst;
+    *cls = *cls > 1 ? *cls : 1;
+    return 0;
+}
+
+static int take_dist(const char *cmd, const char *name, const char *value, void *dst)
+{
+    (void)cmd, (void)name, (void)value;
+    *(int *)dst = 2;
+    return 0;
+}
+
+static int take_shard(const char *cmd, const char *name, const char *value, void *dst)
+{
+    (void)name;
+    if (rv_shard_kind_parse(value, dst) != RV_OK)
+        return cli_usage_error(cmd, "--shard wants contiguous or zigzag, got '%s'", value);
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, tokens_args *a)
 {
     memset(a, 0, sizeof *a);
@@ -154,86 +219,47 @@ static int parse_args(int argc, char **argv, tokens_args *a)
     a->cp = 1;
     a->shard = RV_SHARD_CONTIGUOUS;
     a->max_tokens = RV_CLI_MAX_TOKENS;
-    int rc = 0, no_audio = 0, no_video = 0, audio_set = 0, video_set = 0, stride_set = 0;
+    int no_audio = 0, no_video = 0, audio_set = 0, video_set = 0, stride_set = 0;
     int window_set = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *s = argv[i];
-        const char *v;
-        if (cli_flag_is(s, "-o") || cli_flag_is(s, "--output")) {
-            if (!(a->out = cli_flag_value(CMD, argc, argv, &i)))
-                return RV_EXIT_USAGE;
-        } else if (cli_ingest_flag(CMD, argc, argv, &i, &a->io, &audio_set, &video_set,
-                                      &rc)) {
-            /* parsed into a->io */
-        } else if (cli_flag_is(s, "--tubelet")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 1, 64, &a->to.tubelet);
-        } else if (cli_flag_is(s, "--patch")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 1, 4096, &a->to.patch);
-        } else if (cli_flag_is(s, "--mean") || cli_flag_is(s, "--std")) {
-            int is_mean = cli_flag_is(s, "--mean");
-            if (!(v = cli_flag_value(CMD, argc, argv, &i)))
-                return RV_EXIT_USAGE;
-            rc = is_mean ? parse_triple("--mean", v, -10, 10, a->to.mean)
-                         : parse_triple("--std", v, 1e-6f, 1e6f, a->to.std);
-        } else if (cli_flag_is(s, "--audio-freq")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 1, RV_FBANK_BINS, &a->to.audio_freq);
-        } else if (cli_flag_is(s, "--audio-freq-stride")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 0, RV_FBANK_BINS, &a->to.audio_fstride);
-        } else if (cli_flag_is(s, "--audio-time")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 1, 4096, &a->to.audio_time);
-        } else if (cli_flag_is(s, "--audio-stride")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 1, 4096, &a->to.audio_stride);
-            stride_set = 1;
-        } else if (cli_flag_is(s, "--audio-mean")) {
-            rc = cli_take_float(CMD, argc, argv, &i, -1e6f, 1e6f, &a->to.audio_mean);
-        } else if (cli_flag_is(s, "--audio-std")) {
-            rc = cli_take_float(CMD, argc, argv, &i, 1e-6f, 1e6f, &a->to.audio_std);
-        } else if (cli_flag_is(s, "--audio-window")) {
-            rc = cli_take_double(CMD, argc, argv, &i, 0.01, 86400, &a->to.window_s);
-            window_set = 1;
-        } else if (cli_flag_is(s, "--block")) {
-            if (a->blocks == 2)
-                return cli_usage_error(CMD, "--block and --frame contradict each other "
-                                          "(blocks of seconds or of one tubelet)");
-            rc = cli_take_double(CMD, argc, argv, &i, 0.01, 86400, &a->to.window_s);
-            a->blocks = 1;
-        } else if (strcmp(s, "--frame") == 0) {
-            if (a->blocks == 1)
-                return cli_usage_error(CMD, "--block and --frame contradict each other "
-                                          "(blocks of seconds or of one tubelet)");
-            a->blocks = 2;
-        } else if (cli_flag_is(s, "--cp")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 1, 65536, &a->cp);
-        } else if (cli_flag_is(s, "--max-tokens")) {
-            rc = cli_take_i64(CMD, argc, argv, &i, 1, INT64_MAX, &a->max_tokens);
-        } else if (cli_flag_is(s, "--shard")) {
-            if (!(v = cli_flag_value(CMD, argc, argv, &i)))
-                return RV_EXIT_USAGE;
-            if (rv_shard_kind_parse(v, &a->shard) != RV_OK)
-                return cli_usage_error(CMD, "--shard wants contiguous or zigzag, got '%s'", v);
-        } else if (strcmp(s, "--cls") == 0) {
-            /* --dist already asks for the class token it follows */
-            a->to.cls = a->to.cls > 1 ? a->to.cls : 1;
-        } else if (strcmp(s, "--dist") == 0) {
-            a->to.cls = 2;
-        } else if (strcmp(s, "--no-audio") == 0) {
-            no_audio = 1;
-        } else if (strcmp(s, "--no-video") == 0) {
-            no_video = 1;
-        } else if (strcmp(s, "--plan-only") == 0) {
-            a->plan_only = 1;
-        } else if (strcmp(s, "--json") == 0) {
-            a->json = 1;
-        } else if (s[0] == '-' && s[1] != '\0') {
-            return cli_unknown_arg(CMD, s);
-        } else if (!a->path) {
-            a->path = s;
-        } else {
-            return cli_usage_error(CMD, "one FILE at a time (got '%s' and '%s')", a->path, s);
-        }
-        if (rc)
-            return rc;
-    }
+    rv_tok_opts *to = &a->to;
+    const cli_flag flags[] = {
+        {.name = "--output", .alias = "-o", .kind = RV_CLI_TEXT, .dst = &a->out},
+        RV_CLI_INGEST_FLAGS(&a->io, NULL, &audio_set, &video_set),
+        RV_CLI_INGEST_THREADS(&a->io),
+        {.name = "--tubelet", .kind = RV_CLI_INT, .dst = &to->tubelet, .lo = 1, .hi = 64},
+        {.name = "--patch", .kind = RV_CLI_INT, .dst = &to->patch, .lo = 1, .hi = 4096},
+        {.name = "--mean", .kind = RV_CLI_CUSTOM, .dst = to->mean, .take = take_mean},
+        {.name = "--std", .kind = RV_CLI_CUSTOM, .dst = to->std, .take = take_std},
+        {.name = "--audio-freq", .kind = RV_CLI_INT, .dst = &to->audio_freq, .lo = 1,
+         .hi = RV_FBANK_BINS},
+        {.name = "--audio-freq-stride", .kind = RV_CLI_INT, .dst = &to->audio_fstride, .lo = 0,
+         .hi = RV_FBANK_BINS},
+        {.name = "--audio-time", .kind = RV_CLI_INT, .dst = &to->audio_time, .lo = 1, .hi = 4096},
+        {.name = "--audio-stride", .kind = RV_CLI_INT, .dst = &to->audio_stride, .lo = 1,
+         .hi = 4096, .seen = &stride_set},
+        {.name = "--audio-mean", .kind = RV_CLI_FLOAT, .dst = &to->audio_mean, .lo = -1e6f,
+         .hi = 1e6f},
+        {.name = "--audio-std", .kind = RV_CLI_FLOAT, .dst = &to->audio_std, .lo = 1e-6f,
+         .hi = 1e6f},
+        {.name = "--audio-window", .kind = RV_CLI_DOUBLE, .dst = &to->window_s, .lo = 0.01,
+         .hi = 86400, .seen = &window_set},
+        {.name = "--block", .kind = RV_CLI_CUSTOM, .dst = a, .take = take_block},
+        {.name = "--frame", .kind = RV_CLI_SWITCH, .dst = a, .take = take_frame},
+        {.name = "--cp", .kind = RV_CLI_INT, .dst = &a->cp, .lo = 1, .hi = 65536},
+        {.name = "--max-tokens", .kind = RV_CLI_I64, .dst = &a->max_tokens, .lo = 1,
+         .hi = INT64_MAX},
+        {.name = "--shard", .kind = RV_CLI_CUSTOM, .dst = &a->shard, .take = take_shard},
+        {.name = "--cls", .kind = RV_CLI_SWITCH, .dst = &to->cls, .take = take_cls},
+        {.name = "--dist", .kind = RV_CLI_SWITCH, .dst = &to->cls, .take = take_dist},
+        {.name = "--no-audio", .kind = RV_CLI_SWITCH, .dst = &no_audio},
+        {.name = "--no-video", .kind = RV_CLI_SWITCH, .dst = &no_video},
+        {.name = "--plan-only", .kind = RV_CLI_SWITCH, .dst = &a->plan_only},
+        {.name = "--json", .kind = RV_CLI_SWITCH, .dst = &a->json},
+    };
+    int rc = cli_flags_parse(CMD, argc, argv, flags, RV_CLI_NFLAGS(flags),
+                             &(cli_operands){.what = "FILE", .one = &a->path});
+    if (rc)
+        return rc;
     if (no_audio && audio_set)
         return cli_usage_error(CMD, "--no-audio and --audio-stream contradict each other");
     if (no_video && video_set)
