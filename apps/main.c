@@ -65,7 +65,15 @@ static void print_usage(FILE *f)
           "                       (default auto: the best this CPU runs; see --version)\n"
           "\n"
           "exit status: 0 success, 1 runtime failure, 2 usage error.\n"
-          "Run 'ringvit COMMAND --help' for the options of one command.\n",
+          "Run 'ringvit COMMAND --help' for the options of one command.\n"
+          "\n"
+          "examples:\n"
+          "  ringvit probe talk.mp4\n"
+          "  ringvit embed talk.mp4 --model videomae-base/ -o talk.safetensors\n"
+          "  ringvit help embed\n"
+          "\n"
+          "More: README.md and docs/ (docs/media-commands.md: what every command\n"
+          "shares; docs/environment.md: the environment variables)\n",
           f);
 }
 

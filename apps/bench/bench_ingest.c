@@ -35,30 +35,32 @@ extern char **environ;
 
 static const char help_text[] =
     "usage: ringvit bench ingest FILE [--fps F] [--size N] [--pad] [--threads T]\n"
-    "                            [--no-audio] [--decode-all] [--ffmpeg PATH | --no-ffmpeg]\n"
-    "                            [--json]\n"
+    "                            [--no-audio] [--decode-all]\n"
+    "                            [--ffmpeg PATH | --no-ffmpeg] [--json]\n"
     "\n"
     "Times 'ringvit frames' work on FILE (decode, sample at F fps, resize to N x N,\n"
-    "audio to 16 kHz mono, nothing written) and, in the same run, the ffmpeg command\n"
-    "that makes the same frames:\n"
-    "  ffmpeg -i FILE -vf fps=F,scale=W:H:flags=area,crop=N:N -f rawvideo\n"
-    "         -pix_fmt rgb24 /dev/null\n"
+    "audio to 16 kHz mono, nothing written) and, in the same run, the ffmpeg\n"
+    "command that makes the same frames: frames made, wall and CPU seconds,\n"
+    "frames/s, recording seconds per wall second, the ratio (ffmpeg's wall time over\n"
+    "ringvit's) and the peak resident memory.\n"
     "\n"
     "  --fps F         frames per second (default 1)\n"
     "  --size N        output side (default 224)\n"
-    "  --pad           letterbox instead of crop (ffmpeg: pad instead of crop)\n"
-    "  --threads T     decoder threads for both (default: automatic)\n"
+    "  --pad           letterbox instead of crop (both runs)\n"
+    "  --threads T     decoder threads of both runs (default: automatic)\n"
     "  --no-audio      leave the audio out of the ringvit run\n"
     "  --decode-all    time ringvit's decode-every-frame reference path instead\n"
     "  --ffmpeg PATH   the ffmpeg command to compare with (default: ffmpeg on PATH)\n"
     "  --no-ffmpeg     time ringvit alone\n"
     "  --json          one JSON object on stdout instead of the table\n"
     "\n"
-    "Columns: frames made, wall and CPU seconds, frames/s, recording seconds per\n"
-    "wall second, ratio (ffmpeg wall time / ringvit wall time), peak resident MB.\n"
+    "Exit status: 0 OK, 1 FAILED (the ffmpeg command did not run, or made another\n"
+    "number of frames) or a runtime failure, 2 usage.\n"
     "\n"
     "example:\n"
-    "  ringvit bench ingest talk.mp4 --fps 1 --size 224\n";
+    "  ringvit bench ingest talk.mp4 --fps 1 --size 224\n"
+    "\n"
+    "More: docs/benchmarks.md (the ffmpeg command, the current numbers)\n";
 
 typedef struct bench_row {
     const char *name;

@@ -27,10 +27,17 @@ static const bench_cmd *const benches[] = {
     "  encoder     encoder forward with context parallelism (tokens/s, MFU, memory)\n" \
     "  ingest      media ingest (decode, sample, resize) against the ffmpeg command\n"  \
     "  ring        context-parallel attention (ring, allgather, ulysses) vs one rank\n"  \
-    "  train       encoder training step (forward + backward) with context parallelism\n" \
+    "  train       one training step (forward + backward) with context parallelism\n"    \
     "\n"                                                                               \
-    "Run 'ringvit bench BENCH --help' for the options of one bench, e.g.\n"            \
-    "  ringvit bench attention --seq 4096 --heads 4 --dim 64\n"
+    "Run 'ringvit bench BENCH --help' for the options of one bench.\n"                  \
+    "\n"                                                                               \
+    "Exit status: 0 OK, 1 FAILED (a check of the bench) or runtime failure, 2 usage.\n"  \
+    "\n"                                                                               \
+    "examples:\n"                                                                      \
+    "  ringvit bench attention --seq 4096 --heads 4 --dim 64\n"                        \
+    "  ringvit bench ring --cp 2 --seq 32768 --causal --json\n"                        \
+    "\n"                                                                               \
+    "More: docs/benchmarks.md (every bench, the current numbers)\n"
 
 static int bench_main(int argc, char **argv)
 {

@@ -13,7 +13,6 @@
 #include <string.h>
 #include <strings.h>
 
-#include "cli_flags.h"
 #include "rv_backend.h"
 #include "rv_cuda.h"
 #include "rv_ingest.h"
@@ -71,37 +70,6 @@ int cli_fail(rv_status s, const char *what)
 int cli_is_help(const char *arg)
 {
     return arg && (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0);
-}
-
-int cli_flag_is(const char *arg, const char *flag)
-{
-    size_t n = strlen(flag);
-    return strncmp(arg, flag, n) == 0 && (arg[n] == '\0' || arg[n] == '=');
-}
-
-const char *cli_flag_value(const char *cmd, int argc, char **argv, int *i)
-{
-    const char *arg = argv[*i];
-    const char *eq = strchr(arg, '=');
-    const char *v;
-    if (eq && arg[0] == '-') {
-        v = eq + 1;
-    } else if (*i + 1 >= argc) {
-        cli_usage_error(cmd, "flag '%s' needs a value", arg);
-        return NULL;
-    } else {
-        *i += 1;
-        v = argv[*i];
-    }
-    /* No flag takes an empty value: `-o ""` would otherwise fail only after the
-     * work, when the output is written. */
-    if (!v[0]) {
-        char name[64];
-        snprintf(name, sizeof name, "%.*s", (int)strcspn(arg, "="), arg);
-        cli_usage_error(cmd, "flag '%s' needs a value, not an empty one", name);
-        return NULL;
-    }
-    return v;
 }
 
 /* Flag name without a "=value" tail, for messages. */
@@ -165,41 +133,6 @@ int cli_parse_float(const char *cmd, const char *flag, const char *text, float m
     if (rc == 0)
         *out = (float)v;
     return rc;
-}
-
-/* The takes of the loops that are no flag table yet: a table of one flag. */
-int cli_take_int(const char *cmd, int argc, char **argv, int *i, int min, int max,
-                    int *out)
-{
-    const cli_flag f = {.kind = RV_CLI_INT, .dst = out, .lo = min, .hi = max};
-    return cli_flag_take(cmd, argc, argv, i, &f);
-}
-
-int cli_take_i64(const char *cmd, int argc, char **argv, int *i, int64_t min,
-                    int64_t max, int64_t *out)
-{
-    const cli_flag f = {.kind = RV_CLI_I64, .dst = out, .lo = (double)min, .hi = (double)max};
-    return cli_flag_take(cmd, argc, argv, i, &f);
-}
-
-int cli_take_float(const char *cmd, int argc, char **argv, int *i, float min,
-                      float max, float *out)
-{
-    const cli_flag f = {.kind = RV_CLI_FLOAT, .dst = out, .lo = min, .hi = max};
-    return cli_flag_take(cmd, argc, argv, i, &f);
-}
-
-int cli_take_double(const char *cmd, int argc, char **argv, int *i, double min,
-                       double max, double *out)
-{
-    const cli_flag f = {.kind = RV_CLI_DOUBLE, .dst = out, .lo = min, .hi = max};
-    return cli_flag_take(cmd, argc, argv, i, &f);
-}
-
-int cli_take_device(const char *cmd, int argc, char **argv, int *i, const char **out)
-{
-    const cli_flag f = {.kind = RV_CLI_DEVICE, .dst = out};
-    return cli_flag_take(cmd, argc, argv, i, &f);
 }
 
 void cli_log_stderr(rv_log_level level, const char *msg, void *user)

@@ -50,15 +50,6 @@ int cli_fail(rv_status s, const char *what);
 /* 1 when arg is "-h" or "--help". */
 int cli_is_help(const char *arg);
 
-/* Value of the flag at argv[*i]: accepts "--flag VALUE" (advances *i past the
- * value) and "--flag=VALUE". Returns NULL, after a usage error naming the flag,
- * when the value is missing. Call only once argv[*i] is known to be this flag
- * (see cli_flag_is). */
-const char *cli_flag_value(const char *cmd, int argc, char **argv, int *i);
-
-/* 1 when arg is flag itself or "flag=...". */
-int cli_flag_is(const char *arg, const char *flag);
-
 /* Parse text as a whole base-10 number within [min, max]; on error print
  * "ringvit: <cmd>: <flag> wants an integer in [min, max], got 'text'; see ..."
  * and return RV_EXIT_USAGE, else store it and return 0. */
@@ -71,20 +62,6 @@ int cli_parse_double(const char *cmd, const char *flag, const char *text,
                         double min, double max, double *out);
 int cli_parse_float(const char *cmd, const char *flag, const char *text, float min,
                        float max, float *out);
-
-/* The flag at argv[*i] with its value parsed in one step ("--seq 64" or
- * "--seq=64"), for the loops that are no flag table yet (cli_flags.h, which
- * implements them): advances *i past the value; returns 0, or RV_EXIT_USAGE after
- * a message naming the flag. cli_take_device: cpu or cuda (the argv string). */
-int cli_take_int(const char *cmd, int argc, char **argv, int *i, int min, int max,
-                    int *out);
-int cli_take_i64(const char *cmd, int argc, char **argv, int *i, int64_t min,
-                    int64_t max, int64_t *out);
-int cli_take_float(const char *cmd, int argc, char **argv, int *i, float min,
-                      float max, float *out);
-int cli_take_double(const char *cmd, int argc, char **argv, int *i, double min,
-                       double max, double *out);
-int cli_take_device(const char *cmd, int argc, char **argv, int *i, const char **out);
 
 /* Log sink for rv_log_set: one line per message on stderr, "ringvit: warning: ..."
  * (user is unused). */

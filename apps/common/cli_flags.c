@@ -3,21 +3,58 @@
 #include "cli_flags.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
-#include "ingest_cli.h"
 #include "rv_cp_attention.h"
+#include "rv_ingest.h"
 #include "rv_vit.h"
 
-const cli_flag *cli_flag_find(const cli_flag *flags, int n, const char *arg)
+/* 1 when arg is flag itself or "flag=...". */
+static int flag_is(const char *arg, const char *flag)
+{
+    size_t n = strlen(flag);
+    return strncmp(arg, flag, n) == 0 && (arg[n] == '\0' || arg[n] == '=');
+}
+
+/* The value of the flag at argv[*i]: "--flag VALUE" (advances *i past the value)
+ * or "--flag=VALUE"; NULL, after a usage error naming the flag, when it is
+ * missing or empty. */
+static const char *flag_value(const char *cmd, int argc, char **argv, int *i)
+{
+    const char *arg = argv[*i];
+    const char *eq = strchr(arg, '=');
+    const char *v;
+    if (eq && arg[0] == '-') {
+        v = eq + 1;
+    } else if (*i + 1 >= argc) {
+        cli_usage_error(cmd, "flag '%s' needs a value", arg);
+        return NULL;
+    } else {
+        *i += 1;
+        v = argv[*i];
+    }
+    /* No flag takes an empty value: `-o ""` would otherwise fail only after the
+     * work, when the output is written. */
+    if (!v[0]) {
+        char name[64];
+        snprintf(name, sizeof name, "%.*s", (int)strcspn(arg, "="), arg);
+        cli_usage_error(cmd, "flag '%s' needs a value, not an empty one", name);
+        return NULL;
+    }
+    return v;
+}
+
+/* The first entry of flags[0..n) that names arg (NULL: none). */
+static const cli_flag *flag_find(const cli_flag *flags, int n, const char *arg)
 {
     for (int k = 0; k < n; k++) {
         const cli_flag *f = &flags[k];
         if (f->kind == RV_CLI_SWITCH ? strcmp(arg, f->name) == 0 ||
                                            (f->alias && strcmp(arg, f->alias) == 0)
-                                     : cli_flag_is(arg, f->name) ||
-                                           (f->alias && cli_flag_is(arg, f->alias)))
+                                     : flag_is(arg, f->name) ||
+                                           (f->alias && flag_is(arg, f->alias)))
             return f;
     }
     return NULL;
@@ -52,7 +89,7 @@ static int take(const char *cmd, int argc, char **argv, int *i, const cli_flag *
         return 0;
     }
     const char *flag = argv[*i]; /* the name as given, for the messages */
-    const char *v = cli_flag_value(cmd, argc, argv, i);
+    const char *v = flag_value(cmd, argc, argv, i);
     rv_ingest_opts *io = f->dst;
     if (!v)
         return RV_EXIT_USAGE;
@@ -66,7 +103,10 @@ static int take(const char *cmd, int argc, char **argv, int *i, const cli_flag *
     case RV_CLI_FLOAT:
         return cli_parse_float(cmd, flag, v, (float)f->lo, (float)f->hi, f->dst);
     case RV_CLI_FPS:
-        return cli_parse_fps(cmd, f->name, v, &io->fps_num, &io->fps_den);
+        if (rv_ingest_parse_fps(v, &io->fps_num, &io->fps_den) != RV_OK)
+            return cli_usage_error(cmd, "%s wants a frame rate like 30, 29.97 or 30000/1001 "
+                                   "(above 0, at most 1000), got '%s'", f->name, v);
+        return 0;
     case RV_CLI_DEVICE:
         return take_device(cmd, v, f->dst);
     case RV_CLI_TEXT:
@@ -79,7 +119,8 @@ static int take(const char *cmd, int argc, char **argv, int *i, const cli_flag *
     return f->take(cmd, f->name, v, f->dst);
 }
 
-int cli_flag_take(const char *cmd, int argc, char **argv, int *i, const cli_flag *f)
+/* The flag at argv[*i] taken by f (*i advanced past its value; *f->seen set). */
+static int flag_take(const char *cmd, int argc, char **argv, int *i, const cli_flag *f)
 {
     int rc = take(cmd, argc, argv, i, f);
     if (f->seen)
@@ -93,9 +134,9 @@ int cli_flags_parse(const char *cmd, int argc, char **argv, const cli_flag *flag
     int dashed = 0, rc = 0;
     for (int i = 1; i < argc && !rc; i++) {
         const char *a = argv[i];
-        const cli_flag *f = dashed ? NULL : cli_flag_find(flags, n, a);
+        const cli_flag *f = dashed ? NULL : flag_find(flags, n, a);
         if (f)
-            rc = cli_flag_take(cmd, argc, argv, &i, f);
+            rc = flag_take(cmd, argc, argv, &i, f);
         else if (ops && !dashed && strcmp(a, "--") == 0)
             dashed = 1;
         else if (!ops || (!dashed && a[0] == '-' && a[1] != '\0'))

@@ -3,8 +3,7 @@
  * cli_flags_parse walks argv against it, with the usage errors of cli.h: a bad
  * value names the flag and its range, an argument no entry names goes to
  * cli_unknown_arg. A flag with a value takes it as "--flag VALUE" or
- * "--flag=VALUE", never empty (cli_flag_value); a switch matches exactly
- * ("--json=1" is unknown). Tables share fragments: the ingest flags
+ * "--flag=VALUE", never empty; a switch matches exactly ("--json=1" is unknown). Tables share fragments: the ingest flags
  * (ingest_cli.h), the model flags (model_cli.h), the bench flags (bench_common.h). */
 #ifndef RV_CLI_FLAGS_H
 #define RV_CLI_FLAGS_H
@@ -16,7 +15,8 @@ typedef enum cli_flag_kind {
     RV_CLI_DOUBLE, /* *(double *)dst in [lo, hi] */
     RV_CLI_FLOAT,  /* *(float *)dst in [lo, hi] */
     RV_CLI_TEXT,   /* *(const char **)dst = the value (argv's) */
-    RV_CLI_FPS,    /* a frame rate (cli_parse_fps) into the rv_ingest_opts at dst */
+    RV_CLI_FPS,    /* a frame rate (rv_ingest_parse_fps: 30, 29.97, 30000/1001) into the
+                      rv_ingest_opts at dst */
     RV_CLI_DEVICE, /* *(const char **)dst = cpu or cuda (cuda only in a CUDA build) */
     RV_CLI_CUSTOM, /* take(cmd, name, value, dst) */
 } cli_flag_kind;
@@ -55,12 +55,6 @@ typedef struct cli_operands {
  * 0, or an exit code after a usage message. */
 int cli_flags_parse(const char *cmd, int argc, char **argv, const cli_flag *flags, int n,
                     const cli_operands *ops);
-
-/* The steps of cli_flags_parse, for a loop of its own: the first entry of
- * flags[0..n) that names arg (NULL: none), and the flag at argv[*i] taken by f
- * (*i advanced past its value; *f->seen set), 0 or an exit code. */
-const cli_flag *cli_flag_find(const cli_flag *flags, int n, const char *arg);
-int cli_flag_take(const char *cmd, int argc, char **argv, int *i, const cli_flag *f);
 
 /* Takes of flags more than one command has, with the texts of embed and finetune:
  * --backend local|mpi|nccl (the value, as RV_CLI_TEXT), --strategy

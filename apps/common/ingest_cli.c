@@ -1,6 +1,6 @@
-/* ingest_cli.c: the probe as JSON, exact frame-rate parsing, --max-corrupt as a
- * count or a share, and standard input spooled to a file: what `ringvit probe`,
- * `frames`, `tokens`, `embed`, `finetune` and `bench ingest` share. */
+/* ingest_cli.c: --max-corrupt as a count or a share, and standard input spooled
+ * to a file: what `ringvit probe`, `frames`, `tokens`, `embed`, `finetune` and
+ * `bench ingest` share (ingest_cli.h). */
 #include "ingest_cli.h"
 
 #include <errno.h>
@@ -10,15 +10,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-
-int cli_parse_fps(const char *cmd, const char *flag, const char *text, int *num, int *den)
-{
-    if (rv_ingest_parse_fps(text, num, den) != RV_OK)
-        return cli_usage_error(cmd, "%s wants a frame rate like 30, 29.97 or 30000/1001 "
-                                  "(above 0, at most 1000), got '%s'",
-                                  flag, text ? text : "");
-    return 0;
-}
 
 int cli_input_open(const char *cmd, const char *arg, char *path, size_t len, int *spooled)
 {
@@ -88,14 +79,4 @@ int cli_take_max_corrupt(const char *cmd, const char *name, const char *value, v
                                   "%d) or a share of the file's packets from 0%% to 100%% "
                                   "(like 0.5%%), got '%s'", 1 << 30, value);
     return 0;
-}
-
-int cli_ingest_flag(const char *cmd, int argc, char **argv, int *i, rv_ingest_opts *o,
-                       int *audio_set, int *video_set, int *rc)
-{
-    const cli_flag flags[] = {RV_CLI_INGEST_FLAGS(o, NULL, audio_set, video_set),
-                              RV_CLI_INGEST_THREADS(o)};
-    const cli_flag *f = cli_flag_find(flags, RV_CLI_NFLAGS(flags), argv[*i]);
-    *rc = f ? cli_flag_take(cmd, argc, argv, i, f) : 0;
-    return f != NULL;
 }

@@ -1,6 +1,6 @@
 /* ingest_cli.h: what the media commands (probe, frames, tokens, embed, finetune,
- * bench ingest) share: the ingest flags as table entries, the parsing of a frame
- * rate, and standard input as a file. */
+ * bench ingest) share: the ingest flags as entries of a flag table (cli_flags.h,
+ * which it stands on), --max-corrupt's take, and standard input as a file. */
 #ifndef RV_INGEST_CLI_H
 #define RV_INGEST_CLI_H
 
@@ -8,11 +8,6 @@
 
 #include "cli_flags.h"
 #include "rv_ingest.h"
-
-/* Parses a frame rate exactly: "30", "29.97" (up to 6 decimals) or "30000/1001",
- * positive and at most 1000 frames/s. Prints a usage error naming flag ("--fps")
- * and returns RV_EXIT_USAGE on error, else 0. */
-int cli_parse_fps(const char *cmd, const char *flag, const char *text, int *num, int *den);
 
 /* --max-corrupt's value into the rv_ingest_opts at dst (a cli_take_fn): "N", a
  * count (0 to 2^30), sets max_corrupt = N and max_corrupt_share = 0 (an absolute
@@ -22,9 +17,10 @@ int cli_parse_fps(const char *cmd, const char *flag, const char *text, int *num,
 int cli_take_max_corrupt(const char *cmd, const char *name, const char *value, void *dst);
 
 /* The ingest flags the media commands share, as entries of a flag table
- * (cli_flags.h) filling the rv_ingest_opts at io: --fps F, --size N (8 to 4096
- * px), and RV_CLI_INGEST_FLAGS: those two, --start S, --duration S, --audio-stream
- * N, --video-stream N (0 to 65535), --max-corrupt N|P%, --pad. The *_seen (NULL:
+ * (cli_flags.h) filling the rv_ingest_opts at io: --fps F (30, 29.97 or
+ * 30000/1001: above 0, at most 1000), --size N (8 to 4096 px), and
+ * RV_CLI_INGEST_FLAGS: those two, --start S, --duration S, --audio-stream N,
+ * --video-stream N (0 to 65535), --max-corrupt N|P%, --pad. The *_seen (NULL:
  * not kept) become 1 when the flag is given: a stream chosen explicitly. */
 #define RV_CLI_INGEST_FPS(io) {.name = "--fps", .kind = RV_CLI_FPS, .dst = (io)}
 #define RV_CLI_INGEST_SIZE(io, size_seen)                                                 \
@@ -45,12 +41,6 @@ int cli_take_max_corrupt(const char *cmd, const char *name, const char *value, v
 /* --threads N, the decoder threads (0 to 256; 0: automatic) of frames and tokens. */
 #define RV_CLI_INGEST_THREADS(io)                                                         \
     {.name = "--threads", .kind = RV_CLI_INT, .dst = &(io)->threads, .lo = 0, .hi = 256}
-
-/* The flag at argv[*i] if it is one of RV_CLI_INGEST_FLAGS or RV_CLI_INGEST_THREADS,
- * parsed into o: returns 1 (*rc: 0 or a usage exit code, after a message), else 0.
- * For the commands that still loop over argv themselves. */
-int cli_ingest_flag(const char *cmd, int argc, char **argv, int *i, rv_ingest_opts *o,
-                       int *audio_set, int *video_set, int *rc);
 
 /* The file to ingest for the command-line argument arg. "-" is standard input:
  * the ingest opens its input more than once (probe, one demuxer per stream), so

@@ -22,10 +22,11 @@
 
 #include "apps.h"
 #include "cli.h"
-#include "out_path.h"
+#include "cli_flags.h"
 #include "embed.h"
 #include "ingest_cli.h"
 #include "model_cli.h"
+#include "out_path.h"
 #include "rv_backend.h"
 #include "rv_clock.h"
 
@@ -33,194 +34,99 @@
 
 
 static const char help_text[] =
-    "usage: ringvit embed INPUT... [-o OUT.safetensors | --out-dir DIR] [--manifest LIST.txt]\n"
-    "                     [--resume] [--model DIR|WEIGHTS.safetensors|PRESET] [--seed N]\n"
-    "                     [--cp C] [--ranks W] [--prefetch N] [--backend local|mpi|nccl]\n"
-    "                     [--device cpu|cuda] [--gpu N]\n"
-    "                     [--strategy ring|allgather|ulysses] [--causal]\n"
-    "                     [--attention full|frame|block=S|window=S] [--hop S]\n"
-    "                     [--fps F] [--size N] [--segment SECONDS] [--no-audio | --no-video]\n"
-    "                     [--tokens] [--threads N] [--quiet] [--json]\n"
-    "                     [--dtype f32|f16|bf16] [--normalize] [--progress SECONDS]\n"
-    "                     [--shard I/N [--claim-stale SECONDS]]\n"
+    "usage: ringvit embed INPUT... [--manifest LIST] [-o OUT | --out-dir DIR]\n"
+    "                     [--model M] [--cp C] [--ranks W] [--backend local|mpi|nccl]\n"
+    "                     [--device cpu|cuda] [--attention SPAN] [--fps F] [options]\n"
     "\n"
-    "Embeds each recording (video with its audio, a video alone, a still image, or\n"
-    "an audio file) with the vision transformer: the recording becomes one token\n"
-    "sequence (video tubelets and audio patches interleaved by time), the sequence\n"
-    "is split over the C ranks of a group, each rank decodes and tokenizes only its\n"
-    "own time range and the encoder attends over the whole sequence with context\n"
-    "parallelism. With W ranks in all, W / C groups embed different inputs at once,\n"
-    "each taking the next unclaimed input when it is free. The outputs are the same\n"
-    "for every W, C and strategy (within 1e-5 relative).\n"
+    "Embeds each recording (video with its audio, a video alone, a still image or an\n"
+    "audio file) with the vision transformer, one .safetensors per input: the\n"
+    "recording becomes one token sequence, split over the C ranks of a group, each\n"
+    "rank decoding only its own time range, and the encoder attends over the whole\n"
+    "sequence with context parallelism. With W ranks in all, W / C groups take the\n"
+    "next input as each becomes free. The outputs are the same for every W, C and\n"
+    "strategy (within 1e-5 relative). A preset's weights are RANDOM: its embeddings\n"
+    "show the pipeline works and mean nothing.\n"
     "\n"
     "inputs and outputs:\n"
-    "  INPUT...            media files\n"
-    "  --manifest LIST     more inputs, one path per line ('#' comments, blank lines\n"
-    "                      ignored; relative paths are relative to LIST's folder)\n"
-    "  -o, --output OUT    the output of a single INPUT; '-': standard output (not a\n"
-    "                      terminal, not with --json; no temporary file, no log\n"
-    "                      unless --log; messages stay on standard error)\n"
-    "  --out-dir DIR       outputs DIR/<input name without extension>.safetensors\n"
-    "                      (default: the current folder); a name taken by an earlier\n"
-    "                      input gets -2, -3, ...; the log DIR/" EMBED_LOG_NAME " gets\n"
-    "                      one JSON line per input (path, output, status, error,\n"
-    "                      seconds, tokens); DIR/" EMBED_INDEX_NAME ", rewritten at the\n"
-    "                      end of each run, one line per input whose output is\n"
-    "                      complete, in input order (path, output, duration_s, tokens,\n"
-    "                      model_hash, status ok|skipped; a skipped input's duration\n"
-    "                      and tokens read from its output, null when absent)\n"
-    "  --log FILE          the JSON-lines log there instead (with -o: no log unless given)\n"
-    "  --resume            skip inputs whose complete output exists (same model,\n"
-    "                      --dtype and --normalize; with the tokens for --tokens)\n"
-    "  --tokens            also write every token's output (tokens, token_time,\n"
-    "                      token_modality, token_pos)\n"
-    "  --dtype T           f32 (default), f16 or bf16: the embeddings (global,\n"
-    "                      segments, the means, cls, dist, pooled, projected, tokens)\n"
-    "                      rounded to nearest even; times and counts stay as they are\n"
-    "  --normalize         divide each row of global, segments and tokens by its L2\n"
-    "                      norm (a zero row stays zero), before --dtype\n"
-    "  --shard I/N         job I of N jobs started separately over one list and one\n"
-    "                      shared --out-dir: an input goes to the job that first\n"
-    "                      creates its claim file (OUTPUT.claim); the job's log is\n"
-    "                      DIR/embed-log.shard-I-of-N.jsonl\n"
+    "  INPUT...            media files ('-', standard input, is refused)\n"
+    "  --manifest LIST     more inputs, one path per line, relative to LIST's folder\n"
+    "  -o, --output OUT    the output of a single INPUT; '-': standard output\n"
+    "  --out-dir DIR       outputs DIR/NAME.safetensors, the log DIR/" EMBED_LOG_NAME ",\n"
+    "                      the list of complete outputs DIR/" EMBED_INDEX_NAME "\n"
+    "                      (default: the current folder)\n"
+    "  --log FILE          the JSON-lines log there instead (with -o: none unless\n"
+    "                      given)\n"
+    "  --resume            skip inputs whose complete output exists\n"
+    "  --tokens            also write every token's output\n"
+    "  --dtype T           the embeddings as f32 (default), f16 or bf16\n"
+    "  --normalize         L2-normalise each row of global, segments and tokens\n"
+    "  --shard I/N         job I of N jobs started separately that share --out-dir\n"
     "  --claim-stale SEC   a claim not refreshed for SEC seconds is a dead job's and\n"
-    "                      is taken over (default 600; claims are refreshed every SEC/4)\n"
+    "                      is taken over (default 600)\n"
     "\n"
     "model:\n"
-    "  --model M           a model folder as the Hugging Face hub stores it (config.json,\n"
-    "                      model.safetensors, preprocessor_config.json): ViT, DINOv2,\n"
-    "                      VideoMAE, AST (audio), CLIP's vision tower; a weights file\n"
-    "                      (.safetensors, from 'ringvit init', 'finetune' or torchvision's\n"
-    "                      ViT via scripts/convert-torchvision.py); or a preset (tiny,\n"
-    "                      small, base: default tiny) whose weights are RANDOM (seeded):\n"
-    "                      its embeddings show the pipeline works and mean nothing\n"
-    "                      ('ringvit inspect M' shows what a model is); weights\n"
-    "                      holding NaN or Inf are refused, naming the tensor and index\n"
-    "  --seed N            seed of a preset's random weights (default 0)\n"
+    "  --model M           a Hugging Face model folder, a weights file or a preset\n"
+    "                      (tiny, small, base: RANDOM weights; default tiny)\n"
+    "  --seed N            seed of a preset's weights (default 0)\n"
     "  --heads H           head count of a torchvision-named file (default D / 64)\n"
-    "  --tubelet T         frames per video token: an image model (T = 1) inflated to T\n"
-    "                      (its patch weight / T in each frame)\n"
-    "  --audio, --video    insist on a modality: refused when the model has no weights\n"
-    "                      for it (video-only families embed video, AST embeds audio;\n"
-    "                      'embed' says which it uses and why)\n"
+    "  --tubelet T         frames per video token (default the model's; inflates an\n"
+    "                      image model)\n"
+    "  --audio, --video    insist on a modality (refused when the model has no\n"
+    "                      weights for it)\n"
     "\n"
     "parallelism:\n"
     "  --cp C              ranks of a group, which share one recording (default 1;\n"
-    "                      under mpiexec: the process count, one group); C divides W\n"
-    "  --ranks W           ranks in all (--backend local: threads; default C): W / C\n"
-    "                      groups take inputs from the list as each becomes free;\n"
-    "                      under mpiexec W is the process count (-n); rank 0 of each\n"
-    "                      group writes its outputs, rank 0 of all the log\n"
-    "  --prefetch N        inputs each rank decodes and tokenizes ahead, on a thread,\n"
-    "                      while the encoder works (default 1, 0: in turn); memory: up\n"
-    "                      to N + 1 inputs' token slices per rank, each (tokens / C) x\n"
-    "                      (D x 4 + 49) bytes (400 000 tokens of a base model at --cp 1:\n"
-    "                      1.2 GB), plus one decoder (the worker prepares one input\n"
-    "                      at a time) and the worker's compute threads\n"
-    "  --backend B         local (default: N threads of this process), mpi (run under\n"
-    "                      mpiexec -n N, one rank per process, on one or many\n"
-    "                      machines) or nccl (mpiexec -n N with --device cuda, one\n"
-    "                      process per GPU: the activations move GPU to GPU by NCCL,\n"
-    "                      bootstrapped and voted on over MPI; full attention only)\n"
-    "  --device D          cpu (default) or cuda: the encoder's blocks and attention\n"
-    "                      run on the GPU (bf16 tensor cores, f32 accumulation);\n"
-    "                      local ranks share the GPUs (rank % GPUs), messages move\n"
-    "                      by device copies; under --backend mpi each process takes\n"
-    "                      a GPU and its messages are staged through host memory\n"
-    "                      (for clusters without NCCL)\n"
-    "  --gpu N             the GPU of every rank of this process (--device cuda);\n"
-    "                      default under mpiexec: the launcher's local rank\n"
-    "                      (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID)\n"
-    "                      % GPUs, else rank % GPUs; each rank says which it uses\n"
-    "  --strategy S        ring (default), allgather or ulysses (heads % N == 0)\n"
-    "  --causal            causal attention (zigzag shards; with a span: by time, then\n"
-    "                      by position for equal times, over contiguous shards)\n"
-    "  --attention A       full (default), window=SECONDS (token i sees j when their start\n"
-    "                      times differ by at most SECONDS / 2), block=SECONDS (the\n"
-    "                      recording cut into blocks, each led by its own special\n"
-    "                      tokens, positions restarting: as if each block were embedded\n"
-    "                      alone; the segments default to the blocks) or frame (each\n"
-    "                      tubelet step and the audio starting within it is a block: an\n"
-    "                      image model equals itself on every frame). With a span the\n"
-    "                      ring strategy exchanges K/V only with the ranks within reach,\n"
-    "                      and a rank holds its residual, K and V (cost and memory linear\n"
-    "                      in the recording); allgather and ulysses still move every\n"
-    "                      block and hold whole-slice activations\n"
-    "  --threads N         compute threads in all (local, default: every core) or per\n"
-    "                      process (mpi, default: the cores over the ranks on the machine);\n"
-    "                      at most 1024\n"
-    "  --decode-threads N  decoder threads per rank (default: its compute threads, at most 256)\n"
-    "  --timeout SEC       how long a rank waits for a silent peer (default 120): inside\n"
-    "                      the encoder, and between stages, where a peer still decoding\n"
-    "                      or writing is waited for as long as it works; a rank stopped or\n"
-    "                      hung is named and the job ends within about 2 x SEC\n"
+    "                      under mpiexec: every process)\n"
+    "  --ranks W           ranks in all with --backend local (threads; default C)\n"
+    "  --prefetch N        inputs each rank prepares ahead while the encoder works\n"
+    "                      (default 1, 0: in turn); memory: N + 1 token slices a rank\n"
+    "  --backend B         local (default: threads), mpi or nccl (under mpiexec, one\n"
+    "                      rank per process; nccl with --device cuda)\n"
+    "  --device D          cpu (default) or cuda\n"
+    "  --gpu N             the GPU of every rank of this process (--device cuda;\n"
+    "                      default: the launcher's local rank % GPUs)\n"
+    "  --strategy S        ring (default), allgather or ulysses (heads % C == 0)\n"
+    "  --causal            causal attention\n"
+    "  --attention A       full (default), window=SECONDS, block=SECONDS or frame\n"
+    "  --threads N         compute threads in all (local) or per process (mpi);\n"
+    "                      default: every core; at most 1024\n"
+    "  --decode-threads N  decoder threads per rank (default: its compute threads)\n"
+    "  --timeout SEC       how long a rank waits for a silent peer (default 120)\n"
     "\n"
-    "sampling (tubelet, patch, audio patch sizes and normalisation come from the model):\n"
+    "sampling:\n"
     "  --fps F             video frames sampled per second (default 1)\n"
-    "  --size N            frame side, px (default the model's: its processor's crop, else\n"
-    "                      grid x patch, 224 for the presets); positions are resampled\n"
-    "                      for another size\n"
-    "  --segment SECONDS   window of the per-segment means (default 10; with\n"
-    "                      --attention block=W: W)\n"
-    "  --hop SECONDS       start of segment g is g x SECONDS (default: the segment;\n"
-    "                      less gives overlapping segments)\n"
+    "  --size N            frame side, px (default: the model's)\n"
+    "  --segment SECONDS   window of the per-segment means (default 10; block=W: W)\n"
+    "  --hop SECONDS       step between segment starts (default: the segment)\n"
     "  --no-audio, --no-video\n"
     "                      leave a modality out\n"
-    "  --max-tokens N      refuse an input of more than N tokens, or N segments, before\n"
-    "                      decoding it (default 16777216: a day of a recording at the\n"
-    "                      default settings is about 13 million; memory and time grow\n"
-    "                      with it: D x 4 bytes a token for each of several buffers)\n"
-    "  --pad, --start S, --duration D, --audio-stream I, --video-stream I, --max-corrupt\n"
-    "                      as in 'ringvit frames' (--max-corrupt N or P%: a file fails\n"
-    "                      past N corrupt packets or P% of its packets; default both 32, 1%)\n"
+    "  --max-tokens N      refuse an input of more than N tokens, or N segments,\n"
+    "                      before decoding it (default 16777216)\n"
+    "  --pad, --start S, --duration D, --audio-stream I, --video-stream I,\n"
+    "  --max-corrupt N|P%  as for 'ringvit frames' (default --max-corrupt: past both\n"
+    "                      32 and 1%)\n"
     "\n"
     "reporting:\n"
-    "  --quiet             nothing on standard error but errors\n"
-    "  --json              one JSON object per input and line on standard output (path,\n"
-    "                      output, status, seconds, tokens, stage seconds, peak memory)\n"
-    "  --progress SECONDS  when standard error is not a terminal (a batch log): a\n"
-    "                      progress line at most every SECONDS once an input has taken\n"
-    "                      that long (input, stage, tokens made, elapsed); default 30,\n"
-    "                      0: none\n"
-    "\n"
-    "Each output holds global (D), segments (G, D), segment_start, segment_end (G, s),\n"
-    "segment_tokens (G), video_mean, audio_mean (D), pooled (D: the model family's\n"
-    "pooled output, as transformers' pooler_output), projected (CLIP's image embedding,\n"
-    "when stored), cls and dist (D, models with those tokens) plus metadata (source,\n"
-    "probe, model and its hash, config, family, random_weights, cp, strategy, dtype,\n"
-    "normalize, time_origin, start_s, ringvit version); times (segment_start, token_time)\n"
-    "are seconds on the file's own clock, as ffprobe and PyAV report pts, and\n"
-    "time_origin is the first video frame's; with --dtype f16 or bf16 the embeddings are\n"
-    "F16 or BF16. Outputs are written to a temporary name and renamed when complete:\n"
-    "a batch killed at any moment and rerun with --resume ends with every output\n"
-    "complete. SIGINT or SIGTERM stops after the current stage (a second one at\n"
-    "once), leaving no partial output.\n"
+    "  -q, --quiet         nothing on standard error but errors\n"
+    "  --json              one JSON object per input and line on standard output\n"
+    "  --progress SECONDS  in a batch log (stderr not a terminal): a progress line at\n"
+    "                      most every SECONDS (default 30; 0: none)\n"
     "\n"
     "Exit status: 0 every input embedded or skipped, 3 some inputs failed (each is\n"
     "logged and the batch goes on), 2 usage, 1 nothing could run (model, backend,\n"
     "output folder), 128+N stopped by signal N.\n"
     "\n"
-    "GPUs under mpiexec (--backend nccl, or mpi with --device cuda) are compiled and\n"
-    "their communicators tested on the CPU, but have not yet run on real GPUs.\n"
-    "\n"
     "examples:\n"
     "  ringvit embed talk.mp4 --model videomae-base/ --cp 2 -o talk.safetensors\n"
-    "  ringvit embed talk.wav --model ast-finetuned-audioset-10-10-0.4593/ -o talk.safetensors\n"
     "  ringvit embed --manifest videos.txt --out-dir emb --resume --json\n"
-    "  mpiexec -n 4 --hostfile hosts ringvit embed --backend mpi long.mp4 -o long.safetensors\n"
-    "  # 2 cores, 2 groups of 1 rank, each decoding its next input while it encodes:\n"
     "  ringvit embed --manifest clips.txt --out-dir emb --ranks 2 --cp 1\n"
-    "  # two jobs started separately (machines a and b) over one shared folder:\n"
-    "  ringvit embed --manifest videos.txt --out-dir /shared/emb --resume --shard 0/2  # a\n"
-    "  ringvit embed --manifest videos.txt --out-dir /shared/emb --resume --shard 1/2  # b\n"
-    "  # 16 processes, 4 groups of 4 over a manifest:\n"
-    "  mpiexec -n 16 --hostfile hosts ringvit embed --backend mpi --cp 4 --manifest videos.txt \\\n"
-    "      --out-dir /shared/emb\n"
-    "  # one machine of 8 GPUs, one process per GPU:\n"
-    "  mpiexec -n 8 ringvit embed --backend nccl --device cuda --cp 8 long.mp4 -o long.safetensors\n"
-    "  # 2 machines of 8 GPUs (or --hostfile hosts with 'a slots=8' and 'b slots=8'):\n"
-    "  mpiexec -n 16 --host a:8,b:8 ringvit embed --backend nccl --device cuda \\\n"
-    "      --manifest videos.txt --out-dir /shared/emb\n";
+    "  ringvit embed lecture.mp4 --attention window=16 -o lecture.safetensors\n"
+    "  ringvit embed --manifest videos.txt --out-dir /shared/emb --resume --shard 0/2\n"
+    "  mpiexec -n 8 ringvit embed --backend nccl --device cuda --cp 8 long.mp4 \\\n"
+    "      -o long.safetensors\n"
+    "\n"
+    "More: docs/embed.md (outputs, times, batches, several machines), docs/models.md,\n"
+    "docs/parallelism.md (MPI, GPUs), docs/attention-spans.md (spans)\n";
 
 typedef struct embed_args {
     rv_embed_opts o;    /* the job's options, from rv_embed_opts_default and the flags */
@@ -229,7 +135,7 @@ typedef struct embed_args {
     int nmanifests;
     const char **inputs;
     int ninputs;
-    int cp, cp_set, ranks, seed_set, size_set;
+    int cp, cp_set, ranks, seed_set;
     int gpu; /* --gpu, or -1 */
     int heads, tubelet;
     int64_t seed;
@@ -239,18 +145,49 @@ typedef struct embed_args {
     double claim_stale_s;         /* --claim-stale (0: not given) */
 } embed_args;
 
-/* --shard I/N: 0 <= I < N. Returns 0 or RV_EXIT_USAGE after a message. */
-static int parse_shard(const char *v, embed_args *a)
+/* --shard I/N (into the embed_args at dst): 0 <= I < N. Returns 0 or
+ * RV_EXIT_USAGE after a message. */
+static int take_shard(const char *cmd, const char *name, const char *v, void *dst)
 {
+    (void)name;
+    embed_args *a = dst;
     char *end = NULL, *end2 = NULL;
     errno = 0;
     long i = v[0] >= '0' && v[0] <= '9' ? strtol(v, &end, 10) : -1;
     long n = end && *end == '/' && end[1] >= '0' && end[1] <= '9' ? strtol(end + 1, &end2, 10) : -1;
     if (errno || i < 0 || n < 1 || n > 1000000 || !end2 || *end2 || i >= n)
-        return cli_usage_error(CMD, "--shard wants I/N, this job's number I of N jobs with 0 "
+        return cli_usage_error(cmd, "--shard wants I/N, this job's number I of N jobs with 0 "
                                   "<= I < N (0/2 and 1/2 for two jobs), got '%s'", v);
     a->shard_index = (int)i;
     a->shard_count = (int)n;
+    return 0;
+}
+
+/* --manifest LIST, as often as given (into the embed_args at dst). */
+static int take_manifest(const char *cmd, const char *name, const char *value, void *dst)
+{
+    (void)cmd, (void)name;
+    embed_args *a = dst;
+    a->manifests[a->nmanifests++] = value;
+    return 0;
+}
+
+static int take_dtype(const char *cmd, const char *name, const char *value, void *dst)
+{
+    (void)name;
+    if (rv_embed_dtype_parse(value, dst) != RV_OK)
+        return cli_usage_error(cmd, "--dtype wants f32, f16 or bf16, got '%s'", value);
+    return 0;
+}
+
+/* An INPUT (ctx: the embed_args); "-" before "--" is refused. */
+static int take_input(const char *cmd, const char *arg, int dashed, void *ctx)
+{
+    embed_args *a = ctx;
+    if (!dashed && strcmp(arg, "-") == 0)
+        return cli_usage_error(cmd, "standard input ('-') cannot be embedded: every rank "
+                                  "opens the file itself; save it to a file first");
+    a->inputs[a->ninputs++] = arg;
     return 0;
 }
 
@@ -270,122 +207,62 @@ static int parse_args(int argc, char **argv, embed_args *a)
         cli_error("embed: out of memory");
         return RV_EXIT_FAIL;
     }
-    int rc = 0, audio_set = 0, video_set = 0, no_audio = 0, no_video = 0;
-    for (int i = 1; i < argc && !rc; i++) {
-        const char *s = argv[i], *v;
-#define VALUE()                                                            \
-    do {                                                                   \
-        if (!(v = cli_flag_value(CMD, argc, argv, &i)))                 \
-            return RV_EXIT_USAGE;                                          \
-    } while (0)
-        if (cli_flag_is(s, "-o") || cli_flag_is(s, "--output")) {
-            VALUE();
-            a->out = v;
-        } else if (cli_flag_is(s, "--out-dir")) {
-            VALUE();
-            a->out_dir = v;
-        } else if (cli_flag_is(s, "--log")) {
-            VALUE();
-            a->log = v;
-        } else if (cli_flag_is(s, "--manifest")) {
-            VALUE();
-            a->manifests[a->nmanifests++] = v;
-        } else if (cli_flag_is(s, "--model")) {
-            VALUE();
-            a->model = v;
-        } else if (cli_flag_is(s, "--seed")) {
-            rc = cli_take_i64(CMD, argc, argv, &i, 0, INT64_MAX, &a->seed);
-            a->seed_set = 1;
-        } else if (cli_flag_is(s, "--cp")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 1, 1024, &a->cp);
-            a->cp_set = 1;
-        } else if (cli_flag_is(s, "--ranks")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 1, 1024, &a->ranks);
-        } else if (cli_flag_is(s, "--prefetch")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 0, RV_EMBED_MAX_PREFETCH, &a->o.prefetch);
-        } else if (cli_flag_is(s, "--backend")) {
-            VALUE();
-            if (strcmp(v, "local") && strcmp(v, "mpi") && strcmp(v, "nccl"))
-                return cli_usage_error(CMD, "--backend wants local, mpi or nccl, got '%s'", v);
-            a->backend = v;
-        } else if (cli_flag_is(s, "--device")) {
-            rc = cli_take_device(CMD, argc, argv, &i, &a->o.device);
-        } else if (cli_flag_is(s, "--gpu")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 0, 1023, &a->gpu);
-        } else if (cli_flag_is(s, "--strategy")) {
-            VALUE();
-            if (rv_cp_strategy_parse(v, &a->o.strategy) != RV_OK)
-                return cli_usage_error(CMD, "--strategy: %s", rv_last_error());
-        } else if (cli_flag_is(s, "--segment")) {
-            rc = cli_take_double(CMD, argc, argv, &i, 0.001, 1e9, &a->o.segment_s);
-        } else if (cli_flag_is(s, "--max-tokens")) {
-            rc = cli_take_i64(CMD, argc, argv, &i, 1, INT64_MAX, &a->o.max_tokens);
-        } else if (cli_flag_is(s, "--hop")) {
-            rc = cli_take_double(CMD, argc, argv, &i, 0.001, 1e9, &a->o.hop_s);
-        } else if (cli_flag_is(s, "--attention")) {
-            VALUE();
-            if (rv_span_parse(v, &a->o.span) != RV_OK)
-                return cli_usage_error(CMD, "--attention: %s", rv_last_error());
-        } else if (cli_flag_is(s, "--threads")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 1, RV_CLI_MAX_THREADS, &a->o.threads);
-        } else if (cli_flag_is(s, "--decode-threads")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 1, RV_INGEST_MAX_THREADS, &a->o.io.threads);
-        } else if (cli_flag_is(s, "--timeout")) {
-            rc = cli_take_double(CMD, argc, argv, &i, 0.001, 1e7, &a->o.timeout_s);
-        } else if (cli_flag_is(s, "--size")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 8, 4096, &a->o.io.size);
-            a->size_set = 1;
-        } else if (cli_ingest_flag(CMD, argc, argv, &i, &a->o.io, &audio_set, &video_set, &rc)) {
-            /* --fps --pad --start --duration --audio-stream --video-stream --max-corrupt */
-        } else if (cli_flag_is(s, "--heads")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 1, 65536, &a->heads);
-        } else if (cli_flag_is(s, "--tubelet")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 1, 64, &a->tubelet);
-        } else if (strcmp(s, "--no-audio") == 0) {
-            no_audio = 1;
-        } else if (strcmp(s, "--no-video") == 0) {
-            no_video = 1;
-        } else if (strcmp(s, "--audio") == 0) {
-            a->o.want_audio = 1;
-        } else if (strcmp(s, "--video") == 0) {
-            a->o.want_video = 1;
-        } else if (strcmp(s, "--tokens") == 0) {
-            a->o.tokens = 1;
-        } else if (strcmp(s, "--resume") == 0) {
-            a->resume = 1;
-        } else if (strcmp(s, "--causal") == 0) {
-            a->o.causal = 1;
-        } else if (strcmp(s, "--quiet") == 0 || strcmp(s, "-q") == 0) {
-            a->quiet = 1;
-        } else if (strcmp(s, "--json") == 0) {
-            a->json = 1;
-        } else if (cli_flag_is(s, "--dtype")) {
-            VALUE();
-            if (rv_embed_dtype_parse(v, &a->o.dtype) != RV_OK)
-                return cli_usage_error(CMD, "--dtype wants f32, f16 or bf16, got '%s'", v);
-        } else if (strcmp(s, "--normalize") == 0) {
-            a->o.normalize = 1;
-        } else if (cli_flag_is(s, "--progress")) {
-            rc = cli_take_double(CMD, argc, argv, &i, 0, 1e6, &a->progress_s);
-        } else if (cli_flag_is(s, "--shard")) {
-            VALUE();
-            if ((rc = parse_shard(v, a)) != 0)
-                return rc;
-        } else if (cli_flag_is(s, "--claim-stale")) {
-            rc = cli_take_double(CMD, argc, argv, &i, 1, 1e7, &a->claim_stale_s);
-        } else if (strcmp(s, "--") == 0) {
-            for (i++; i < argc; i++)
-                a->inputs[a->ninputs++] = argv[i];
-        } else if (s[0] == '-' && s[1] != '\0') {
-            return cli_unknown_arg(CMD, s);
-        } else if (strcmp(s, "-") == 0) {
-            return cli_usage_error(CMD, "standard input ('-') cannot be embedded: every rank "
-                                      "opens the file itself; save it to a file first");
-        } else {
-            a->inputs[a->ninputs++] = s;
-        }
-#undef VALUE
-    }
+    int rc, audio_set = 0, video_set = 0, no_audio = 0, no_video = 0;
+    rv_embed_opts *o = &a->o;
+    const cli_flag flags[] = {
+        /* inputs and outputs */
+        {.name = "--output", .alias = "-o", .kind = RV_CLI_TEXT, .dst = &a->out},
+        {.name = "--out-dir", .kind = RV_CLI_TEXT, .dst = &a->out_dir},
+        {.name = "--log", .kind = RV_CLI_TEXT, .dst = &a->log},
+        {.name = "--manifest", .kind = RV_CLI_CUSTOM, .dst = a, .take = take_manifest},
+        {.name = "--resume", .kind = RV_CLI_SWITCH, .dst = &a->resume},
+        {.name = "--tokens", .kind = RV_CLI_SWITCH, .dst = &o->tokens},
+        {.name = "--dtype", .kind = RV_CLI_CUSTOM, .dst = &o->dtype, .take = take_dtype},
+        {.name = "--normalize", .kind = RV_CLI_SWITCH, .dst = &o->normalize},
+        {.name = "--shard", .kind = RV_CLI_CUSTOM, .dst = a, .take = take_shard},
+        {.name = "--claim-stale", .kind = RV_CLI_DOUBLE, .dst = &a->claim_stale_s, .lo = 1,
+         .hi = 1e7},
+        /* the model */
+        {.name = "--model", .kind = RV_CLI_TEXT, .dst = &a->model},
+        RV_CLI_MODEL_FLAGS(&a->seed, &a->seed_set, &a->heads, &a->tubelet),
+        {.name = "--audio", .kind = RV_CLI_SWITCH, .dst = &o->want_audio},
+        {.name = "--video", .kind = RV_CLI_SWITCH, .dst = &o->want_video},
+        /* parallelism */
+        {.name = "--cp", .kind = RV_CLI_INT, .dst = &a->cp, .lo = 1, .hi = 1024,
+         .seen = &a->cp_set},
+        {.name = "--ranks", .kind = RV_CLI_INT, .dst = &a->ranks, .lo = 1, .hi = 1024},
+        {.name = "--prefetch", .kind = RV_CLI_INT, .dst = &o->prefetch, .lo = 0,
+         .hi = RV_EMBED_MAX_PREFETCH},
+        {.name = "--backend", .kind = RV_CLI_CUSTOM, .dst = &a->backend, .take = cli_take_backend},
+        {.name = "--device", .kind = RV_CLI_DEVICE, .dst = &o->device},
+        {.name = "--gpu", .kind = RV_CLI_INT, .dst = &a->gpu, .lo = 0, .hi = 1023},
+        {.name = "--strategy", .kind = RV_CLI_CUSTOM, .dst = &o->strategy,
+         .take = cli_take_strategy},
+        {.name = "--causal", .kind = RV_CLI_SWITCH, .dst = &o->causal},
+        {.name = "--attention", .kind = RV_CLI_CUSTOM, .dst = &o->span, .take = cli_take_span},
+        {.name = "--threads", .kind = RV_CLI_INT, .dst = &o->threads, .lo = 1,
+         .hi = RV_CLI_MAX_THREADS},
+        {.name = "--decode-threads", .kind = RV_CLI_INT, .dst = &o->io.threads, .lo = 1,
+         .hi = RV_INGEST_MAX_THREADS},
+        {.name = "--timeout", .kind = RV_CLI_DOUBLE, .dst = &o->timeout_s, .lo = 0.001,
+         .hi = 1e7},
+        /* sampling */
+        RV_CLI_INGEST_FLAGS(&o->io, NULL, &audio_set, &video_set),
+        {.name = "--segment", .kind = RV_CLI_DOUBLE, .dst = &o->segment_s, .lo = 0.001,
+         .hi = 1e9},
+        {.name = "--hop", .kind = RV_CLI_DOUBLE, .dst = &o->hop_s, .lo = 0.001, .hi = 1e9},
+        {.name = "--no-audio", .kind = RV_CLI_SWITCH, .dst = &no_audio},
+        {.name = "--no-video", .kind = RV_CLI_SWITCH, .dst = &no_video},
+        {.name = "--max-tokens", .kind = RV_CLI_I64, .dst = &o->max_tokens, .lo = 1,
+         .hi = INT64_MAX},
+        /* reporting */
+        {.name = "--quiet", .alias = "-q", .kind = RV_CLI_SWITCH, .dst = &a->quiet},
+        {.name = "--json", .kind = RV_CLI_SWITCH, .dst = &a->json},
+        {.name = "--progress", .kind = RV_CLI_DOUBLE, .dst = &a->progress_s, .lo = 0,
+         .hi = 1e6},
+    };
+    rc = cli_flags_parse(CMD, argc, argv, flags, RV_CLI_NFLAGS(flags),
+                         &(cli_operands){.what = "INPUT", .take = take_input, .ctx = a});
     if (rc)
         return rc;
     if (no_audio && audio_set)

@@ -21,8 +21,9 @@
 
 #include "apps.h"
 #include "cli.h"
-#include "out_path.h"
+#include "cli_flags.h"
 #include "ingest_cli.h"
+#include "out_path.h"
 #include "rv_clock.h"
 #include "rv_ingest.h"
 #include "rv_safetensors.h"
@@ -35,39 +36,40 @@ static const char help_text[] =
     "                      [--video-stream I] [--threads T] [--max-corrupt N|P%]\n"
     "                      [--decode-all] [--max-frames N]\n"
     "\n"
-    "Samples the video of FILE at F frames per second by presentation time (frame k\n"
-    "at S + k/F on the file's clock; the last frame shown at or before it, the\n"
-    "first frame before that), turns each upright, resizes the shorter side to N and crops the centre\n"
-    "N x N (--pad: longer side to N, black bars), and resamples the audio to mono\n"
-    "16 kHz aligned to the same times (silence where there is none). Writes\n"
-    "  frames (count, N, N, 3) U8, frame_time (count) F64 s, frame_source_time\n"
-    "  (count) F64 s, audio (samples) F32, and metadata 'probe' and 'ingest' (JSON)\n"
-    "  and 'time_origin' (the first frame's time). Times are s on the file's clock,\n"
-    "  as ffprobe and PyAV report pts.\n"
+    "The ingest stage on its own: samples the video of FILE at F frames per second\n"
+    "by presentation time, turns each frame upright, resizes it to N x N and\n"
+    "resamples the audio to mono 16 kHz on the same clock, and writes frames,\n"
+    "frame_time, frame_source_time, audio and metadata (probe, ingest, time_origin)\n"
+    "to one safetensors file. Times are seconds on the file's own clock, as ffprobe\n"
+    "and PyAV report pts. FILE '-' reads standard input. Prints one summary line on\n"
+    "stdout; progress on stderr when it is a terminal.\n"
     "\n"
     "  -o, --output OUT    the safetensors file to write (required); '-': standard\n"
     "                      output (not a terminal; the summary line goes to stderr)\n"
     "  --fps F             frames per second: 1 (default), 29.97, 30000/1001 ...\n"
     "  --size N            output side in pixels (default 224)\n"
-    "  --pad               letterbox into N x N instead of cropping\n"
+    "  --pad               letterbox into N x N instead of cropping the centre\n"
     "  --start S           start at S s on the file's clock (default: where the\n"
-    "                      recording starts, audio before the first frame included)\n"
+    "                      recording starts)\n"
     "  --duration D        stop D seconds after the start (default: the end)\n"
     "  --audio-stream I    audio from container stream I (see 'ringvit probe')\n"
     "  --no-audio          no audio (an empty audio tensor)\n"
     "  --video-stream I    video from container stream I\n"
     "  --threads T         decoder threads (default: automatic)\n"
-    "  --max-corrupt N|P%  fail past N corrupt packets, or P% of the file's packets\n"
-    "                      (stated, or duration x rate); default: past both 32 and 1%\n"
+    "  --max-corrupt N|P%  fail past N corrupt packets, or past P% of the file's\n"
+    "                      packets (default: past both 32 and 1%)\n"
     "  --decode-all        decode every frame (the reference for the fast path)\n"
     "  --max-frames N      refuse more than N frames (default 1048576: 9.7 hours at\n"
-    "                      30 fps): from the stated duration before decoding, else as\n"
-    "                      soon as the count passes it\n"
+    "                      30 fps)\n"
     "\n"
-    "Prints one summary line on stdout; progress on stderr when it is a terminal.\n"
+    "Exit status: 0 ok, 1 the file cannot be read or the output written, 2 usage.\n"
     "\n"
-    "example:\n"
-    "  ringvit frames talk.mp4 --fps 2 --size 224 -o talk.safetensors\n";
+    "examples:\n"
+    "  ringvit frames talk.mp4 --fps 2 --size 224 -o talk.safetensors\n"
+    "  ringvit frames talk.mp4 --fps 30000/1001 --start 60 --duration 30 --pad \\\n"
+    "      -o part.safetensors\n"
+    "\n"
+    "More: docs/media-commands.md (times, sampling, bad input, the file)\n";
 
 
 typedef struct frames_state {
@@ -126,31 +128,20 @@ static int parse_args(int argc, char **argv, frames_args *a)
     a->o.start_s = NAN; /* --start given or not */
     a->path = a->out = NULL;
     a->max_frames = RV_CLI_MAX_FRAMES;
-    int rc = 0, no_audio = 0, audio_set = 0, video_set = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *s = argv[i];
-        if (cli_flag_is(s, "-o") || cli_flag_is(s, "--output")) {
-            if (!(a->out = cli_flag_value(CMD, argc, argv, &i)))
-                return RV_EXIT_USAGE;
-        } else if (cli_ingest_flag(CMD, argc, argv, &i, &a->o, &audio_set, &video_set,
-                                      &rc)) {
-            /* parsed into a->o */
-        } else if (strcmp(s, "--no-audio") == 0) {
-            no_audio = 1;
-        } else if (cli_flag_is(s, "--max-frames")) {
-            rc = cli_take_i64(CMD, argc, argv, &i, 1, INT64_MAX, &a->max_frames);
-        } else if (strcmp(s, "--decode-all") == 0) {
-            a->o.decode_all = 1;
-        } else if (s[0] == '-' && s[1] != '\0') {
-            return cli_unknown_arg(CMD, s);
-        } else if (!a->path) {
-            a->path = s;
-        } else {
-            return cli_usage_error(CMD, "one FILE at a time (got '%s' and '%s')", a->path, s);
-        }
-        if (rc)
-            return rc;
-    }
+    int no_audio = 0, audio_set = 0, video_set = 0;
+    const cli_flag flags[] = {
+        {.name = "--output", .alias = "-o", .kind = RV_CLI_TEXT, .dst = &a->out},
+        RV_CLI_INGEST_FLAGS(&a->o, NULL, &audio_set, &video_set),
+        RV_CLI_INGEST_THREADS(&a->o),
+        {.name = "--no-audio", .kind = RV_CLI_SWITCH, .dst = &no_audio},
+        {.name = "--max-frames", .kind = RV_CLI_I64, .dst = &a->max_frames, .lo = 1,
+         .hi = INT64_MAX},
+        {.name = "--decode-all", .kind = RV_CLI_SWITCH, .dst = &a->o.decode_all},
+    };
+    int rc = cli_flags_parse(CMD, argc, argv, flags, RV_CLI_NFLAGS(flags),
+                             &(cli_operands){.what = "FILE", .one = &a->path});
+    if (rc)
+        return rc;
     if (no_audio && audio_set)
         return cli_usage_error(CMD, "--no-audio and --audio-stream contradict each other");
     if (no_audio)

@@ -20,11 +20,11 @@
 static const char help_text[] =
     "usage: ringvit init --preset tiny|small|base -o OUT.safetensors [options]\n"
     "\n"
-    "Writes a fresh encoder with seeded weights (truncated-normal patch weights,\n"
-    "xavier/kaiming linear layers, as torchvision initialises its\n"
-    "VisionTransformer). The same seed gives the same weights on every machine.\n"
-    "Presets: tiny (D 192, 12 layers, 3 heads), small (384, 12, 6), base (768,\n"
-    "12, 12); all MLP 4 D, tubelet 2, patch 16, grid 14, CLS token.\n"
+    "Writes a fresh encoder with seeded weights, initialised as torchvision\n"
+    "initialises its VisionTransformer; the same seed gives the same file on every\n"
+    "machine. Presets: tiny (D 192, 12 layers, 3 heads), small (384, 12, 6), base\n"
+    "(768, 12, 12); all MLP 4 D, tubelet 2, patch 16, grid 14, a CLS token. The\n"
+    "tubelet and patch must match the tokenizer's ('ringvit tokens').\n"
     "\n"
     "  --preset NAME   tiny, small or base (required)\n"
     "  -o, --output F  the safetensors file to write (required)\n"
@@ -36,12 +36,12 @@ static const char help_text[] =
     "  --no-cls        no class token leads the sequence\n"
     "  --json          one JSON object on stdout instead of the line\n"
     "\n"
-    "The tubelet and patch must match the tokenizer's ('ringvit tokens').\n"
-    "\n"
     "Exit status: 0 ok, 1 the file cannot be written, 2 usage.\n"
     "\n"
     "example:\n"
-    "  ringvit init --preset tiny --seed 1 -o tiny.safetensors\n";
+    "  ringvit init --preset tiny --seed 1 -o tiny.safetensors\n"
+    "\n"
+    "More: docs/media-commands.md (init, inspect), docs/models.md\n";
 
 static int init_main(int argc, char **argv)
 {

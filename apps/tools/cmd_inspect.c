@@ -18,26 +18,26 @@
 static const char help_text[] =
     "usage: ringvit inspect MODEL [--json] [--heads H] [--tubelet T] [--seed N]\n"
     "\n"
-    "Shows what MODEL is, as 'ringvit embed --model MODEL' would load it: a model\n"
-    "folder in the Hugging Face layout (config.json, model.safetensors,\n"
-    "preprocessor_config.json), a weights file (.safetensors), or a preset (tiny,\n"
-    "small, base: random weights). Prints the family (vit, dinov2, videomae, ast,\n"
-    "clip, ringvit), the sizes, the modalities the weights cover, the input\n"
-    "normalisation and frame side, the blocks (activation, LayerNorm eps, biases,\n"
-    "layer scale, norms), positions, the pooled output, the parameter count, and\n"
-    "the tensors: used, ignored extras (classifier heads, decoders, the text tower),\n"
-    "unknown ones (warned) and ringvit tensors the file lacks (left zero).\n"
+    "Shows what MODEL is, as 'ringvit embed --model MODEL' would load it (a Hugging\n"
+    "Face model folder, a weights file or a preset): its family, sizes, the\n"
+    "modalities its weights cover, the input normalisation and frame side, the\n"
+    "blocks, positions, the pooled output, the parameter count, and the tensors\n"
+    "used, ignored, unknown and missing (left zero), with the loader's notes.\n"
     "\n"
     "  --json        one JSON object on stdout instead of the table\n"
-    "  --heads H, --tubelet T, --seed N\n"
-    "                as for 'ringvit embed'\n"
+    "  --heads H     head count of a torchvision-named file (default D / 64)\n"
+    "  --tubelet T   frames per video token (default the model's; inflates an\n"
+    "                image model)\n"
+    "  --seed N      seed of a preset's random weights (default 0)\n"
     "\n"
     "Exit status: 0 ok, 1 the model cannot be read (the message names the file and\n"
     "the problem), 2 usage.\n"
     "\n"
     "examples:\n"
     "  ringvit inspect videomae-base/\n"
-    "  ringvit inspect vit_b_16.safetensors --json\n";
+    "  ringvit inspect vit_b_16.safetensors --json\n"
+    "\n"
+    "More: docs/models.md (families, hub folders, presets), docs/media-commands.md\n";
 
 static json_t *str_list(char **v, int n)
 {

@@ -17,16 +17,21 @@
 static const char help_text[] =
     "usage: ringvit probe FILE [--json]\n"
     "\n"
-    "Shows what a media file holds: container, duration, and for each stream its\n"
-    "codec, picture size, frame rate, rotation, sample rate and channels, and which\n"
-    "video and audio streams 'ringvit frames' would use. Reads the headers only.\n"
+    "Shows what a media file holds, from its headers (nothing is decoded):\n"
+    "container, duration, and for each stream its codec, picture size, frame rate,\n"
+    "rotation, sample rate and channels, and which video and audio streams\n"
+    "'ringvit frames' would use. FILE '-' reads standard input.\n"
     "\n"
     "  --json   one JSON object on stdout instead of the table\n"
     "\n"
     "Exit status: 0 ok, 1 the file cannot be read or is not a media file, 2 usage.\n"
     "\n"
-    "example:\n"
-    "  ringvit probe talk.mp4 --json\n";
+    "examples:\n"
+    "  ringvit probe talk.mp4\n"
+    "  ringvit probe talk.mp4 --json\n"
+    "  curl -s https://example.org/talk.mkv | ringvit probe -\n"
+    "\n"
+    "More: docs/media-commands.md (probe, frames, tokens, inspect, init)\n";
 
 static void print_seconds(const char *label, double v)
 {

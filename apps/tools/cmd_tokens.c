@@ -27,9 +27,10 @@
 
 #include "apps.h"
 #include "cli.h"
+#include "cli_flags.h"
+#include "ingest_cli.h"
 #include "out_path.h"
 #include "rv_clock.h"
-#include "ingest_cli.h"
 #include "rv_ingest.h"
 #include "rv_safetensors.h"
 #include "rv_shard.h"
@@ -42,28 +43,24 @@
 #define CMD "tokens"
 
 static const char help_text[] =
-    "usage: ringvit tokens FILE [--fps F] [--size N] [--pad] [--start S] [--duration D]\n"
-    "                      [--tubelet T] [--patch P] [--mean R,G,B] [--std R,G,B]\n"
-    "                      [--audio-freq F] [--audio-freq-stride K] [--audio-time W]\n"
-    "                      [--audio-stride K] [--audio-mean M] [--audio-std S]\n"
-    "                      [--audio-window SEC | --block SEC | --frame] [--cls] [--dist]\n"
-    "                      [--no-audio | --audio-stream I] [--no-video | --video-stream I]\n"
-    "                      [--cp N] [--shard contiguous|zigzag] [--plan-only]\n"
-    "                      [--threads T] [--max-corrupt N|P%] [--max-tokens N] [--json]\n"
+    "usage: ringvit tokens FILE [--fps F] [--size N] [--pad] [--start S]\n"
+    "                      [--duration D] [--tubelet T] [--patch P] [--mean R,G,B]\n"
+    "                      [--std R,G,B] [--audio-freq F] [--audio-freq-stride K]\n"
+    "                      [--audio-time W] [--audio-stride K] [--audio-mean M]\n"
+    "                      [--audio-std S] [--audio-window SEC | --block SEC |\n"
+    "                      --frame] [--cls] [--dist] [--no-audio | --audio-stream I]\n"
+    "                      [--no-video | --video-stream I] [--cp N]\n"
+    "                      [--shard contiguous|zigzag] [--plan-only] [--threads T]\n"
+    "                      [--max-corrupt N|P%] [--max-tokens N] [--json]\n"
     "                      [-o OUT.safetensors]\n"
     "\n"
-    "Turns FILE into one token sequence: video tubelets (T sampled frames x P x P\n"
-    "pixels x RGB, ImageNet-normalised) and audio patches (F mel bins x W frames of\n"
-    "the AST log-mel filterbank), interleaved by time window (all video tokens of a\n"
-    "window, then its audio tokens), after the special tokens asked for (a class\n"
-    "token, then a distillation token). With --block or --frame the windows are\n"
-    "attention blocks, each embedded as if it were a recording of its own: every\n"
-    "window is led by the special tokens and time positions restart in each. The\n"
-    "sequence is planned from the container's duration before decoding (so every\n"
-    "rank can compute its shard alone); the recording is then tokenized chunk by\n"
-    "chunk along that plan. Prints the counts per modality, the sequence length,\n"
-    "tokens per recording-second and, for N ranks, each rank's shard length and\n"
-    "time ranges.\n"
+    "The tokenize stage on its own: turns FILE into one token sequence (video\n"
+    "tubelets and audio patches of the log-mel filterbank, interleaved by time\n"
+    "window, after the special tokens asked for), planned from the container's\n"
+    "duration before decoding and then tokenized chunk by chunk along that plan.\n"
+    "Prints the counts per modality, the sequence length, tokens per\n"
+    "recording-second and, for N ranks, each rank's shard length and time ranges;\n"
+    "-o writes the tokens.\n"
     "\n"
     "  --fps F, --size N, --pad, --start S, --duration D\n"
     "                      sampling as in 'ringvit frames' (defaults 1 fps, 224 px)\n"
@@ -73,45 +70,46 @@ static const char help_text[] =
     "  --std R,G,B         video std per channel (default ImageNet)\n"
     "  --audio-freq F      mel bins per audio patch (default 16; 1..128)\n"
     "  --audio-freq-stride K\n"
-    "                      mel bins between neighbouring frequency bands (default 0 = F:\n"
-    "                      side by side); (128 - F) / K + 1 bands (AST: F 16, K 10: 12)\n"
+    "                      mel bins between neighbouring frequency bands (default\n"
+    "                      0 = F: side by side)\n"
     "  --audio-time W      fbank frames (10 ms) per audio patch (default 16)\n"
     "  --audio-stride K    fbank frames between audio patches (default W; AST: 10)\n"
     "  --audio-mean M, --audio-std S\n"
-    "                      fbank normalisation, (x - M) / (2 S) as AST (-4.2677393, 4.5689974)\n"
+    "                      fbank normalisation (x - M) / (2 S) (default AST's,\n"
+    "                      -4.2677393, 4.5689974)\n"
     "  --audio-window SEC  interleaving window (default 2)\n"
-    "  --block SEC         attention blocks of SEC seconds: the interleaving windows,\n"
-    "                      each led by the special tokens (--cls, --dist), time\n"
-    "                      positions counted from each block's start\n"
-    "  --frame             attention blocks of one tubelet each (T frames and the\n"
-    "                      audio patches starting in them), likewise; needs video\n"
+    "  --block SEC         attention blocks of SEC seconds, each led by the special\n"
+    "                      tokens, positions counted from its start\n"
+    "  --frame             attention blocks of one tubelet each, likewise (needs\n"
+    "                      video)\n"
     "  --cls               a leading class token\n"
-    "  --dist              a distillation token after the class token (DeiT, AST);\n"
-    "                      implies --cls\n"
+    "  --dist              a distillation token after the class token (implies --cls)\n"
     "  --no-audio, --no-video, --audio-stream I, --video-stream I\n"
     "                      leave a modality out, or pick its container stream\n"
     "  --cp N              ranks to shard the sequence over (default 1)\n"
-    "  --shard KIND        contiguous (default) or zigzag (2N chunks, for causal masks)\n"
+    "  --shard KIND        contiguous (default) or zigzag (2N chunks, for causal\n"
+    "                      masks)\n"
     "  --plan-only         only the plan from the probe; decode nothing\n"
-    "  --threads T, --max-corrupt N|P%\n"
-    "                      decoder threads; fail past N corrupt packets, or with P%\n                      past P% of the file's packets (default: past both 32 and 1%)\n"
+    "  --threads T         decoder threads (default: automatic)\n"
+    "  --max-corrupt N|P%  fail past N corrupt packets, or past P% of the file's\n"
+    "                      packets (default: past both 32 and 1%)\n"
     "  --max-tokens N      refuse a sequence of more than N tokens (default 16777216,\n"
-    "                      about 24 hours at the defaults): from the plan before decoding,\n"
-    "                      or as soon as a file that states no duration passes it\n"
+    "                      about 24 hours at the defaults)\n"
     "  --json              one JSON object on stdout instead of the table\n"
-    "  -o, --output OUT    write the tokens (video_patches, audio_fbank, audio_patches,\n"
-    "                      token_modality, token_pos, token_time, token_window) to\n"
-    "                      OUT.safetensors; '-': to standard output (not a terminal;\n"
-    "                      the table goes to stderr, --json is refused)\n"
+    "  -o, --output OUT    write the tokens to OUT.safetensors; '-': to standard\n"
+    "                      output (not a terminal; the table goes to stderr, --json\n"
+    "                      is refused)\n"
     "\n"
     "Exit status: 0 ok, 1 the file cannot be read or tokenized, 2 usage.\n"
     "\n"
     "examples:\n"
     "  ringvit tokens talk.mp4 --cp 4 --shard zigzag\n"
-    "  ringvit tokens talk.mp4 --fps 2 --tubelet 2 --cls --json -o talk.tokens.safetensors\n"
+    "  ringvit tokens talk.mp4 --fps 2 --cls --json -o talk.tokens.safetensors\n"
     "  ringvit tokens talk.mp4 --fps 4 --cls --block 8    # 8 s blocks, a CLS in each\n"
     "  ringvit tokens talk.wav --no-video --dist --audio-time 16 --audio-stride 10 \\\n"
-    "      --audio-freq-stride 10      # AST's patches: 12 bands per time step\n";
+    "      --audio-freq-stride 10      # AST's patches: 12 bands per time step\n"
+    "\n"
+    "More: docs/media-commands.md (the sequence, plans, the file)\n";
 
 /* ---- arguments ------------------------------------------------------------------- */
 
@@ -145,6 +143,70 @@ static int parse_triple(const char *flag, const char *text, float lo, float hi, 
     return 0;
 }
 
+static int take_mean(const char *cmd, const char *name, const char *value, void *dst)
+{
+    (void)cmd;
+    return parse_triple(name, value, -10, 10, dst);
+}
+
+static int take_std(const char *cmd, const char *name, const char *value, void *dst)
+{
+    (void)cmd;
+    return parse_triple(name, value, 1e-6f, 1e6f, dst);
+}
+
+/* --block SEC and --frame (into the tokens_args at dst): blocks of seconds or of
+ * one tubelet, not both. */
+static int blocks_clash(void)
+{
+    return cli_usage_error(CMD, "--block and --frame contradict each other (blocks of "
+                                "seconds or of one tubelet)");
+}
+
+static int take_block(const char *cmd, const char *name, const char *value, void *dst)
+{
+    tokens_args *a = dst;
+    if (a->blocks == 2)
+        return blocks_clash();
+    a->blocks = 1;
+    return cli_parse_double(cmd, name, value, 0.01, 86400, &a->to.window_s);
+}
+
+static int take_frame(const char *cmd, const char *name, const char *value, void *dst)
+{
+    (void)cmd, (void)name, (void)value;
+    tokens_args *a = dst;
+    if (a->blocks == 1)
+        return blocks_clash();
+    a->blocks = 2;
+    return 0;
+}
+
+/* --cls and --dist into rv_tok_opts.cls: --dist already asks for the class token
+ * it follows. */
+static int take_cls(const char *cmd, const char *name, const char *value, void *dst)
+{
+    (void)cmd, (void)name, (void)value;
+    int *cls = dst;
+    *cls = *cls > 1 ? *cls : 1;
+    return 0;
+}
+
+static int take_dist(const char *cmd, const char *name, const char *value, void *dst)
+{
+    (void)cmd, (void)name, (void)value;
+    *(int *)dst = 2;
+    return 0;
+}
+
+static int take_shard(const char *cmd, const char *name, const char *value, void *dst)
+{
+    (void)name;
+    if (rv_shard_kind_parse(value, dst) != RV_OK)
+        return cli_usage_error(cmd, "--shard wants contiguous or zigzag, got '%s'", value);
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, tokens_args *a)
 {
     memset(a, 0, sizeof *a);
@@ -154,86 +216,47 @@ static int parse_args(int argc, char **argv, tokens_args *a)
     a->cp = 1;
     a->shard = RV_SHARD_CONTIGUOUS;
     a->max_tokens = RV_CLI_MAX_TOKENS;
-    int rc = 0, no_audio = 0, no_video = 0, audio_set = 0, video_set = 0, stride_set = 0;
+    int no_audio = 0, no_video = 0, audio_set = 0, video_set = 0, stride_set = 0;
     int window_set = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *s = argv[i];
-        const char *v;
-        if (cli_flag_is(s, "-o") || cli_flag_is(s, "--output")) {
-            if (!(a->out = cli_flag_value(CMD, argc, argv, &i)))
-                return RV_EXIT_USAGE;
-        } else if (cli_ingest_flag(CMD, argc, argv, &i, &a->io, &audio_set, &video_set,
-                                      &rc)) {
-            /* parsed into a->io */
-        } else if (cli_flag_is(s, "--tubelet")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 1, 64, &a->to.tubelet);
-        } else if (cli_flag_is(s, "--patch")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 1, 4096, &a->to.patch);
-        } else if (cli_flag_is(s, "--mean") || cli_flag_is(s, "--std")) {
-            int is_mean = cli_flag_is(s, "--mean");
-            if (!(v = cli_flag_value(CMD, argc, argv, &i)))
-                return RV_EXIT_USAGE;
-            rc = is_mean ? parse_triple("--mean", v, -10, 10, a->to.mean)
-                         : parse_triple("--std", v, 1e-6f, 1e6f, a->to.std);
-        } else if (cli_flag_is(s, "--audio-freq")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 1, RV_FBANK_BINS, &a->to.audio_freq);
-        } else if (cli_flag_is(s, "--audio-freq-stride")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 0, RV_FBANK_BINS, &a->to.audio_fstride);
-        } else if (cli_flag_is(s, "--audio-time")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 1, 4096, &a->to.audio_time);
-        } else if (cli_flag_is(s, "--audio-stride")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 1, 4096, &a->to.audio_stride);
-            stride_set = 1;
-        } else if (cli_flag_is(s, "--audio-mean")) {
-            rc = cli_take_float(CMD, argc, argv, &i, -1e6f, 1e6f, &a->to.audio_mean);
-        } else if (cli_flag_is(s, "--audio-std")) {
-            rc = cli_take_float(CMD, argc, argv, &i, 1e-6f, 1e6f, &a->to.audio_std);
-        } else if (cli_flag_is(s, "--audio-window")) {
-            rc = cli_take_double(CMD, argc, argv, &i, 0.01, 86400, &a->to.window_s);
-            window_set = 1;
-        } else if (cli_flag_is(s, "--block")) {
-            if (a->blocks == 2)
-                return cli_usage_error(CMD, "--block and --frame contradict each other "
-                                          "(blocks of seconds or of one tubelet)");
-            rc = cli_take_double(CMD, argc, argv, &i, 0.01, 86400, &a->to.window_s);
-            a->blocks = 1;
-        } else if (strcmp(s, "--frame") == 0) {
-            if (a->blocks == 1)
-                return cli_usage_error(CMD, "--block and --frame contradict each other "
-                                          "(blocks of seconds or of one tubelet)");
-            a->blocks = 2;
-        } else if (cli_flag_is(s, "--cp")) {
-            rc = cli_take_int(CMD, argc, argv, &i, 1, 65536, &a->cp);
-        } else if (cli_flag_is(s, "--max-tokens")) {
-            rc = cli_take_i64(CMD, argc, argv, &i, 1, INT64_MAX, &a->max_tokens);
-        } else if (cli_flag_is(s, "--shard")) {
-            if (!(v = cli_flag_value(CMD, argc, argv, &i)))
-                return RV_EXIT_USAGE;
-            if (rv_shard_kind_parse(v, &a->shard) != RV_OK)
-                return cli_usage_error(CMD, "--shard wants contiguous or zigzag, got '%s'", v);
-        } else if (strcmp(s, "--cls") == 0) {
-            /* --dist already asks for the class token it follows */
-            a->to.cls = a->to.cls > 1 ? a->to.cls : 1;
-        } else if (strcmp(s, "--dist") == 0) {
-            a->to.cls = 2;
-        } else if (strcmp(s, "--no-audio") == 0) {
-            no_audio = 1;
-        } else if (strcmp(s, "--no-video") == 0) {
-            no_video = 1;
-        } else if (strcmp(s, "--plan-only") == 0) {
-            a->plan_only = 1;
-        } else if (strcmp(s, "--json") == 0) {
-            a->json = 1;
-        } else if (s[0] == '-' && s[1] != '\0') {
-            return cli_unknown_arg(CMD, s);
-        } else if (!a->path) {
-            a->path = s;
-        } else {
-            return cli_usage_error(CMD, "one FILE at a time (got '%s' and '%s')", a->path, s);
-        }
-        if (rc)
-            return rc;
-    }
+    rv_tok_opts *to = &a->to;
+    const cli_flag flags[] = {
+        {.name = "--output", .alias = "-o", .kind = RV_CLI_TEXT, .dst = &a->out},
+        RV_CLI_INGEST_FLAGS(&a->io, NULL, &audio_set, &video_set),
+        RV_CLI_INGEST_THREADS(&a->io),
+        {.name = "--tubelet", .kind = RV_CLI_INT, .dst = &to->tubelet, .lo = 1, .hi = 64},
+        {.name = "--patch", .kind = RV_CLI_INT, .dst = &to->patch, .lo = 1, .hi = 4096},
+        {.name = "--mean", .kind = RV_CLI_CUSTOM, .dst = to->mean, .take = take_mean},
+        {.name = "--std", .kind = RV_CLI_CUSTOM, .dst = to->std, .take = take_std},
+        {.name = "--audio-freq", .kind = RV_CLI_INT, .dst = &to->audio_freq, .lo = 1,
+         .hi = RV_FBANK_BINS},
+        {.name = "--audio-freq-stride", .kind = RV_CLI_INT, .dst = &to->audio_fstride, .lo = 0,
+         .hi = RV_FBANK_BINS},
+        {.name = "--audio-time", .kind = RV_CLI_INT, .dst = &to->audio_time, .lo = 1, .hi = 4096},
+        {.name = "--audio-stride", .kind = RV_CLI_INT, .dst = &to->audio_stride, .lo = 1,
+         .hi = 4096, .seen = &stride_set},
+        {.name = "--audio-mean", .kind = RV_CLI_FLOAT, .dst = &to->audio_mean, .lo = -1e6f,
+         .hi = 1e6f},
+        {.name = "--audio-std", .kind = RV_CLI_FLOAT, .dst = &to->audio_std, .lo = 1e-6f,
+         .hi = 1e6f},
+        {.name = "--audio-window", .kind = RV_CLI_DOUBLE, .dst = &to->window_s, .lo = 0.01,
+         .hi = 86400, .seen = &window_set},
+        {.name = "--block", .kind = RV_CLI_CUSTOM, .dst = a, .take = take_block},
+        {.name = "--frame", .kind = RV_CLI_SWITCH, .dst = a, .take = take_frame},
+        {.name = "--cp", .kind = RV_CLI_INT, .dst = &a->cp, .lo = 1, .hi = 65536},
+        {.name = "--max-tokens", .kind = RV_CLI_I64, .dst = &a->max_tokens, .lo = 1,
+         .hi = INT64_MAX},
+        {.name = "--shard", .kind = RV_CLI_CUSTOM, .dst = &a->shard, .take = take_shard},
+        {.name = "--cls", .kind = RV_CLI_SWITCH, .dst = &to->cls, .take = take_cls},
+        {.name = "--dist", .kind = RV_CLI_SWITCH, .dst = &to->cls, .take = take_dist},
+        {.name = "--no-audio", .kind = RV_CLI_SWITCH, .dst = &no_audio},
+        {.name = "--no-video", .kind = RV_CLI_SWITCH, .dst = &no_video},
+        {.name = "--plan-only", .kind = RV_CLI_SWITCH, .dst = &a->plan_only},
+        {.name = "--json", .kind = RV_CLI_SWITCH, .dst = &a->json},
+    };
+    int rc = cli_flags_parse(CMD, argc, argv, flags, RV_CLI_NFLAGS(flags),
+                             &(cli_operands){.what = "FILE", .one = &a->path});
+    if (rc)
+        return rc;
     if (no_audio && audio_set)
         return cli_usage_error(CMD, "--no-audio and --audio-stream contradict each other");
     if (no_video && video_set)
