@@ -562,6 +562,38 @@ RV_API rv_status rv_vit_pool_head(const rv_vit_model *m, rv_vit_pooled *p);
 /* Frees the arrays and zeroes the struct. */
 RV_API void rv_vit_pooled_free(rv_vit_pooled *p);
 
+/* ---- pooling per attention block ------------------------------------------------------ */
+
+/* Under block and frame spans every block (the tokenizer's window, led by its own
+ * special tokens) is a sequence of its own: its pooled outputs are the family's
+ * for that block alone (rv_vit_pool_head on the block's CLS, distillation token
+ * and mean), gathered on rank 0. */
+typedef struct rv_vit_blocks {
+    int dim;
+    int64_t blocks;           /* G: the sequence's windows */
+    int64_t *tokens;          /* (G) non-special tokens of each block */
+    float *mean;              /* (G, D) the mean of each block's non-special tokens */
+    uint8_t *has_cls;         /* (G) 1 when the block holds a CLS (special 0) */
+    float *cls;               /* (G, D) its output (zeros when none) */
+    uint8_t *has_dist;        /* (G) 1 when it holds a distillation token (special 1) */
+    float *dist;              /* (G, D) its output (zeros when none) */
+    /* rv_vit_pool_blocks_head: */
+    float *pooled;            /* (G, D) each block's pooled output (NULL before) */
+    int proj_dim;             /* > 0 when the model projects it */
+    float *projected;         /* (G, proj_dim) */
+} rv_vit_blocks;
+
+/* The per-block sums of y (in->len, dim) over the windows [0, windows) of
+ * in->window, on rank 0 of comm (each rank sends its blocks' partial sums; a
+ * block cut between two ranks is added up there; sums in double). Every rank of
+ * comm calls it together; out is filled on rank 0 and left empty elsewhere. */
+RV_API rv_status rv_vit_pool_blocks(rv_comm *comm, const rv_vit_tokens *in, const float *y,
+                                    int dim, int64_t windows, rv_vit_blocks *out);
+/* Each block's pooled output and projection (host only): what rv_vit_pool_head
+ * gives a sequence of that block alone. */
+RV_API rv_status rv_vit_pool_blocks_head(const rv_vit_model *m, rv_vit_blocks *b);
+RV_API void rv_vit_blocks_free(rv_vit_blocks *b);
+
 #ifdef __cplusplus
 }
 #endif

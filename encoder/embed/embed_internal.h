@@ -136,6 +136,7 @@ struct rv_embed_input {
     /* after rv_embed_run */
     int ran;                     /* 1: forward and pooling succeeded */
     rv_vit_pooled pooled;        /* the pooled outputs (every rank) */
+    rv_vit_blocks blocks;        /* under block and frame spans: each block's (rank 0) */
     /* ahead (prefetch) */
     int queued;                  /* given to the worker, not yet waited for */
     atomic_int finished;         /* the worker has finished it */

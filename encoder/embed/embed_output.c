@@ -19,7 +19,7 @@
 #include "rv_flat.h"
 #include "rv_version.h"
 
-#define OUT_MAX_TENSORS 16
+#define OUT_MAX_TENSORS 32
 #define OUT_MAX_META 32
 
 struct rv_embed_output {
@@ -31,6 +31,7 @@ struct rv_embed_output {
     collect_column tokens;       /* the gathered tokens (S, D) f32 */
     collect_column converted;    /* the tokens as written (dtype, normalize) */
     rv_vit_pooled pooled;        /* times on the container's clock */
+    rv_vit_blocks blocks;        /* each block's, under block and frame spans */
     rv_st_writer *w;             /* made on first use */
 };
 
@@ -259,6 +260,23 @@ static rv_status token_info(const rv_tok_layout *L, rv_comm_watch *watch, double
     return RV_OK;
 }
 
+/* Each block's bounds on the container's clock: from its window's start to the
+ * next one's, the last to where the recording's tokens end (end_s, sequence time). */
+static rv_status block_times(const rv_tok_layout *L, double end_s, int64_t G, double **start,
+                             double **end)
+{
+    *start = malloc(sizeof(double) * (size_t)G);
+    *end = malloc(sizeof(double) * (size_t)G);
+    if (!*start || !*end)
+        return rv_fail(RV_ERR_NOMEM, "out of memory for %lld blocks", (long long)G);
+    for (int64_t g = 0; g < G; g++) {
+        const double next = g + 1 < G ? rv_tok_window_time(L, g + 1) : end_s;
+        (*start)[g] = L->t0 + rv_tok_window_time(L, g);
+        (*end)[g] = L->t0 + next;
+    }
+    return RV_OK;
+}
+
 /* The output's list from the pooled outputs and (tokens) the gathered rows. */
 static rv_status build(rv_embed_output *o, const rv_embed_job *j, const rv_embed_input *in,
                        rv_collect_keep keep, const char *near)
@@ -269,7 +287,9 @@ static rv_status build(rv_embed_output *o, const rv_embed_job *j, const rv_embed
     const int64_t D = p->dim, G = p->segments, S = L->seq;
     const int64_t d1[1] = {D}, g1[1] = {G}, gd[2] = {G, D}, pj[1] = {p->proj_dim},
                   s1[1] = {S}, s2[2] = {S, 2}, s3[2] = {S, 3}, sd[2] = {S, D};
-    double *tt = NULL;
+    const rv_vit_blocks *b = &o->blocks;
+    const int64_t b1[1] = {b->blocks}, bd[2] = {b->blocks, D}, bp[2] = {b->blocks, b->proj_dim};
+    double *tt = NULL, *bs = NULL, *be = NULL;
     int64_t *tp = NULL;
     uint8_t *tm = NULL;
     rv_status st;
@@ -280,6 +300,11 @@ static rv_status build(rv_embed_output *o, const rv_embed_job *j, const rv_embed
         (st = add(o, "segment_end", RV_F64, 1, g1, p->segment_end, NULL)) != RV_OK ||
         (st = add(o, "segment_tokens", RV_I64, 1, g1, p->segment_tokens, NULL)) != RV_OK)
         goto end;
+    if (b->blocks > 0 && ((st = block_times(L, in->rec.end_s, b->blocks, &bs, &be)) != RV_OK ||
+                          (st = add(o, "block_start", RV_F64, 1, b1, bs, bs)) != RV_OK ||
+                          (bs = NULL, (st = add(o, "block_end", RV_F64, 1, b1, be, be))) != RV_OK))
+        goto end;
+    be = NULL;
     if (op->tokens &&
         ((st = add(o, "token_time", RV_F64, 2, s2, tt, tt)) != RV_OK ||
          (tt = NULL, (st = add(o, "token_pos", RV_I64, 2, s3, tp, tp))) != RV_OK))
@@ -299,6 +324,12 @@ static rv_status build(rv_embed_output *o, const rv_embed_job *j, const rv_embed
     if (p->proj_dim > 0 &&
         (st = add_embedding(o, op, "projected", 1, pj, p->projected, 0)) != RV_OK)
         goto end;
+    /* Each block's pooled output and projection, rows normalised with --normalize. */
+    if (b->blocks > 0 &&
+        ((st = add_embedding(o, op, "block_pooled", 2, bd, b->pooled, 1)) != RV_OK ||
+         (b->proj_dim > 0 &&
+          (st = add_embedding(o, op, "block_projected", 2, bp, b->projected, 1)) != RV_OK)))
+        goto end;
     if (op->tokens &&
         ((st = add_tokens(o, op, keep, near, sd)) != RV_OK ||
          (st = add(o, "token_modality", RV_U8, 1, s1, tm, tm)) != RV_OK))
@@ -309,6 +340,8 @@ end:
     free(tt);
     free(tp);
     free(tm);
+    free(bs);
+    free(be);
     return st;
 }
 
@@ -357,6 +390,8 @@ rv_vote_outcome rv_embed_collect(rv_embed_job *j, rv_embed_input *in, const char
         if (st == RV_OK && wst == RV_OK) {
             o->pooled = in->pooled;
             memset(&in->pooled, 0, sizeof in->pooled);
+            o->blocks = in->blocks;
+            memset(&in->blocks, 0, sizeof in->blocks);
             wst = build(o, j, in, keep, near);
         }
         if (st == RV_OK && wst != RV_OK) {
@@ -448,6 +483,7 @@ void rv_embed_output_free(rv_embed_output **op)
     collect_column_close(&o->tokens);
     collect_column_close(&o->converted);
     rv_vit_pooled_free(&o->pooled);
+    rv_vit_blocks_free(&o->blocks);
     free(o);
     *op = NULL;
 }
@@ -486,6 +522,9 @@ int rv_embed_output_complete(const char *path, const rv_vit_model *m, const char
         if (!rv_st_find(st, per_token[i]))
             goto end;
     if (m->cfg.cls && !rv_st_find(st, "cls"))
+        goto end;
+    if ((o->span.kind == RV_SPAN_BLOCK || o->span.kind == RV_SPAN_FRAME) &&
+        !rv_st_find(st, "block_pooled"))
         goto end;
     /* Another dtype or normalize is another output (written before these
      * existed: f32, none). */

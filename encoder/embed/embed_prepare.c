@@ -303,6 +303,7 @@ void embed_prepare_release(rv_embed_input *in)
     in->s.y = NULL;
     rv_probe_free(&in->probe);
     rv_vit_pooled_free(&in->pooled);
+    rv_vit_blocks_free(&in->blocks);
 }
 
 rv_status rv_embed_queue(rv_embed_job *j, const char *path, int index, rv_embed_input **out)

@@ -220,6 +220,12 @@ rv_vote_outcome rv_embed_run(rv_embed_job *j, rv_embed_input *in, rv_embed_stats
         st = rv_vit_pool(j->comm, &tok, s->y, D, &po, &in->pooled);
     if (st == RV_OK) /* every rank: the same sums give the same pooled output */
         st = rv_vit_pool_head(j->m.model, &in->pooled);
+    /* Blocks are sequences of their own: each one's pooled output, on rank 0. */
+    const int blocks = j->o.span.kind == RV_SPAN_BLOCK || j->o.span.kind == RV_SPAN_FRAME;
+    if (st == RV_OK && blocks &&
+        (st = rv_vit_pool_blocks(j->comm, &tok, s->y, D, L->windows, &in->blocks)) == RV_OK &&
+        j->rank == 0)
+        st = rv_vit_pool_blocks_head(j->m.model, &in->blocks);
     encode_vote ev = {.seconds = rv_clock_s() - t, .flops = vs.flops,
                       .held_bytes = (double)(embed_slice_bytes(s, D) + vs.peak_bytes),
                       .rss_bytes = peak_rss()};
