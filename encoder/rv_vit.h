@@ -392,18 +392,29 @@ typedef struct rv_vit_tokens {
                                  (size / P); positions are resampled when it
                                  differs from cfg.grid */
     int64_t audio_steps;      /* audio time steps of the whole sequence (the
-                                 layout's steps; of one block with block spans):
-                                 RV_APOS_GRID resamples its positions to it when
-                                 it exceeds audio_grid_t */
+                                 layout's steps; with block spans the longest
+                                 block's, rv_vit_audio_steps): RV_APOS_GRID
+                                 resamples its positions to it when it exceeds
+                                 audio_grid_t, unless layout gives each block's */
     const int64_t *window;    /* (len) each token's window (block) index, as the
                                  tokenizer hands it out; required by block and
                                  frame spans, else may be NULL */
+    const rv_tok_layout *layout; /* the layout the tokens come from, or NULL: when
+                                 its windows are cut from the recording (block
+                                 and frame spans: window_positions) and window is
+                                 given, each audio token's RV_APOS_GRID positions
+                                 are resampled to its own block's steps, as the
+                                 block embedded alone has them (a short last
+                                 block is not stretched to the longest's) */
 } rv_vit_tokens;
 
 /* The audio steps of L's tokens (rv_vit_tokens.audio_steps): the layout's, or,
  * when positions restart in each window (block and frame spans), the longest
  * window's. */
 RV_API int64_t rv_vit_audio_steps(const rv_tok_layout *L);
+/* The audio steps of L's window w (rv_tok_window_items): what its tokens' grid
+ * positions are resampled to when rv_vit_tokens.layout is L. */
+RV_API int64_t rv_vit_window_audio_steps(const rv_tok_layout *L, int64_t w);
 /* The forward's view of one rank's slice of L (rv_tok_slice.h): its arrays, not
  * copied; video and audio are NULL when the slice keeps no patches. */
 RV_API rv_vit_tokens rv_vit_slice_tokens(const rv_tok_layout *L, const rv_tok_slice *s);

@@ -5,6 +5,9 @@
  *   video_patches   (video tokens, T*P*P*3) f32   normalised, (t, y, x, c)
  *   audio_patches   (audio tokens, F*W) f32       normalised, (f, w)
  *   audio_fbank     (fbank frames, 128) f32       log-mel, before normalisation
+ *                                                 (rv_tok_batch.fbank's rows:
+ *                                                 with blocks each block's own,
+ *                                                 block after block)
  *   token_modality  (seq) u8                      0 video, 1 audio, 2 cls / dist
  *   token_pos       (seq, 3) i64                  (t, y, x) | (t, f, 0) | (i, 0, 0)
  *   token_time      (seq, 2) f64                  start, end: s on the container's clock

@@ -57,6 +57,14 @@ typedef struct rv_tok_batch {
     const float *video;       /* (nvideo, video_dim) their patches, in order */
     int64_t naudio;
     const float *audio;       /* (naudio, audio_dim) */
+    /* The log-mel rows (rv_fbank.h) the audio patches are cut from, numbered 0 ..
+     * fbank_frames - 1 over the sequence, each handed out once in a whole pass:
+     * row f reads samples 160 f .. 160 f + 399. With windows cut from the
+     * recording (window_positions: blocks, rv_tokens.h) each window has its own
+     * rows, window after window: window w's read its samples from its first
+     * one, J(w), 160 apart, none past its last, so they are the filterbank of
+     * the window's samples alone (torchaudio's fbank of them), and its audio
+     * patches are cut from them from its first row. */
     int64_t fbank_first;      /* fbank frame index of fbank[0] */
     int64_t nfbank;           /* fbank frames computed since the previous batch */
     const float *fbank;       /* (nfbank, 128) log-mel, before normalisation */

@@ -8,7 +8,9 @@
  *                     (pixel / 255 - mean[c]) / std[c] (ImageNet mean and std by
  *                     default). Position (t, y, x) = (tubelet index g, patch row,
  *                     patch column). Tubelet g holds grid frames gT .. gT+T-1; a
- *                     trailing partial tubelet repeats the last frame. T = 1 gives
+ *                     trailing partial tubelet repeats the last frame (windows
+ *                     cut from the recording, below: T frames from its
+ *                     window's first, its window's last repeated). T = 1 gives
  *                     plain image patches (a still image is a one-frame video).
  *                     The torchvision conv_proj weight (D, 3, T, P, P) matches
  *                     after a permute to (D, T, P, P, 3).
@@ -18,7 +20,9 @@
  *                     value (fbank - mean) / (2 std) as AST normalises (mean
  *                     -4.2677393, std 4.5689974 by default). Position (t, f, 0) =
  *                     (time step p, frequency band b): fbank frames p*stride ..
- *                     p*stride + W-1, mel bins b*fstride .. b*fstride + F-1. Like
+ *                     p*stride + W-1 (of its window's own with windows cut
+ *                     from the recording), mel bins b*fstride .. b*fstride +
+ *                     F-1. Like
  *                     a strided Conv2d there are (128 - F) / fstride + 1 bands
  *                     (integer division; fstride = F by default: 128 / F bands
  *                     side by side when F divides 128); patches overlap in time
@@ -44,22 +48,26 @@
  * rv_ingest_frame_time(k), so its start is exactly the frame_time ingest hands
  * out for its first frame (both clocks); an audio patch spans the samples its
  * fbank frames read, [start + j0 / 16000, start + j1 / 16000) with j0 = p *
- * stride * 160 and j1 = j0 + (W - 1) * 160 + 400. The layout's t0 (rv_tok_layout)
- * places a sequence on the container's clock.
+ * stride * 160 and j1 = j0 + (W - 1) * 160 + 400. (Windows cut from the
+ * recording: k is the tubelet's first frame, j0 its window's first sample J(w)
+ * + (p - p0(w)) * stride * 160.) The layout's t0 (rv_tok_layout) places a
+ * sequence on the container's clock.
  *
  * Order: the time after the grid start (ingest's start_s) is cut into windows.
  * Time windows (frame_windows 0, the default): window w is [w * window_s,
  * (w + 1) * window_s) after the grid start, window_s rounded to the
  * microsecond; it holds every tubelet whose first frame and every audio patch
- * whose first sample falls in it; t_w = start + w * window_s, i.e. (start_us +
- * w * window_us) / 1e6 s. Frame windows (frame_windows 1, needs video): window
- * w is tubelet w's time range [t_wT, t_(w+1)T) (t_k the sampled frame times,
- * unbounded: tubelets after the last frame still have their ranges), so it
- * holds tubelet w and every audio patch whose first sample (sample j is at
- * start + j / 16000 s) falls in that range; t_w = t_wT. Every decision is made
- * on exact integers (fps_num / fps_den, samples, microseconds): no floating
- * point. windows = one past the last window holding a video or audio token
- * (windows in between may hold none).
+ * whose first sample falls in it (windows cut from the recording: the
+ * tubelets and patches of its own frames and samples, below); t_w = start +
+ * w * window_s, i.e. (start_us + w * window_us) / 1e6 s. Frame windows
+ * (frame_windows 1, needs video): window w is tubelet w's time range [t_wT,
+ * t_(w+1)T) (t_k the sampled frame times, unbounded: tubelets after the last
+ * frame still have their ranges), so it holds tubelet w and every audio patch
+ * whose first sample (sample j is at start + j / 16000 s) falls in that
+ * range; t_w = t_wT. Every decision is made on exact integers (fps_num /
+ * fps_den, samples, microseconds): no floating point. windows = one past the
+ * last window holding a video or audio token (windows in between may hold
+ * none).
  * The sequence: the cls special tokens (class, then distillation), then for
  * w = 0, 1, ...: the video tokens of w (tubelet by tubelet, each row by row,
  * column by column), then the audio tokens of w (time step by time step, each
@@ -72,17 +80,29 @@
  *
  * Windows are attention blocks: a caller that lets tokens attend only within
  * their window (rv_token.window, rv_tok_batch.window) sees each block as if it
- * had been embedded on its own. With window_positions a token's time position
- * restarts in each window: video pos[0] = g - g0(w), audio pos[0] = p - p0(w),
- * g0(w) / p0(w) the first tubelet / audio step of window w (rows, columns and
- * bands unchanged; item keeps g / p). With cls_each_window too, window w's
- * tokens are exactly those of the recording cut at the block (a layout whose
- * grid starts at t_w and holds the block's frames and the audio its patches
- * read) whenever t_w is a tubelet edge and an audio step edge: the same
- * patches, positions, times and special tokens. The cut keeps what the
- * block's tokens read after its end: the frames of a tubelet that starts in
- * the block and ends after it, and the samples its last audio patches read
- * after it (an audio patch is in the block when its first sample is).
+ * had been embedded on its own. With window_positions each window is
+ * tokenized as the recording cut at its bounds. Window w holds the sampled
+ * frames whose times fall in it, [K(w), K(w + 1)), and the audio samples whose
+ * times fall in it, [J(w), J(w + 1)) (the first frame and sample at or after
+ * its start, exact integers; the last window ends where the recording does),
+ * and reads nothing else: its tubelets are T consecutive frames from K(w) (a
+ * last partial one repeats the window's last frame, as at the recording's
+ * end), its fbank frames read its samples from J(w) (1 + (n - 400) / 160 of
+ * them for n samples, none under 400), its audio steps its fbank frames from
+ * its first (1 + (frames - W) / stride, none under W). Positions count from 0
+ * in each window: video pos[0] = g - g0(w), audio pos[0] = p - p0(w), g0(w) /
+ * p0(w) the window's first tubelet / audio step (rows, columns and bands
+ * unchanged; item keeps the running index g / p of the sequence). With
+ * cls_each_window too, window w's tokens are exactly those of a recording of
+ * its frames and samples alone (one window long, the same options): the same
+ * patches, positions and special tokens, the times shifted by where its
+ * frames, its samples and the window start. AST on 10.24 s blocks: 1022 fbank
+ * frames and 101 steps in every whole block, block 1 from 10.24 s. Frame
+ * windows are cut alike: tubelet w is window w, its audio the samples of its
+ * time range (at video frame rates too few for an audio step). Every window
+ * but the last has as many frames (samples) as its length holds, give or take
+ * one, so the layout stays arithmetic: the tubelets, fbank frames and steps
+ * of windows [0, w) are in closed form, an item's window a binary search.
  *
  * The layout (rv_tok_layout) is that order as arithmetic: from the options and
  * two numbers, the sampled frames and audio samples the sequence covers, every
@@ -145,8 +165,10 @@ typedef struct rv_tok_opts {
     int frame_windows;    /* 1: window w is tubelet w's time range, not window_s
                              seconds (window_s is then unused); needs video */
     int cls_each_window;  /* 1: the cls special tokens lead every window */
-    int window_positions; /* 1: video / audio pos[0] counts from the window's
-                             first tubelet / audio step */
+    int window_positions; /* 1: each window is tokenized as the recording cut
+                             at its bounds (its own tubelets, fbank frames and
+                             audio steps), video / audio pos[0] counting from
+                             its first tubelet / audio step */
 } rv_tok_opts;
 
 RV_API void rv_tok_opts_default(rv_tok_opts *o);
@@ -193,7 +215,8 @@ typedef struct rv_tok_layout {
     int bands;              /* (128 - F) / fstride + 1 audio tokens per time step */
     int64_t video_dim;      /* T * P * P * 3 floats per video patch */
     int64_t audio_dim;      /* F * W floats per audio patch */
-    int64_t tubelets;       /* ceil(nframes / T) */
+    int64_t tubelets;       /* ceil(nframes / T); window_positions: the windows'
+                               own, summed (so for fbank_frames and steps) */
     int64_t fbank_frames;   /* 1 + (nsamples - 400) / 160, 0 under 400 samples */
     int64_t steps;          /* audio time steps: 1 + (fbank_frames - W) / stride */
     int64_t window_us;      /* window_s in microseconds (0 with frame_windows) */
@@ -262,8 +285,11 @@ typedef struct rv_tok_span {
     int64_t tubelet0, tubelet1; /* tubelets with a token in the run, [0, 0) none */
     int64_t step0, step1;     /* audio steps with a token in the run */
     int64_t frame0, frame1;   /* sampled frames those tubelets read (< nframes) */
-    int64_t fbank0, fbank1;   /* fbank frames those steps read */
-    int64_t sample0, sample1; /* audio samples those fbank frames read */
+    int64_t fbank0, fbank1;   /* fbank frames those steps read (rv_tok_batch's
+                                 numbering) */
+    int64_t sample0, sample1; /* audio samples those fbank frames read (with
+                                 windows cut from the recording, some between
+                                 two windows' fbank frames are read by none) */
     int64_t grid0, grid1;     /* grid indices to ingest so frames and samples are
                                  all handed out: [grid0, grid1) (rv_ingest_range) */
     double time[2];           /* earliest token start, latest token end, s on the

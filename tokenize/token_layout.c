@@ -5,7 +5,10 @@
  * [w*window_us, (w+1)*window_us) microseconds, a frame window w is tubelet w's
  * [w*T*fps_den/fps_num, (w+1)*T*fps_den/fps_num) seconds, so every rank and
  * every pass puts a token in the same window, whatever the chunking. With
- * cls_each_window each window starts with its cls special tokens ("lead"). */
+ * cls_each_window each window starts with its cls special tokens ("lead").
+ * Windows cut from the recording (window_positions) count their own items
+ * instead (token_blocks.c); the order and the index arithmetic over the
+ * windows' first items are the same for both. */
 #include <math.h>
 
 #include "tok_internal.h"
@@ -21,9 +24,12 @@ static int64_t clamp_i128(i128 v)
     return v > INT64_MAX ? INT64_MAX : (int64_t)v;
 }
 
-/* first g with g*T*fps_den*US >= w*window_us*fps_num (frame windows: w) */
+/* first g with g*T*fps_den*US >= w*window_us*fps_num (frame windows: w); cut
+ * windows: the tubelets of the windows before w */
 int64_t tok_tubelet_lo(const rv_tok_layout *L, int64_t w)
 {
+    if (tok_cut(L))
+        return tok_block_before(L, TOK_TUBELETS, w);
     if (L->opts.frame_windows)
         return w;
     i128 num = (i128)w * L->window_us * L->ingest.fps_num;
@@ -36,6 +42,8 @@ int64_t tok_tubelet_lo(const rv_tok_layout *L, int64_t w)
  * p*stride*fps_num >= w*T*fps_den*100 */
 int64_t tok_step_lo(const rv_tok_layout *L, int64_t w)
 {
+    if (tok_cut(L))
+        return tok_block_before(L, TOK_STEPS, w);
     if (L->opts.frame_windows) {
         i128 num = (i128)w * L->opts.tubelet * L->ingest.fps_den * 100;
         i128 den = (i128)L->opts.audio_stride * L->ingest.fps_num;
@@ -48,6 +56,8 @@ int64_t tok_step_lo(const rv_tok_layout *L, int64_t w)
 
 int64_t rv_tok_window_of_tubelet(const rv_tok_layout *L, int64_t g)
 {
+    if (tok_cut(L))
+        return tok_block_of_item(L, TOK_TUBELETS, g);
     if (L->opts.frame_windows)
         return g;
     i128 num = (i128)g * L->opts.tubelet * L->ingest.fps_den * US;
@@ -57,6 +67,8 @@ int64_t rv_tok_window_of_tubelet(const rv_tok_layout *L, int64_t g)
 
 int64_t rv_tok_window_of_step(const rv_tok_layout *L, int64_t p)
 {
+    if (tok_cut(L))
+        return tok_block_of_item(L, TOK_STEPS, p);
     if (L->opts.frame_windows) {
         i128 num = (i128)p * L->opts.audio_stride * L->ingest.fps_num;
         i128 den = (i128)L->opts.tubelet * L->ingest.fps_den * 100;
@@ -111,10 +123,15 @@ void tok_layout_fill(rv_tok_layout *L, const rv_tok_opts *to, const rv_ingest_op
     }
     if (L->nframes == RV_TOK_OPEN)
         L->tubelets = RV_TOK_OPEN;
+    else if (tok_cut(L))
+        L->tubelets = tok_block_before(L, TOK_TUBELETS, INT64_MAX);
     else
         L->tubelets = (L->nframes + to->tubelet - 1) / to->tubelet;
     if (L->nsamples == RV_TOK_OPEN) {
         L->fbank_frames = L->steps = RV_TOK_OPEN;
+    } else if (tok_cut(L)) {
+        L->fbank_frames = tok_block_before(L, TOK_FBANKS, INT64_MAX);
+        L->steps = tok_block_before(L, TOK_STEPS, INT64_MAX);
     } else {
         L->fbank_frames = L->nsamples >= RV_FBANK_LEN
                               ? 1 + (L->nsamples - RV_FBANK_LEN) / RV_FBANK_HOP : 0;
@@ -131,6 +148,10 @@ void tok_layout_fill(rv_tok_layout *L, const rv_tok_opts *to, const rv_ingest_op
     }
     int64_t wv = L->tubelets > 0 ? rv_tok_window_of_tubelet(L, L->tubelets - 1) + 1 : 0;
     int64_t wa = L->steps > 0 ? rv_tok_window_of_step(L, L->steps - 1) + 1 : 0;
+    if (tok_cut(L)) {
+        wv = tok_block_last(L, TOK_TUBELETS) + 1;
+        wa = tok_block_last(L, TOK_STEPS) + 1;
+    }
     L->windows = tok_max(wv, wa);
     L->nspecial = to->cls_each_window ? L->windows * to->cls : to->cls;
     L->seq = L->nspecial + L->nvideo + L->naudio;
@@ -268,15 +289,57 @@ static double sample_time(const rv_tok_layout *L, int64_t j)
     return (double)(start_us * 16 + j * 1000) / 16e6;
 }
 
+void tok_tubelet_frames(const rv_tok_layout *L, int64_t g, tok_cursor *c, int64_t *k0,
+                        int64_t *k1)
+{
+    const int64_t T = L->opts.tubelet;
+    if (!tok_cut(L)) {
+        *k0 = g * T;
+        *k1 = *k0 + T;
+        return;
+    }
+    int64_t w = tok_block_item(L, TOK_TUBELETS, g, c);
+    int64_t g0 = c ? c->lo : tok_block_before(L, TOK_TUBELETS, w);
+    *k0 = tok_block_edge(L, TOK_TUBELETS, w) + (g - g0) * T;
+    *k1 = tok_min(*k0 + T, tok_block_edge(L, TOK_TUBELETS, w + 1));
+}
+
+int64_t tok_fbank_sample(const rv_tok_layout *L, int64_t f, tok_cursor *c)
+{
+    if (!tok_cut(L))
+        return f * RV_FBANK_HOP;
+    int64_t w = tok_block_item(L, TOK_FBANKS, f, c);
+    int64_t f0 = c ? c->lo : tok_block_before(L, TOK_FBANKS, w);
+    return tok_block_edge(L, TOK_FBANKS, w) + (f - f0) * RV_FBANK_HOP;
+}
+
+int64_t tok_step_fbank(const rv_tok_layout *L, int64_t p, tok_cursor *c)
+{
+    if (!tok_cut(L))
+        return p * L->opts.audio_stride;
+    int64_t w = tok_block_item(L, TOK_STEPS, p, c);
+    int64_t p0 = c ? c->lo : tok_block_before(L, TOK_STEPS, w);
+    return tok_block_before(L, TOK_FBANKS, w) + (p - p0) * L->opts.audio_stride;
+}
+
+int64_t tok_window_of_frame(const rv_tok_layout *L, int64_t k)
+{
+    if (tok_cut(L))
+        return tok_block_of_edge(L, TOK_TUBELETS, k);
+    return rv_tok_window_of_tubelet(L, k / L->opts.tubelet);
+}
+
 void tok_tubelet_time(const rv_tok_layout *L, int64_t g, double t[2])
 {
-    t[0] = rv_ingest_frame_time(&L->ingest, g * L->opts.tubelet);
-    t[1] = rv_ingest_frame_time(&L->ingest, (g + 1) * L->opts.tubelet);
+    int64_t k0, k1;
+    tok_tubelet_frames(L, g, NULL, &k0, &k1);
+    t[0] = rv_ingest_frame_time(&L->ingest, k0);
+    t[1] = rv_ingest_frame_time(&L->ingest, k0 + L->opts.tubelet);
 }
 
 void tok_step_time(const rv_tok_layout *L, int64_t p, double t[2])
 {
-    int64_t j0 = p * L->opts.audio_stride * RV_FBANK_HOP;
+    int64_t j0 = tok_fbank_sample(L, tok_step_fbank(L, p, NULL), NULL);
     int64_t j1 = j0 + (int64_t)(L->opts.audio_time - 1) * RV_FBANK_HOP + RV_FBANK_LEN;
     t[0] = sample_time(L, j0);
     t[1] = sample_time(L, j1);

@@ -147,10 +147,12 @@ rv_status rv_tok_span_of(const rv_tok_layout *L, int64_t first, int64_t count,
     }
     int64_t kmin = INT64_MAX, kmax = INT64_MIN;
     if (v1 > v0) {
+        int64_t k0, k1;
         s.tubelet0 = v0 / L->per_tubelet;
         s.tubelet1 = (v1 - 1) / L->per_tubelet + 1;
-        s.frame0 = s.tubelet0 * o->tubelet;
-        s.frame1 = tok_min(s.tubelet1 * o->tubelet, L->nframes);
+        tok_tubelet_frames(L, s.tubelet0, NULL, &s.frame0, &k1);
+        tok_tubelet_frames(L, s.tubelet1 - 1, NULL, &k0, &k1);
+        s.frame1 = tok_min(k1, L->nframes);
         kmin = s.frame0;
         kmax = s.frame1;
         tok_tubelet_time(L, s.tubelet0, t);
@@ -162,10 +164,12 @@ rv_status rv_tok_span_of(const rv_tok_layout *L, int64_t first, int64_t count,
     if (a1 > a0) {
         s.step0 = a0 / L->bands;
         s.step1 = (a1 - 1) / L->bands + 1;
-        s.fbank0 = s.step0 * o->audio_stride;
-        s.fbank1 = (s.step1 - 1) * o->audio_stride + o->audio_time;
-        s.sample0 = s.fbank0 * RV_FBANK_HOP;
-        s.sample1 = (s.fbank1 - 1) * RV_FBANK_HOP + RV_FBANK_LEN;
+        /* a step's fbank frames, and a fbank frame's samples, are consecutive
+         * (within one window when windows are cut from the recording) */
+        s.fbank0 = tok_step_fbank(L, s.step0, NULL);
+        s.fbank1 = tok_step_fbank(L, s.step1 - 1, NULL) + o->audio_time;
+        s.sample0 = tok_fbank_sample(L, s.fbank0, NULL);
+        s.sample1 = tok_fbank_sample(L, s.fbank1 - 1, NULL) + RV_FBANK_LEN;
         kmin = tok_min(kmin, tok_grid_at_or_before(&L->ingest, s.sample0));
         kmax = tok_max(kmax, tok_grid_at_or_after(&L->ingest, s.sample1));
         tok_step_time(L, s.step0, t);

@@ -18,6 +18,13 @@
  * window after the last item is not in the sequence, and its special tokens
  * must not go out.
  *
+ * Windows cut from the recording (window_positions): a tubelet ends early
+ * where its window's frames end (its last frame repeated, as at the
+ * recording's end), fbank frames restart at each window's first sample and
+ * audio steps at its first fbank frame; where each item starts comes from the
+ * layout (tok_tubelet_frames, tok_fbank_sample, tok_step_fbank), with a
+ * cursor per kind so consecutive items cost O(1).
+ *
  * Times: each token's sequence time comes from the layout's arithmetic, its
  * time on the container's clock is the layout's t0 plus it (an open pass takes
  * t0 from its first chunk). */
@@ -53,6 +60,8 @@ struct rv_tokenizer {
     uint8_t *tub;              /* (T, S, S, 3) frames of tubelet g_next so far */
     int tub_n;
     int64_t g_next;
+    int64_t tub_k0, tub_k1;    /* tubelet g_next's frames [tub_k0, tub_k1) */
+    tok_cursor vcur, fcur, pcur; /* the windows of tubelets, fbank frames, steps */
     uint8_t *last;             /* the latest frame inside the layout, for padding */
     int have_last;
     int64_t k_seen;            /* one past the highest frame index seen */
@@ -101,19 +110,38 @@ static int64_t clamp64(int64_t v, int64_t lo, int64_t hi)
     return v < lo ? lo : v > hi ? hi : v;
 }
 
+/* The frames of tubelet g_next, once it is one to make. */
+static void next_tubelet(rv_tokenizer *t)
+{
+    if (t->g_next < t->gB)
+        tok_tubelet_frames(&t->L, t->g_next, &t->vcur, &t->tub_k0, &t->tub_k1);
+}
+
 /* Derived ranges from [gA, gB), [pA, pB), [fA, fB). */
 static void set_needs(rv_tokenizer *t)
 {
-    const int T = t->L.opts.tubelet;
-    t->kA = t->gA * T;
-    t->kB = t->gB == RV_TOK_OPEN ? RV_TOK_OPEN : tok_min(t->gB * T, t->L.nframes);
+    const rv_tok_layout *L = &t->L;
+    int64_t k0, k1;
+    if (t->gB > t->gA) {
+        tok_tubelet_frames(L, t->gA, NULL, &t->kA, &k1);
+        if (t->gB == RV_TOK_OPEN) {
+            t->kB = RV_TOK_OPEN;
+        } else {
+            tok_tubelet_frames(L, t->gB - 1, NULL, &k0, &k1);
+            t->kB = tok_min(k1, L->nframes);
+        }
+    } else {
+        t->kA = t->kB = t->gA * L->opts.tubelet; /* no frame to read */
+    }
     if (t->kB < t->kA)
         t->kB = t->kA;
-    t->jA = t->fA * RV_FBANK_HOP;
-    if (t->fB == RV_TOK_OPEN)
-        t->jB = RV_TOK_OPEN;
-    else
-        t->jB = t->fB > t->fA ? (t->fB - 1) * RV_FBANK_HOP + RV_FBANK_LEN : t->jA;
+    if (t->fB > t->fA) {
+        t->jA = tok_fbank_sample(L, t->fA, NULL);
+        t->jB = t->fB == RV_TOK_OPEN ? RV_TOK_OPEN
+                                     : tok_fbank_sample(L, t->fB - 1, NULL) + RV_FBANK_LEN;
+    } else {
+        t->jA = t->jB = t->fA * RV_FBANK_HOP; /* no sample to read */
+    }
 }
 
 rv_status rv_tokenizer_new(const rv_tok_layout *plan, int64_t first, int64_t count,
@@ -169,12 +197,18 @@ rv_status rv_tokenizer_new(const rv_tok_layout *plan, int64_t first, int64_t cou
         t->gB = t->L.tubelets;
         t->pB = t->L.steps;
         t->fB = t->L.fbank_frames;
+        /* cut windows too short for a fbank frame (a step) never hold one */
+        if (tok_cut(&t->L) && !tok_block_can_hold(&t->L, TOK_FBANKS))
+            t->fB = 0;
+        if (tok_cut(&t->L) && !tok_block_can_hold(&t->L, TOK_STEPS))
+            t->pB = 0;
         t->lead = tok_lead(&t->L);
         t->cls_pending = t->lead ? 0 : to->cls;
         t->w_end = t->L.windows;
     }
     set_needs(t);
     t->g_next = t->vp_g0 = t->gA;
+    next_tubelet(t);
     t->p_next = t->ap_p0 = t->pA;
     t->f_next = t->f_reported = t->fr_f0 = t->fA;
     t->sb_j0 = t->jA;
@@ -229,48 +263,47 @@ void rv_tokenizer_stats(const rv_tokenizer *t, rv_tok_stats *out)
 
 /* ---- making items -------------------------------------------------------------------- */
 
-static rv_status make_tubelet(rv_tokenizer *t, const uint8_t *const *frames)
+/* Tubelet g_next from its tub_n frames: a tubelet whose frames end early (at
+ * the recording's end, or at its window's with cut windows) repeats its last. */
+static rv_status make_tubelet(rv_tokenizer *t)
 {
     const rv_tok_layout *L = &t->L;
+    const int T = L->opts.tubelet;
     const int64_t per = (int64_t)L->per_tubelet * L->video_dim;
     rv_status st = grow((void **)&t->vp, &t->vp_cap, (t->g_next + 1 - t->vp_g0) * per,
                         sizeof(float));
     if (st != RV_OK)
         return st;
-    rv_tubelet_patchify(frames, L->opts.tubelet, L->ingest.size, L->opts.patch, t->lut,
+    const uint8_t *ptr[64];
+    for (int i = 0; i < T; i++)
+        ptr[i] = t->tub + (size_t)(i < t->tub_n ? i : t->tub_n - 1) * t->fsize;
+    rv_tubelet_patchify(ptr, T, L->ingest.size, L->opts.patch, t->lut,
                         t->vp + (t->g_next - t->vp_g0) * per);
     t->g_next++;
     t->tub_n = 0;
+    next_tubelet(t);
     return RV_OK;
 }
 
 /* Adds one frame (grid index k) to the tubelet being filled. */
 static rv_status take_frame(rv_tokenizer *t, int64_t k, const uint8_t *frame)
 {
-    const int T = t->L.opts.tubelet;
-    if (k != t->g_next * T + t->tub_n)
+    if (t->g_next >= t->gB || k != t->tub_k0 + t->tub_n)
         return rv_fail(RV_ERR_INTERNAL, "tokenize: frame %lld arrived, %lld expected",
-                       (long long)k, (long long)(t->g_next * T + t->tub_n));
+                       (long long)k, (long long)(t->tub_k0 + t->tub_n));
     memcpy(t->tub + (size_t)t->tub_n * t->fsize, frame, t->fsize);
     t->tub_n++;
-    if (t->tub_n < T)
+    if (t->tub_n < t->L.opts.tubelet && t->tub_k0 + t->tub_n < t->tub_k1)
         return RV_OK;
-    const uint8_t *ptr[64];
-    for (int i = 0; i < T; i++)
-        ptr[i] = t->tub + (size_t)i * t->fsize;
-    return make_tubelet(t, ptr);
+    return make_tubelet(t);
 }
 
 /* The last tubelet when the frames end inside it: its last frame repeated. */
 static rv_status close_tubelet(rv_tokenizer *t)
 {
-    const int T = t->L.opts.tubelet;
     if (t->tub_n == 0 || t->g_next >= t->gB)
         return RV_OK;
-    const uint8_t *ptr[64];
-    for (int i = 0; i < T; i++)
-        ptr[i] = t->tub + (size_t)(i < t->tub_n ? i : t->tub_n - 1) * t->fsize;
-    return make_tubelet(t, ptr);
+    return make_tubelet(t);
 }
 
 /* Computes the fbank frames the buffered samples allow, then the audio steps
@@ -278,37 +311,36 @@ static rv_status close_tubelet(rv_tokenizer *t)
 static rv_status run_audio(rv_tokenizer *t)
 {
     const rv_tok_layout *L = &t->L;
-    const int W = L->opts.audio_time, S = L->opts.audio_stride;
+    const int W = L->opts.audio_time;
     rv_status st;
-    int64_t avail = t->sb_j0 + t->sb_n;
-    int64_t nf = 0;
-    while (t->f_next + nf < t->fB &&
-           (t->f_next + nf) * RV_FBANK_HOP + RV_FBANK_LEN <= avail)
-        nf++;
-    if (nf > 0) {
-        if ((st = grow((void **)&t->fr, &t->fr_cap, (t->fr_n + nf) * RV_FBANK_BINS,
+    const int64_t avail = t->sb_j0 + t->sb_n;
+    int64_t j = 0; /* fbank frame f_next's first sample */
+    while (t->f_next < t->fB &&
+           (j = tok_fbank_sample(L, t->f_next, &t->fcur)) + RV_FBANK_LEN <= avail) {
+        if ((st = grow((void **)&t->fr, &t->fr_cap, (t->fr_n + 1) * RV_FBANK_BINS,
                        sizeof(float))) != RV_OK)
             return st;
-        for (int64_t i = 0; i < nf; i++, t->f_next++) {
-            rv_fbank_frame(t->fb, t->sb + (t->f_next * RV_FBANK_HOP - t->sb_j0),
-                           t->fr + (t->f_next - t->fr_f0) * RV_FBANK_BINS);
-            t->fr_n++;
-        }
-        t->st.fbank_frames += nf;
+        rv_fbank_frame(t->fb, t->sb + (j - t->sb_j0), t->fr + (t->f_next - t->fr_f0) * RV_FBANK_BINS);
+        t->fr_n++;
+        t->f_next++;
+        t->st.fbank_frames++;
     }
     /* Samples before the next frame's start are read by no later frame. */
-    int64_t drop = tok_min(t->f_next * RV_FBANK_HOP - t->sb_j0, t->sb_n);
+    int64_t next = t->f_next < t->fB ? tok_fbank_sample(L, t->f_next, &t->fcur)
+                                     : t->f_next * RV_FBANK_HOP;
+    int64_t drop = tok_min(next - t->sb_j0, t->sb_n);
     if (drop > 0) {
         memmove(t->sb, t->sb + drop, sizeof(float) * (size_t)(t->sb_n - drop));
         t->sb_n -= drop;
         t->sb_j0 += drop;
     }
     const int64_t per = (int64_t)L->bands * L->audio_dim;
-    while (t->p_next < t->pB && t->p_next * S + W <= t->f_next) {
+    int64_t f0; /* audio step p_next's first fbank frame */
+    while (t->p_next < t->pB && (f0 = tok_step_fbank(L, t->p_next, &t->pcur)) + W <= t->f_next) {
         if ((st = grow((void **)&t->ap, &t->ap_cap, (t->p_next + 1 - t->ap_p0) * per,
                        sizeof(float))) != RV_OK)
             return st;
-        rv_audio_patchify(t->fr + (t->p_next * S - t->fr_f0) * RV_FBANK_BINS, RV_FBANK_BINS,
+        rv_audio_patchify(t->fr + (f0 - t->fr_f0) * RV_FBANK_BINS, RV_FBANK_BINS,
                           L->opts.audio_freq, rv_tok_audio_fstride(&L->opts), W,
                           L->opts.audio_mean, L->opts.audio_std,
                           t->ap + (t->p_next - t->ap_p0) * per);
@@ -366,7 +398,7 @@ static void release(rv_tokenizer *t, int64_t g, int64_t p)
     }
     int64_t keep = t->f_reported;
     if (t->p_next < t->pB)
-        keep = tok_min(keep, t->p_next * L->opts.audio_stride);
+        keep = tok_min(keep, tok_step_fbank(L, t->p_next, &t->pcur));
     k = tok_min(keep, t->fr_f0 + t->fr_n) - t->fr_f0;
     if (k > 0) {
         memmove(t->fr, t->fr + k * RV_FBANK_BINS, sizeof(float) * (size_t)((t->fr_n - k) * RV_FBANK_BINS));
@@ -536,7 +568,7 @@ static rv_status emit(rv_tokenizer *t, int64_t w, int last)
 static int window_exists(const rv_tokenizer *t, int64_t w)
 {
     const rv_tok_layout *L = &t->L;
-    if (t->k_seen > 0 && rv_tok_window_of_tubelet(L, (t->k_seen - 1) / L->opts.tubelet) >= w)
+    if (t->k_seen > 0 && tok_window_of_frame(L, t->k_seen - 1) >= w)
         return 1;
     return t->p_next > 0 && rv_tok_window_of_step(L, t->p_next - 1) >= w;
 }
@@ -626,7 +658,10 @@ static void close_layout(rv_tokenizer *t)
     t->gB = L->tubelets;
     t->pB = L->steps;
     t->fB = L->fbank_frames;
+    /* the cursors cached windows of the open counts; the last one may end early */
+    t->vcur = t->fcur = t->pcur = (tok_cursor){0};
     set_needs(t);
+    next_tubelet(t);
     t->tok_b = L->seq;
     t->w_end = L->windows;
 }
@@ -634,13 +669,12 @@ static void close_layout(rv_tokenizer *t)
 static rv_status finish(rv_tokenizer *t)
 {
     const rv_tok_layout *L = &t->L;
-    const int T = L->opts.tubelet;
     rv_status st;
     if (t->open) {
         close_layout(t);
     } else {
         /* Frames the layout has and the recording had not: the last one repeated. */
-        int64_t k_have = t->g_next * T + t->tub_n;
+        int64_t k_have = t->g_next < t->gB ? t->tub_k0 + t->tub_n : t->kB;
         if (t->kB > t->kA && k_have < t->kB) {
             int64_t fps_ceil = (L->ingest.fps_num + L->ingest.fps_den - 1) / L->ingest.fps_den;
             int64_t limit = (int64_t)ceil(RV_TOK_PAD_MAX_S * (double)fps_ceil);

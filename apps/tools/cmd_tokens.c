@@ -78,10 +78,12 @@ static const char help_text[] =
     "                      fbank normalisation (x - M) / (2 S) (default AST's,\n"
     "                      -4.2677393, 4.5689974)\n"
     "  --audio-window SEC  interleaving window (default 2)\n"
-    "  --block SEC         attention blocks of SEC seconds, each led by the special\n"
-    "                      tokens, positions counted from its start\n"
-    "  --frame             attention blocks of one tubelet each, likewise (needs\n"
-    "                      video)\n"
+    "  --block SEC         attention blocks of SEC seconds, each tokenized as the\n"
+    "                      recording cut there (its own tubelets, fbank frames and\n"
+    "                      audio patches, positions from 0), led by the special\n"
+    "                      tokens\n"
+    "  --frame             attention blocks of one tubelet's time each, likewise\n"
+    "                      (needs video)\n"
     "  --cls               a leading class token\n"
     "  --dist              a distillation token after the class token (implies --cls)\n"
     "  --no-audio, --no-video, --audio-stream I, --video-stream I\n"
@@ -98,7 +100,8 @@ static const char help_text[] =
     "  --json              one JSON object on stdout instead of the table\n"
     "  -o, --output OUT    write the tokens to OUT.safetensors; '-': to standard\n"
     "                      output (not a terminal; the table goes to stderr, --json\n"
-    "                      is refused)\n"
+    "                      is refused); its audio_fbank holds the log-mel rows, with\n"
+    "                      --block / --frame each block's own, block after block\n"
     "\n"
     "Exit status: 0 ok, 1 the file cannot be read or tokenized, 2 usage.\n"
     "\n"
@@ -386,8 +389,8 @@ static void report_table(const report *r)
            (long long)L->audio_dim,
            (long long)L->fbank_frames);
     if (r->a->blocks)
-        printf("blocks:     %lld attention blocks (the windows), each led by %d special "
-               "token%s, positions counted from each block's start\n", (long long)L->windows,
+        printf("blocks:     %lld attention blocks (the windows), each the recording cut at "
+               "its bounds, led by %d special token%s, positions from 0\n", (long long)L->windows,
                L->opts.cls_each_window ? L->opts.cls : 0,
                (L->opts.cls_each_window ? L->opts.cls : 0) == 1 ? "" : "s");
     if (r->decoded) {

@@ -70,11 +70,9 @@ rv_status vit_tokens_check(const rv_vit_model *m, const rv_vit_tokens *in, int p
     const int agrid = c->audio_pos == RV_APOS_GRID;
     if (agrid && in->naudio > 0 && in->audio_steps < 0)
         return rv_fail(RV_ERR_INVALID, "vit forward: audio_steps %lld", (long long)in->audio_steps);
-    /* AST's grid: positions of steps up to the stored grid, or up to audio_steps
-     * when the grid is resampled to them. */
-    const int64_t max_step = agrid ? (in->audio_steps > c->audio_grid_t ? in->audio_steps
-                                                                         : c->audio_grid_t)
-                                   : INT64_MAX;
+    /* AST's grid: positions of steps up to the stored grid, or up to the token's
+     * steps (audio_steps, or its block's) when the grid is resampled to them. */
+    vit_steps_cache sc = {-1, 0};
     int64_t nv = 0, na = 0;
     for (int64_t i = 0; i < in->len; i++) {
         const int64_t *p = in->pos + 3 * i;
@@ -89,10 +87,13 @@ rv_status vit_tokens_check(const rv_vit_model *m, const rv_vit_tokens *in, int p
             if (p[1] < 0 || p[1] >= bands)
                 return rv_fail(RV_ERR_INVALID, "vit forward: token %lld: audio band %lld outside "
                                "[0, %d)", (long long)i, (long long)p[1], bands);
+            const int64_t steps = agrid ? vit_token_audio_steps(in, i, &sc) : 0;
+            const int64_t max_step = !agrid ? INT64_MAX
+                                     : steps > c->audio_grid_t ? steps : c->audio_grid_t;
             if (p[0] < 0 || p[0] >= max_step)
                 return rv_fail(RV_ERR_INVALID, "vit forward: token %lld: audio step %lld outside "
                                "[0, %lld) (audio_steps %lld, the stored grid %d)", (long long)i,
-                               (long long)p[0], (long long)max_step, (long long)in->audio_steps,
+                               (long long)p[0], (long long)max_step, (long long)steps,
                                c->audio_grid_t);
             na++;
         } else if (mod == RV_MOD_CLS) {
@@ -194,6 +195,7 @@ rv_status vit_embed(const rv_vit_model *m, rv_backend *be, const rv_vit_tokens *
         vit_sinusoid_denoms(D, den);
     }
     int64_t vi = 0, ai = 0;
+    vit_steps_cache sc = {-1, 0};
     for (int i = 0; i < len; i++) {
         float *row = x + (size_t)i * D;
         const int64_t *p = in->pos + 3 * (size_t)i;
@@ -217,7 +219,7 @@ rv_status vit_embed(const rv_vit_model *m, rv_backend *be, const rv_vit_tokens *
             if (c->audio_pos == RV_APOS_BAND)
                 add_row(row, m->band + (size_t)p[1] * D, D);
             else if (c->audio_pos == RV_APOS_GRID)
-                vit_apos_row(m, p[0], (int)p[1], in->audio_steps, row);
+                vit_apos_row(m, p[0], (int)p[1], vit_token_audio_steps(in, i, &sc), row);
             if (c->time_code)
                 add_row(row, m->modality + D, D);
             break;

@@ -97,6 +97,14 @@ void vit_grid_resample_bwd(const double *ddst, int sg, int dg, int dim, int cubi
  * tap count (1 or 2). */
 int vit_time_taps(int64_t p, int64_t steps, int grid_t, int64_t idx[2], double w[2]);
 
+/* The steps token i's grid positions are resampled to: its block's
+ * (rv_vit_tokens.layout), else in->audio_steps. c caches the last block's;
+ * start it at {-1, 0}. */
+typedef struct vit_steps_cache {
+    int64_t w, steps;
+} vit_steps_cache;
+int64_t vit_token_audio_steps(const rv_vit_tokens *in, int64_t i, vit_steps_cache *c);
+
 /* x (D) += apos(step, band): AST's grid position of an audio token (vit_time_taps). */
 void vit_apos_row(const rv_vit_model *m, int64_t step, int band, int64_t steps, float *x);
 

@@ -8,6 +8,7 @@
  *   pos, band, audio_pos, cls, modality: scatter-adds of the rows into the
  *               table rows the tokens read (those the family has); a resampled
  *               position grid (bilinear or bicubic) and AST's time-resampled grid
+ *               (to each block's own steps under block spans, as the forward)
  *               pass their gradient to the stored table through the resampling's
  *               transpose; fixed sinusoid positions have no gradient.
  * The scatter-adds (many tokens into one table row) are summed in double, so a
@@ -63,6 +64,7 @@ rv_status vit_embed_backward(const rv_vit_model *m, rv_backend *be, const rv_vit
     double *a_pos = a_band + (size_t)bands * D, *a_apos = a_pos + (size_t)prow * D;
     double *a_rpos = a_apos + (size_t)arow * D;
 
+    vit_steps_cache sc = {-1, 0}; /* AST's grid: each block's own steps */
     for (int i = 0; i < len; i++) {
         const float *row = dx + (size_t)i * D;
         const int64_t *p = in->pos + 3 * (size_t)i;
@@ -82,7 +84,8 @@ rv_status vit_embed_backward(const rv_vit_model *m, rv_backend *be, const rv_vit
             } else if (c->audio_pos == RV_APOS_GRID) {
                 int64_t idx[2];
                 double w[2];
-                int n = vit_time_taps(p[0], in->audio_steps, c->audio_grid_t, idx, w);
+                int n = vit_time_taps(p[0], vit_token_audio_steps(in, i, &sc), c->audio_grid_t,
+                                      idx, w);
                 double *base = a_apos + (size_t)p[1] * c->audio_grid_t * D;
                 for (int k = 0; k < n; k++)
                     for (int j = 0; j < D; j++)

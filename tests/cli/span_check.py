@@ -7,6 +7,11 @@ tests/cli/test_spans.sh (json + numpy only; outputs read with embed_compare.load
         positions equal PART k's (the same recording cut to that block with
         --start/--duration, full attention, --tokens) within 1e-5 relative, and
         WHOLE's segment k equals PART k's global mean
+  span_check.py blocks-matched WHOLE PART...   the same with audio: block k's
+        tokens are PART k's matched by (modality, position), as a part
+        interleaves its video and audio in 2 s windows where a block holds its
+        video, then its audio (each token's output does not depend on the
+        order under full attention)
   span_check.py golden OUT GOLDEN.npy   OUT's per-token outputs (--tokens), as
         (frames, tokens per frame, D), equal the float64 golden within 1e-4
         relative (tests/peer/frame_golden.py: the image ViT on every frame)
@@ -41,7 +46,23 @@ def rel(a, b):
     return float(np.abs(a - b).max()) / max(float(np.abs(b).max()), 1e-30) if b.size else 0.0
 
 
-def blocks(whole, parts):
+def match_order(p, w, off, n, path):
+    """PART p's token order that puts its tokens where WHOLE w's block has them
+    (w's tokens [off, off + n)), matched by (modality, position)."""
+    def key(d, i):
+        return (int(d["token_modality"][i]),) + tuple(int(x) for x in d["token_pos"][i])
+    where = {key(p, i): i for i in range(n)}
+    if len(where) != n:
+        fail(f"{path}: two tokens share a modality and position")
+    order = []
+    for i in range(off, off + n):
+        if key(w, i) not in where:
+            fail(f"{path} has no token {key(w, i)} (modality, position) of the block")
+        order.append(where[key(w, i)])
+    return np.array(order, dtype=np.int64)
+
+
+def blocks(whole, parts, matched=False):
     w, _ = load(whole)
     off = 0
     for k, path in enumerate(parts):
@@ -49,6 +70,10 @@ def blocks(whole, parts):
         n = p["tokens"].shape[0]
         if off + n > w["tokens"].shape[0]:
             fail(f"{whole}: {w['tokens'].shape[0]} tokens, fewer than the parts' (block {k})")
+        if matched:
+            order = match_order(p, w, off, n, path)
+            p = {name: p[name][order] for name in ("token_pos", "token_modality", "token_time",
+                                                    "tokens")} | {"global": p["global"]}
         for name in ("token_pos", "token_modality"):
             if not np.array_equal(w[name][off:off + n], p[name]):
                 fail(f"block {k}: {name} differs from {path}")
@@ -126,8 +151,8 @@ def differ(a, b, least):
 
 def main(argv):
     try:
-        if len(argv) >= 3 and argv[0] == "blocks":
-            blocks(argv[1], argv[2:])
+        if len(argv) >= 3 and argv[0] in ("blocks", "blocks-matched"):
+            blocks(argv[1], argv[2:], argv[0] == "blocks-matched")
         elif len(argv) == 3 and argv[0] == "golden":
             golden(argv[1], argv[2])
         elif len(argv) == 4 and argv[0] == "hop":

@@ -6,8 +6,11 @@
 #   - block=4 on a 12 s video equals embedding each 4 s block alone (--start,
 #     --duration, full attention): every token's output, time and position, and
 #     the block's segment equals the part's global mean; at cp 1 and cp 3 (ring)
-#     and cp 2 (allgather). Video only: with audio, the last audio patches of a
-#     block read the samples after it, which a recording cut there does not hold;
+#     and cp 2 (allgather); video only, and with audio at cp 1 and 3 (each block
+#     is tokenized as the recording cut at its bounds: its own fbank frames and
+#     audio patches from its first sample, none reading past its end; a part
+#     interleaves its 2 s windows, so its tokens are matched by modality and
+#     position);
 #   - frame with a tiny torchvision ViT (tests/peer/frame_golden.py, converted by
 #     scripts/convert-torchvision.py) equals torchvision's image model on every
 #     frame of a losslessly encoded video (float64 golden, 1e-4 relative); cp 2
@@ -115,11 +118,27 @@ t_block() { # CP STRATEGY
 t_block_cp1() { t_block 1 ring; }
 t_block_cp3() { t_block 3 ring; }
 t_block_allgather() { t_block 2 allgather; }
+t_parts_av() {
+    for s in 0 4 8; do
+        emb clip.mp4 $SMALL --start $s --duration 4 --tokens -o part_av$s.safetensors || return 1
+    done
+}
+t_block_av() { # CP
+    emb clip.mp4 $SMALL --attention block=4 --tokens --cp "$1" -o block_av_$1.safetensors &&
+        span blocks-matched block_av_$1.safetensors part_av0.safetensors part_av4.safetensors \
+            part_av8.safetensors
+}
+t_block_av_cp1() { t_block_av 1; }
+t_block_av_cp3() { t_block_av 3; }
 t_block_segments() {
     span meta block_1_ring.safetensors attention=block=4 segment_s=4 hop_s=4 &&
         "$PY" "$CMP" check block_1_ring.safetensors segments=3 per_token=1 >"$tmp/cmp" 2>&1 ||
         { why="${why:-$(tail -n 1 "$tmp/cmp")}"; return 1; }
 }
+# 3 blocks of 4 s, each its own recording: 1 class token, 4 tubelets of 2 x 2
+# patches, 64000 samples -> 398 fbank frames -> 24 audio steps of 8 bands; 3 x
+# (1 + 16 + 192) = 627 (the whole recording's audio grid cut by where each patch
+# starts gave 74 steps in all: 643)
 t_tokens_block() { # `ringvit tokens --block` lays out the same sequence
     run_exe tokens clip.mp4 --size 32 --fps 2 --cls --block 4 --json && want_rc 0 || return 1
     "$PY" -c 'import json, sys
@@ -128,15 +147,18 @@ t = d["tokens"]
 n = t["video"] + t["audio"] + t["cls"]
 b = d["blocks"]
 ok = b["count"] == 3 and b["cls_each_window"] and t["cls"] == 3
-sys.exit(0 if ok and str(n) == sys.argv[2] else 1)' "$tmp/out" 643 ||
-        { why="tokens --block reports another layout than 3 blocks of 643 tokens"; return 1; }
+sys.exit(0 if ok and str(n) == sys.argv[2] else 1)' "$tmp/out" 627 ||
+        { why="tokens --block reports another layout than 3 blocks of 627 tokens"; return 1; }
     emb clip.mp4 $SMALL --attention block=4 -o block_av.safetensors &&
-        span meta block_av.safetensors tokens=643
+        span meta block_av.safetensors tokens=627
 }
 check block-parts t_parts
 check block-equals-parts-cp1 t_block_cp1
 check block-equals-parts-cp3-ring t_block_cp3
 check block-equals-parts-cp2-allgather t_block_allgather
+check block-parts-with-audio t_parts_av
+check block-with-audio-equals-parts-cp1 t_block_av_cp1
+check block-with-audio-equals-parts-cp3 t_block_av_cp3
 check block-segments-are-the-blocks t_block_segments
 check block-layout-as-tokens t_tokens_block
 

@@ -3,9 +3,11 @@
 (tokenize/fbank.c), so tests/unit/test_tokenize_fbank.c can check it against
 torchaudio.
 
-    fbank_golden.py OUT.safetensors
+    fbank_golden.py OUT.safetensors [NAME=SIGNAL.f32 ...]
 
-Makes a set of test signals (16 kHz, float32 in [-1, 1]) and, for each NAME,
+Makes a set of test signals (16 kHz, float32 in [-1, 1]), or takes the given
+ones (raw little-endian float32 files, e.g. the samples of one attention block
+that tests/unit/test_tokenize_ast_blocks.c cuts out), and, for each NAME,
 writes (safetensors laid out by hand: 8-byte header length, JSON header, raw
 little-endian data)
     NAME/wave     (n) F32            the signal
@@ -91,12 +93,23 @@ def write_safetensors(path, tensors):
             f.write(b)
 
 
+def given(args):
+    out = {}
+    for a in args:
+        name, sep, path = a.partition("=")
+        if not sep or not name or not path:
+            raise SystemExit(f"fbank_golden.py: {a!r} is not NAME=SIGNAL.f32")
+        out[name] = np.fromfile(path, dtype="<f4")
+    return out
+
+
 def main():
-    if len(sys.argv) != 2:
+    if len(sys.argv) < 2:
         print(__doc__, file=sys.stderr)
         return 2
     tensors = []
-    for name, wave in signals().items():
+    waves = given(sys.argv[2:]) if len(sys.argv) > 2 else signals()
+    for name, wave in waves.items():
         tensors.append((name + "/wave", wave))
         tensors.append((name + "/fbank", fbank(wave, torch.float32).astype(np.float32)))
         tensors.append((name + "/fbank64", fbank(wave, torch.float64).astype(np.float64)))

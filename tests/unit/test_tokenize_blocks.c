@@ -1,34 +1,48 @@
 /* test_tokenize_blocks.c: windows as attention blocks (rv_tokens.h): frame
  * windows (window w = tubelet w's time range), special tokens leading every
- * window (cls_each_window), positions counted from each window's start
- * (window_positions), and every token's window index.
- *   - layouts against a brute-force model that finds each tubelet's and audio
- *     step's window by linear search on exact integers and writes the
- *     documented order out token by token (the special tokens of every window,
- *     empty ones too): time windows with cls 1 and 2 per window, frame windows
- *     at 1, 2 and 30000/1001 fps with T 1 and 2 and audio (audio outlasting
- *     the video, and ending before it), window positions; every token's
- *     description and window, the index helpers, window starts and times;
+ * window (cls_each_window), windows cut from the recording (window_positions:
+ * each window tokenized as a recording of its own, positions from 0), and
+ * every token's window index.
+ *   - layouts against a brute-force model that finds each frame's and each
+ *     sample's window by linear search on exact integers (cut windows: each
+ *     window's frames make its tubelets from its first frame, its samples its
+ *     fbank frames from its first sample and its steps from its first fbank
+ *     frame; windows of the whole grid: each tubelet's and step's window by
+ *     its start) and writes the documented order out token by token (the
+ *     special tokens of every window, empty ones too): time windows with cls 1
+ *     and 2 per window, frame windows at 1, 2 and 30000/1001 fps with T 1 and
+ *     2 and audio (audio outlasting the video, and ending before it), window
+ *     edges off the frames and samples, windows of q or q + 1 frames (samples)
+ *     that hold different numbers of tubelets (fbank frames); every token's
+ *     description, window and time, what each item reads, the index helpers,
+ *     window starts and times;
  *   - spans of every rank of 1, 2, 3, 4, 7 under both shard plans and of every
- *     short run: the special tokens counted (any number now), the times and
- *     items exactly those of their tokens;
+ *     short run: the special tokens counted, the times, items, frames, fbank
+ *     frames and samples exactly those of their tokens;
  *   - engine passes over synthetic recordings: the whole planned pass is what
- *     the layout says (window indices in every batch) with the patches of the
- *     plain sequence's tubelets and steps; the open pass equals it (no special
- *     tokens for windows that turn out not to exist); every rank of 1, 2, 3, 4
- *     and 7 under both shard plans, and slices starting inside a window, get
- *     bit for bit the whole pass's tokens, including special tokens of later
- *     windows;
- *   - a block is embedded as if on its own: the tokens of block w equal those
- *     of the plain tokenizer over the recording cut at the block;
+ *     the layout says (window indices in every batch) with, for windows of the
+ *     whole grid, the patches of the plain sequence's tubelets and steps, and
+ *     for cut windows patches and fbank rows written plainly from each window's
+ *     own frames and samples; the open pass equals it (no special tokens for
+ *     windows that turn out not to exist); every rank of 1, 2, 3, 4 and 7
+ *     under both shard plans, and slices starting inside a window, get bit for
+ *     bit the whole pass's tokens, including special tokens of later windows;
+ *   - a block is the recording cut at its bounds: the tokens of cut window w
+ *     equal an open pass, with the same options, over the window's frames and
+ *     samples alone as a recording of its own (one window long), and a planned
+ *     pass of the plain tokenizer over them: patches, positions, modality,
+ *     fbank rows, and times shifted by where the window's frames and samples
+ *     start;
  *   - the refusals (frame windows without video, flags other than 0 and 1).
  * That the options off give the earlier sequence bit for bit is
- * test_tokenize_compat.c. */
+ * test_tokenize_compat.c; AST's 10.24 s blocks against torchaudio are
+ * test_tokenize_ast_blocks.c. */
 #include "tokenize_collect.h"
 
 #include <math.h>
 #include <stdio.h>
 
+#include "rv_fbank.h"
 #include "rv_tokens.h"
 
 typedef struct bcase {
@@ -43,15 +57,15 @@ typedef struct bcase {
 static const bcase CASES[] = {
     /* time windows, a special token per window */
     {"time 1 s, cls 1 each", 5, 1, 16, 2, 8, 16, 16, 16, 0, 1, 1, 1, 1.0, 0.0, 0, 1, 0, 65, 13 * 16000},
-    {"time 0.35 s, cls 2 each, positions", 30000, 1001, 24, 3, 8, 32, 16, 10, 0, 2, 1, 1, 0.35,
+    {"time 0.35 s, cls 2 each, cut", 30000, 1001, 24, 3, 8, 32, 16, 10, 0, 2, 1, 1, 0.35,
      1.25, 0, 1, 1, 100, 55555},
-    {"time 0.01 s (empty windows), cls 2 each, positions", 25, 1, 16, 1, 8, 8, 16, 8, 0, 2, 1, 1,
-     0.01, 0.5, 0, 1, 1, 37, 20000},
+    {"time 0.01 s (empty windows, no fbank frame), cls 2 each, cut", 25, 1, 16, 1, 8, 8, 16, 8, 0,
+     2, 1, 1, 0.01, 0.5, 0, 1, 1, 37, 20000},
     {"video only 1 fps, 0.35 s windows, cls 2 each", 1, 1, 16, 1, 8, 16, 16, 16, 0, 2, 1, 0, 0.35,
      0.0, 0, 1, 1, 7, 0},
-    {"audio only, 0.05 s windows, cls 1 each, positions", 1, 1, 16, 1, 8, 16, 4, 4, 0, 1, 0, 1,
+    {"audio only, 0.05 s windows, cls 1 each, cut", 1, 1, 16, 1, 8, 16, 4, 4, 0, 1, 0, 1,
      0.05, 0.0, 0, 1, 1, 0, 9999},
-    {"time 1 s, AST audio, cls 2 each, positions", 5, 1, 16, 2, 8, 16, 16, 10, 10, 2, 1, 1, 1.0,
+    {"time 1 s, AST audio, cls 2 each, cut", 5, 1, 16, 2, 8, 16, 16, 10, 10, 2, 1, 1, 1.0,
      0.0, 0, 1, 1, 65, 13 * 16000},
     /* frame windows */
     {"frames 1 fps T 1, audio outlasting video, cls 1 each", 1, 1, 16, 1, 8, 16, 16, 16, 0, 1, 1,
@@ -62,27 +76,53 @@ static const bcase CASES[] = {
      2.0, 0.5, 1, 1, 1, 21, 11 * 16000},
     {"frames 2 fps T 2, audio ending early, cls 1 each", 2, 1, 16, 2, 8, 16, 16, 16, 0, 1, 1, 1,
      2.0, 0.0, 1, 1, 1, 21, 3 * 16000},
-    {"frames 30000/1001 T 1, cls 1 each, positions", 30000, 1001, 16, 1, 8, 32, 16, 10, 0, 1, 1, 1,
-     2.0, 1.25, 1, 1, 1, 100, 55555},
+    {"frames 30000/1001 T 1 (no audio step fits a frame), cls 1 each, cut", 30000, 1001, 16, 1, 8,
+     32, 16, 10, 0, 1, 1, 1, 2.0, 1.25, 1, 1, 1, 100, 55555},
     {"frames 30000/1001 T 2, cls 2 each", 30000, 1001, 16, 2, 8, 16, 8, 3, 0, 2, 1, 1, 2.0, 0.0, 1,
      1, 0, 61, 30011},
-    {"frames 2 fps T 1, no special tokens, positions", 2, 1, 16, 1, 8, 16, 16, 16, 0, 0, 1, 1, 2.0,
+    {"frames 2 fps T 1, no special tokens, cut", 2, 1, 16, 1, 8, 16, 16, 16, 0, 0, 1, 1, 2.0,
      0.0, 1, 1, 1, 21, 11 * 16000},
-    {"frames 5 fps T 2, leading cls 2, positions", 5, 1, 16, 2, 8, 16, 16, 10, 0, 2, 1, 1, 2.0,
+    {"frames 5 fps T 2, leading cls 2, cut", 5, 1, 16, 2, 8, 16, 16, 10, 0, 2, 1, 1, 2.0,
      0.0, 1, 0, 1, 33, 7 * 16000},
     {"frames video only 1 fps T 2, odd frames, cls 1 each", 1, 1, 16, 2, 8, 16, 16, 16, 0, 1, 1, 0,
      2.0, 0.0, 1, 1, 1, 9, 0},
-    /* audio steps of 10 ms: step 1001 k starts exactly where frame 300 k does
-     * (10.01 k s), a tie only exact arithmetic puts in the right window */
+    /* 10 ms audio steps (one fbank frame each): frame 300 k starts exactly at
+     * sample 160160 k (10.01 k s), a tie only exact arithmetic puts in the
+     * right window */
     {"frames 30000/1001 T 1, 10 ms audio steps, exact ties, cls 1 each", 30000, 1001, 16, 1, 16,
      128, 1, 1, 0, 1, 1, 1, 2.0, 0.0, 1, 1, 1, 630, 20 * 16000 + 3000},
-    /* 25 fps, T 2 (0.08 s) and 0.16 s audio steps: every other step starts on a
-     * tubelet edge, where 29 * 0.16 / 0.08 in doubles is just under 58 */
-    {"frames 25 fps T 2, default audio, ties, cls 2 each", 25, 1, 16, 2, 16, 16, 16, 16, 0, 2, 1, 1,
-     2.0, 0.0, 1, 1, 1, 250, 10 * 16000},
-    /* time windows, positions only (leading special token) */
-    {"time 0.5 s, leading cls 1, positions", 4, 1, 16, 2, 8, 16, 16, 16, 0, 1, 1, 1, 0.5, 0.0, 0,
+    /* 25 fps, T 2: windows of 0.08 s, 1280 samples, 6 fbank frames: too short
+     * for an audio step of 16 */
+    {"frames 25 fps T 2, default audio (none fits), cls 2 each", 25, 1, 16, 2, 16, 16, 16, 16, 0, 2,
+     1, 1, 2.0, 0.0, 1, 1, 1, 250, 10 * 16000},
+    /* time windows, leading special token */
+    {"time 0.5 s, leading cls 1, cut", 4, 1, 16, 2, 8, 16, 16, 16, 0, 1, 1, 1, 0.5, 0.0, 0,
      0, 1, 30, 8 * 16000},
+    /* windows of q or q + 1 frames / samples that hold different numbers of items */
+    {"time 0.41 s at 5 fps T 2: 2 or 3 frames, 1 or 2 tubelets, cls 1 each, cut", 5, 1, 16, 2, 8,
+     16, 16, 16, 0, 1, 1, 1, 0.41, 0.0, 0, 1, 1, 45, 9 * 16000},
+    {"audio only, 0.03499 s: 559 or 560 samples, 1 or 2 fbank frames, cls 1 each, cut", 1, 1, 16,
+     1, 8, 16, 1, 1, 0, 1, 0, 1, 0.03499, 0.0, 0, 1, 1, 0, 30000},
+    {"time 0.35 s at 7 fps, AST audio, cls 2 each, cut", 7, 1, 16, 2, 8, 16, 16, 10, 10, 2, 1, 1,
+     0.35, 0.0, 0, 1, 1, 40, 6 * 16000 + 1234},
+    /* blocks on frame and step edges (the cut keeps every patch of the whole
+     * grid there) and off them */
+    {"time 2 s, video only, cls 1, cut", 5, 1, 16, 2, 8, 16, 16, 10, 0, 1, 1, 0, 2.0, 0.0, 0, 1, 1,
+     47, 0},
+    {"time 2 s, video only, cls 2, start 0.5, cut", 5, 1, 16, 1, 8, 16, 16, 10, 0, 2, 1, 0, 2.0, 0.5,
+     0, 1, 1, 33, 0},
+    {"time 2 s, video and audio, cls 2, cut", 5, 1, 16, 2, 8, 16, 16, 10, 0, 2, 1, 1, 2.0, 0.0, 0, 1,
+     1, 47, 9 * 16000 + 5000},
+    {"time 1.28 s, 25 fps, default audio, cls 1, cut", 25, 1, 16, 2, 8, 16, 16, 16, 0, 1, 1, 1, 1.28,
+     0.0, 0, 1, 1, 101, 4 * 16000},
+    {"frame T 1, 5 fps, video and audio, cls 2, cut", 5, 1, 16, 1, 8, 16, 16, 10, 0, 2, 1, 1, 2.0,
+     0.0, 1, 1, 1, 13, 3 * 16000},
+    {"frame T 2, 5 fps, video and audio, cls 1, start 1, cut", 5, 1, 16, 2, 8, 16, 16, 10, 0, 1, 1,
+     1, 2.0, 1.0, 1, 1, 1, 15, 3 * 16000 + 2000},
+    {"frame T 2, 5 fps, video only, cls 1, cut", 5, 1, 16, 2, 8, 16, 16, 16, 0, 1, 1, 0, 2.0, 0.0, 1,
+     1, 1, 9, 0},
+    {"time 0.7 s, 3 fps T 2, AST audio, leading cls 2, cut", 3, 1, 16, 2, 8, 16, 16, 10, 10, 2, 1,
+     1, 0.7, 0.0, 0, 0, 1, 20, 7 * 16000 + 333},
 };
 #define NCASES (sizeof CASES / sizeof CASES[0])
 
@@ -122,38 +162,38 @@ static void make_case(const bcase *c, rv_tok_layout *L)
 
 __extension__ typedef __int128 i128;
 
-/* Largest w whose window starts at or before tubelet g's first frame, by linear
- * search on exact integers: time windows start w * window_us us after the grid
- * start, frame windows at frame w * T; frame k is k * fps_den / fps_num s in. */
-static int64_t model_window_video(const rv_tok_layout *L, int64_t g)
+/* Whether window w starts at or before frame k, on exact integers: time windows
+ * start w * window_us us after the grid start (window_us = the window rounded
+ * to the microsecond), frame windows at frame w * T; frame k is k * fps_den /
+ * fps_num s in. */
+static int starts_by_frame(const bcase *c, int64_t w, int64_t k)
 {
-    const int64_t T = L->opts.tubelet, fn = L->ingest.fps_num, fd = L->ingest.fps_den;
+    if (c->frame)
+        return w * c->T <= k;
+    return (i128)w * llround(c->window * 1e6) * c->fps_num <= (i128)k * c->fps_den * 1000000;
+}
+
+/* The same for sample j, j / 16000 s in. */
+static int starts_by_sample(const bcase *c, int64_t w, int64_t j)
+{
+    if (c->frame) /* frame w T at w T fd / fn s <= j / 16000 s */
+        return (i128)w * c->T * c->fps_den * 16000 <= (i128)j * c->fps_num;
+    return (i128)w * llround(c->window * 1e6) * 16 <= (i128)j * 1000; /* in 1/16e6 s */
+}
+
+/* Largest w starting at or before frame k (sample j), by linear search. */
+static int64_t model_window_of_frame(const bcase *c, int64_t k)
+{
     int64_t w = 0;
-    if (L->opts.frame_windows) {
-        while ((w + 1) * T * fd <= g * T * fd) /* frame (w+1)T's time <= frame gT's */
-            w++;
-        return w;
-    }
-    i128 t_num = (i128)g * T * fd * 1000000; /* us * fps_num */
-    while ((i128)(w + 1) * L->window_us * fn <= t_num)
+    while (starts_by_frame(c, w + 1, k))
         w++;
     return w;
 }
 
-/* The same for audio step p: its first sample j0 = p * stride * 160 is j0 / 16000
- * s after the grid start. */
-static int64_t model_window_audio(const rv_tok_layout *L, int64_t p)
+static int64_t model_window_of_sample(const bcase *c, int64_t j)
 {
-    const int64_t T = L->opts.tubelet, fn = L->ingest.fps_num, fd = L->ingest.fps_den;
-    const i128 j0 = (i128)p * L->opts.audio_stride * 160;
     int64_t w = 0;
-    if (L->opts.frame_windows) {
-        /* frame (w+1)T at (w+1) T fd / fn s <= j0 / 16000 s */
-        while ((i128)(w + 1) * T * fd * 16000 <= j0 * fn)
-            w++;
-        return w;
-    }
-    while ((i128)(w + 1) * L->window_us * 16 <= j0 * 1000) /* both in 1/16e6 s */
+    while (starts_by_sample(c, w + 1, j))
         w++;
     return w;
 }
@@ -168,71 +208,174 @@ typedef struct mtok {
 typedef struct model {
     int64_t n, windows, nspecial;
     mtok *tok;
-    int64_t *wstart; /* (windows + 1) the first token of each window */
+    int64_t *wstart;          /* (windows + 1) the first token of each window */
+    /* what each item reads */
+    int64_t ntub, nstep, nfb;
+    int64_t *tub_k0, *tub_k1; /* (ntub) frames [k0, k1) (k1 cut at the last frame) */
+    int64_t *tub_w;           /* (ntub) its window */
+    int64_t *step_f0, *step_w; /* (nstep) first fbank frame, window */
+    int64_t *fb_j0;           /* (nfb) first sample */
+    /* cut windows [0, nwin): frames [wk0, wk0 + wnf), samples [wj0, wj0 + wns),
+     * fbank frames [wf0, wf0 + wnfb) */
+    int64_t nwin;
+    int64_t *wk0, *wnf, *wj0, *wns, *wf0, *wnfb;
 } model;
+
+static int64_t *ialloc(int64_t n)
+{
+    int64_t *p = calloc((size_t)n + 1, sizeof(int64_t));
+    cr_assert(p);
+    return p;
+}
+
+/* Fbank frames of n samples and audio steps of f fbank frames, as rv_tokens.h
+ * says. */
+static int64_t model_fbanks(int64_t n) { return n >= 400 ? 1 + (n - 400) / 160 : 0; }
+static int64_t model_steps(const bcase *c, int64_t f)
+{
+    return f >= c->W ? 1 + (f - c->W) / c->stride : 0;
+}
+
+/* Items of the whole grid: tubelet g reads frames gT.., step p fbank frames
+ * p stride.., fbank frame f samples 160 f..; each in the window its start is in. */
+static void model_items_whole(const bcase *c, model *m)
+{
+    const int64_t nf = c->video ? c->nframes : 0, ns = c->audio ? c->nsamples : 0;
+    m->ntub = (nf + c->T - 1) / c->T;
+    m->nfb = model_fbanks(ns);
+    m->nstep = model_steps(c, m->nfb);
+    m->tub_k0 = ialloc(m->ntub), m->tub_k1 = ialloc(m->ntub), m->tub_w = ialloc(m->ntub);
+    m->step_f0 = ialloc(m->nstep), m->step_w = ialloc(m->nstep), m->fb_j0 = ialloc(m->nfb);
+    for (int64_t g = 0; g < m->ntub; g++) {
+        m->tub_k0[g] = g * c->T;
+        m->tub_k1[g] = (g + 1) * c->T < nf ? (g + 1) * c->T : nf;
+        m->tub_w[g] = model_window_of_frame(c, g * c->T);
+    }
+    for (int64_t f = 0; f < m->nfb; f++)
+        m->fb_j0[f] = 160 * f;
+    for (int64_t p = 0; p < m->nstep; p++) {
+        m->step_f0[p] = p * c->stride;
+        m->step_w[p] = model_window_of_sample(c, p * c->stride * 160);
+    }
+}
+
+/* Items of cut windows: each frame and each sample in the window its time is
+ * in; every window's frames make its tubelets (the last may be short), its
+ * samples its fbank frames, those its steps. */
+static void model_items_cut(const bcase *c, model *m)
+{
+    const int64_t nf = c->video ? c->nframes : 0, ns = c->audio ? c->nsamples : 0;
+    int64_t last = -1;
+    if (nf > 0)
+        last = model_window_of_frame(c, nf - 1);
+    if (ns > 0) {
+        int64_t w = model_window_of_sample(c, ns - 1);
+        last = w > last ? w : last;
+    }
+    m->nwin = last + 1;
+    m->wk0 = ialloc(m->nwin), m->wnf = ialloc(m->nwin), m->wj0 = ialloc(m->nwin);
+    m->wns = ialloc(m->nwin), m->wf0 = ialloc(m->nwin), m->wnfb = ialloc(m->nwin);
+    for (int64_t w = 0; w < m->nwin; w++)
+        m->wk0[w] = m->wj0[w] = -1;
+    for (int64_t k = 0, w = 0; k < nf; k++) {
+        while (starts_by_frame(c, w + 1, k))
+            w++;
+        if (m->wk0[w] < 0)
+            m->wk0[w] = k;
+        m->wnf[w]++;
+    }
+    for (int64_t j = 0, w = 0; j < ns; j++) {
+        while (starts_by_sample(c, w + 1, j))
+            w++;
+        if (m->wj0[w] < 0)
+            m->wj0[w] = j;
+        m->wns[w]++;
+    }
+    m->ntub = m->nfb = m->nstep = 0;
+    for (int64_t w = 0; w < m->nwin; w++) {
+        m->ntub += (m->wnf[w] + c->T - 1) / c->T;
+        m->wnfb[w] = model_fbanks(m->wns[w]);
+        m->nfb += m->wnfb[w];
+        m->nstep += model_steps(c, m->wnfb[w]);
+    }
+    m->tub_k0 = ialloc(m->ntub), m->tub_k1 = ialloc(m->ntub), m->tub_w = ialloc(m->ntub);
+    m->step_f0 = ialloc(m->nstep), m->step_w = ialloc(m->nstep), m->fb_j0 = ialloc(m->nfb);
+    int64_t g = 0, f = 0, p = 0;
+    for (int64_t w = 0; w < m->nwin; w++) {
+        for (int64_t k = m->wk0[w]; k >= 0 && k < m->wk0[w] + m->wnf[w]; k += c->T, g++) {
+            m->tub_k0[g] = k;
+            m->tub_k1[g] = k + c->T < m->wk0[w] + m->wnf[w] ? k + c->T : m->wk0[w] + m->wnf[w];
+            m->tub_w[g] = w;
+        }
+        m->wf0[w] = f;
+        for (int64_t i = 0; i < m->wnfb[w]; i++, f++)
+            m->fb_j0[f] = m->wj0[w] + 160 * i;
+        for (int64_t i = 0; i < model_steps(c, m->wnfb[w]); i++, p++) {
+            m->step_f0[p] = m->wf0[w] + i * c->stride;
+            m->step_w[p] = w;
+        }
+    }
+}
 
 /* The documented order, written out: the leading special tokens (or, with
  * cls_each_window, every window's), then window by window its tubelets' tokens
  * and its steps' tokens. */
-static void model_make(const rv_tok_layout *L, model *m)
+static void model_make(const bcase *c, const rv_tok_layout *L, model *m)
 {
-    const rv_tok_opts *o = &L->opts;
-    int64_t G = L->tubelets, NP = L->steps;
-    int64_t *wg = malloc(sizeof(int64_t) * (size_t)(G + 1));
-    int64_t *wp = malloc(sizeof(int64_t) * (size_t)(NP + 1));
+    memset(m, 0, sizeof *m);
+    if (c->rel)
+        model_items_cut(c, m);
+    else
+        model_items_whole(c, m);
     int64_t windows = 0;
-    for (int64_t g = 0; g < G; g++) {
-        wg[g] = model_window_video(L, g);
-        windows = wg[g] + 1 > windows ? wg[g] + 1 : windows;
-    }
-    for (int64_t p = 0; p < NP; p++) {
-        wp[p] = model_window_audio(L, p);
-        windows = wp[p] + 1 > windows ? wp[p] + 1 : windows;
-    }
-    int64_t cap = (o->cls_each_window ? windows + 1 : 1) * o->cls + G * L->per_tubelet +
-                  NP * L->bands + 1;
+    for (int64_t g = 0; g < m->ntub; g++)
+        windows = m->tub_w[g] + 1 > windows ? m->tub_w[g] + 1 : windows;
+    for (int64_t p = 0; p < m->nstep; p++)
+        windows = m->step_w[p] + 1 > windows ? m->step_w[p] + 1 : windows;
+    int64_t cap = (c->each ? windows + 1 : 1) * c->cls + m->ntub * L->per_tubelet +
+                  m->nstep * L->bands + 1;
     m->tok = malloc(sizeof(mtok) * (size_t)cap);
-    m->wstart = malloc(sizeof(int64_t) * (size_t)(windows + 2));
+    m->wstart = ialloc(windows + 1);
     m->windows = windows;
-    m->nspecial = 0;
     int64_t n = 0;
-    if (!o->cls_each_window)
-        for (int i = 0; i < o->cls; i++, n++, m->nspecial++)
+    if (!c->each)
+        for (int i = 0; i < c->cls; i++, n++, m->nspecial++)
             m->tok[n] = (mtok){RV_MOD_CLS, -1, 0, i, 0};
     for (int64_t w = 0; w < windows; w++) {
         m->wstart[w] = n;
-        if (o->cls_each_window)
-            for (int i = 0; i < o->cls; i++, n++, m->nspecial++)
+        if (c->each)
+            for (int i = 0; i < c->cls; i++, n++, m->nspecial++)
                 m->tok[n] = (mtok){RV_MOD_CLS, -1, w, i, 0};
         int64_t first = -1;
-        for (int64_t g = 0; g < G; g++) {
-            if (wg[g] != w)
+        for (int64_t g = 0; g < m->ntub; g++) {
+            if (m->tub_w[g] != w)
                 continue;
             if (first < 0)
                 first = g;
             for (int q = 0; q < L->per_tubelet; q++, n++)
-                m->tok[n] = (mtok){RV_MOD_VIDEO, g, w, o->window_positions ? g - first : g, q};
+                m->tok[n] = (mtok){RV_MOD_VIDEO, g, w, c->rel ? g - first : g, q};
         }
         first = -1;
-        for (int64_t p = 0; p < NP; p++) {
-            if (wp[p] != w)
+        for (int64_t p = 0; p < m->nstep; p++) {
+            if (m->step_w[p] != w)
                 continue;
             if (first < 0)
                 first = p;
             for (int b = 0; b < L->bands; b++, n++)
-                m->tok[n] = (mtok){RV_MOD_AUDIO, p, w, o->window_positions ? p - first : p, b};
+                m->tok[n] = (mtok){RV_MOD_AUDIO, p, w, c->rel ? p - first : p, b};
         }
     }
     m->wstart[windows] = n;
     m->n = n;
-    free(wg);
-    free(wp);
 }
 
 static void model_free(model *m)
 {
-    free(m->tok);
-    free(m->wstart);
+    free(m->tok), free(m->wstart);
+    free(m->tub_k0), free(m->tub_k1), free(m->tub_w);
+    free(m->step_f0), free(m->step_w), free(m->fb_j0);
+    free(m->wk0), free(m->wnf), free(m->wj0), free(m->wns), free(m->wf0), free(m->wnfb);
+    memset(m, 0, sizeof *m);
 }
 
 /* t_w: time windows start (start_us + w * window_us) / 1e6 s (the microsecond
@@ -246,6 +389,9 @@ static double model_window_time(const rv_tok_layout *L, const bcase *c, int64_t 
     return t;
 }
 
+/* Sample j's time, s after t0 (1e-9 agreement is asked of the layout's). */
+static double model_sample_time(const bcase *c, int64_t j) { return c->start + j / 16000.0; }
+
 Test(blocks, layouts_match_the_model)
 {
     for (size_t c = 0; c < NCASES; c++) {
@@ -254,11 +400,16 @@ Test(blocks, layouts_match_the_model)
         make_case(k, &L);
         const rv_tok_opts *o = &L.opts;
         model m;
-        model_make(&L, &m);
+        model_make(k, &L, &m);
         cr_assert_eq(L.seq, m.n, "%s: seq %lld, the model has %lld", k->name, (long long)L.seq,
                      (long long)m.n);
         cr_assert_eq(L.windows, m.windows, "%s: %lld windows, the model has %lld", k->name,
                      (long long)L.windows, (long long)m.windows);
+        cr_assert(L.tubelets == m.ntub && L.steps == m.nstep && L.fbank_frames == m.nfb,
+                  "%s: %lld tubelets, %lld steps, %lld fbank frames; the model has %lld, %lld, "
+                  "%lld", k->name, (long long)L.tubelets, (long long)L.steps,
+                  (long long)L.fbank_frames, (long long)m.ntub, (long long)m.nstep,
+                  (long long)m.nfb);
         cr_assert_eq(L.nspecial, m.nspecial, "%s", k->name);
         cr_assert_eq(L.seq, L.nspecial + L.nvideo + L.naudio);
         cr_assert_eq(L.nspecial, o->cls_each_window ? L.windows * o->cls : o->cls);
@@ -297,11 +448,13 @@ Test(blocks, layouts_match_the_model)
                     cr_assert_eq(rv_tok_window_time(&L, e->window), tw);
                 ns++;
             } else if (e->mod == RV_MOD_VIDEO) {
+                int64_t k0 = m.tub_k0[e->item];
                 cr_assert_eq(tk.pos[1], e->part / L.grid);
                 cr_assert_eq(tk.pos[2], e->part % L.grid);
-                cr_assert_eq(tk.seq_time[0], rv_ingest_frame_time(&L.ingest, e->item * o->tubelet));
-                cr_assert_eq(tk.seq_time[1],
-                             rv_ingest_frame_time(&L.ingest, (e->item + 1) * o->tubelet));
+                cr_assert(tk.seq_time[0] == rv_ingest_frame_time(&L.ingest, k0) &&
+                              tk.seq_time[1] == rv_ingest_frame_time(&L.ingest, k0 + o->tubelet),
+                          "%s: token %lld (tubelet %lld, frame %lld) at %.17g s", k->name,
+                          (long long)i, (long long)e->item, (long long)k0, tk.seq_time[0]);
                 cr_assert_eq(rv_tok_index_video(&L, e->item, e->part), i, "%s: token %lld",
                              k->name, (long long)i);
                 cr_assert_eq(rv_tok_window_of_tubelet(&L, e->item), e->window);
@@ -310,16 +463,27 @@ Test(blocks, layouts_match_the_model)
                     cr_assert_eq(rv_tok_window_time(&L, e->window), tk.seq_time[0]);
                 nv++;
             } else {
-                int64_t j0 = e->item * o->audio_stride * 160;
+                int64_t j0 = m.fb_j0[m.step_f0[e->item]];
+                int64_t j1 = j0 + (o->audio_time - 1) * 160 + 400;
                 cr_assert_eq(tk.pos[1], e->part);
                 cr_assert_eq(tk.pos[2], 0);
-                cr_assert_float_eq(tk.seq_time[0], k->start + j0 / 16000.0, 1e-9);
+                cr_assert(fabs(tk.seq_time[0] - model_sample_time(k, j0)) < 1e-9 &&
+                              fabs(tk.seq_time[1] - model_sample_time(k, j1)) < 1e-9,
+                          "%s: token %lld (step %lld, samples %lld..%lld) at %.17g..%.17g s",
+                          k->name, (long long)i, (long long)e->item, (long long)j0,
+                          (long long)j1, tk.seq_time[0], tk.seq_time[1]);
                 cr_assert_eq(rv_tok_index_audio(&L, e->item, e->part), i, "%s: token %lld",
                              k->name, (long long)i);
                 cr_assert_eq(rv_tok_window_of_step(&L, e->item), e->window);
                 /* its first sample is inside its window's time range */
                 cr_assert_geq(tk.seq_time[0], rv_tok_window_time(&L, e->window) - 1e-12);
                 cr_assert_lt(tk.seq_time[0], rv_tok_window_time(&L, e->window + 1));
+                /* a cut window's steps read no sample past its end */
+                if (o->window_positions)
+                    cr_assert_lt(tk.seq_time[1] - 1.0 / 16000,
+                                 rv_tok_window_time(&L, e->window + 1) + 1e-12,
+                                 "%s: token %lld reads past its window's end", k->name,
+                                 (long long)i);
                 na++;
             }
             if (e->mod != RV_MOD_CLS) {
@@ -342,16 +506,22 @@ Test(blocks, layouts_match_the_model)
 Test(blocks, case_geometry)
 {
     rv_tok_layout L;
-    make_case(&CASES[6], &L); /* 1 fps T 1, 7 frames, 9.5 s of audio */
+    make_case(&CASES[6], &L); /* 1 fps T 1, 7 frames, 9.5 s of audio, cut */
     cr_assert_eq(L.tubelets, 7);
     cr_assert_eq(L.windows, 10, "audio after the last frame has windows of its own: %lld",
                  (long long)L.windows);
     cr_assert_eq(L.window_us, 0);
-    /* window 1 is [1, 2) s: steps with first sample in [16000, 32000): 7 .. 12 */
+    /* window 1 is [1, 2) s: its own 16000 samples, 98 fbank frames, 6 steps of 16
+     * (steps 6 .. 11); the whole grid would give it steps 7 .. 12 (those whose
+     * first sample is in [16000, 32000)), the last reading past 2 s */
     int64_t g0, g1, p0, p1;
     rv_tok_window_items(&L, 1, &g0, &g1, &p0, &p1);
-    cr_assert(g0 == 1 && g1 == 2 && p0 == 7 && p1 == 13, "window 1: tubelets [%lld, %lld), steps "
+    cr_assert(g0 == 1 && g1 == 2 && p0 == 6 && p1 == 12, "window 1: tubelets [%lld, %lld), steps "
               "[%lld, %lld)", (long long)g0, (long long)g1, (long long)p0, (long long)p1);
+    rv_tok_window_items(&L, 9, &g0, &g1, &p0, &p1); /* 8000 samples: 48 frames, 3 steps */
+    cr_assert(g0 == 7 && g1 == 7 && p0 == 54 && p1 == 57, "window 9: tubelets [%lld, %lld), "
+              "steps [%lld, %lld)", (long long)g0, (long long)g1, (long long)p0, (long long)p1);
+    cr_assert_eq(L.fbank_frames, 9 * 98 + 48);
     cr_assert_eq(L.seq, 10 * 1 + L.nvideo + L.naudio);
     make_case(&CASES[3], &L); /* video only, 1 fps, 0.35 s windows: frames at 0, 1, .. 6 s */
     cr_assert_eq(L.windows, 18); /* 6 s is in [17 * 0.35, 18 * 0.35) */
@@ -362,26 +532,58 @@ Test(blocks, case_geometry)
     cr_assert_eq(rv_tok_info(&L, rv_tok_window_start(&L, 3), &tk), RV_OK);
     cr_assert(tk.modality == RV_MOD_CLS && tk.window == 3 && tk.pos[0] == 0);
     cr_assert_eq(tk.seq_time[0], 3 * 2 * 1001 / 30000.0);
-    /* the ties: step 1001 k opens window 300 k, step 1001 k - 1 is the window before */
+    /* the ties: frame 300 k is at 10.01 k s, sample 160160 k; that sample opens
+     * window 300 k (its one 10 ms step starts there), the one before is window
+     * 300 k - 1's */
     make_case(&CASES[15], &L);
     for (int64_t k = 1; k <= 2; k++) {
-        cr_assert_eq(rv_tok_window_of_step(&L, 1001 * k), 300 * k);
-        cr_assert_eq(rv_tok_window_of_step(&L, 1001 * k - 1), 300 * k - 1);
-        int64_t g0, g1, p0, p1;
         rv_tok_window_items(&L, 300 * k, &g0, &g1, &p0, &p1);
-        cr_assert(p0 == 1001 * k && g0 == 300 * k, "window %lld: step %lld, tubelet %lld",
-                  (long long)(300 * k), (long long)p0, (long long)g0);
+        cr_assert(g0 == 300 * k && p1 == p0 + 1, "window %lld: tubelet %lld, steps [%lld, %lld)",
+                  (long long)(300 * k), (long long)g0, (long long)p0, (long long)p1);
+        cr_assert_eq(rv_tok_info(&L, rv_tok_index_audio(&L, p0, 0), &tk), RV_OK);
+        cr_assert_eq(tk.seq_time[0], 10.01 * (double)k, "window %lld's step at %.17g s",
+                     (long long)(300 * k), tk.seq_time[0]);
+        cr_assert_eq(rv_tok_window_of_step(&L, p0), 300 * k);
     }
+    for (int64_t w = 0; w < 600; w++) { /* the audio ends in window 605 */
+        rv_tok_window_items(&L, w, &g0, &g1, &p0, &p1);
+        cr_assert(g1 == g0 + 1 && p1 == p0 + 1, "window %lld of 1001/30000 s: %lld tubelets, "
+                  "%lld steps", (long long)w, (long long)(g1 - g0), (long long)(p1 - p0));
+    }
+    /* 0.08 s windows hold 1280 samples, 6 fbank frames: no audio step of 16 */
     make_case(&CASES[16], &L);
-    cr_assert_eq(rv_tok_window_of_step(&L, 29), 58, "step 29 (4.64 s) opens tubelet 58's window");
-    cr_assert_eq(rv_tok_window_of_step(&L, 28), 56);
+    cr_assert(L.naudio == 0 && L.fbank_frames == 125 * 6, "%lld audio tokens, %lld fbank frames",
+              (long long)L.naudio, (long long)L.fbank_frames);
+    /* windows of 2 or 3 frames: 1 or 2 tubelets of 2 */
+    make_case(&CASES[18], &L);
+    int tub[3] = {0, 0, 0};
+    for (int64_t w = 0; w < L.windows; w++) {
+        rv_tok_window_items(&L, w, &g0, &g1, &p0, &p1);
+        cr_assert(g1 - g0 >= 0 && g1 - g0 <= 2);
+        tub[g1 - g0]++;
+    }
+    cr_assert(tub[1] > 0 && tub[2] > 0, "windows of 1 tubelet: %d, of 2: %d", tub[1], tub[2]);
+    /* windows of 559 or 560 samples: 1 or 2 fbank frames (steps of one) */
+    make_case(&CASES[19], &L);
+    int steps[3] = {0, 0, 0};
+    for (int64_t w = 0; w + 1 < L.windows; w++) {
+        rv_tok_window_items(&L, w, &g0, &g1, &p0, &p1);
+        cr_assert(p1 - p0 >= 1 && p1 - p0 <= 2);
+        steps[p1 - p0]++;
+    }
+    cr_assert(steps[1] > 0 && steps[2] > 0, "windows of 1 step: %d, of 2: %d", steps[1], steps[2]);
+    /* 0.01 s windows hold 160 samples: no fbank frame at all */
+    make_case(&CASES[2], &L);
+    cr_assert(L.fbank_frames == 0 && L.naudio == 0);
 }
 
 /* ---- spans ------------------------------------------------------------------------ */
 
 /* Span [first, first + count) against its tokens: special tokens counted, the
- * earliest start and latest end, the items exactly those of its tokens. */
-static void check_span(const rv_tok_layout *L, int64_t first, int64_t count, const char *what)
+ * earliest start and latest end, the items exactly those of its tokens, and
+ * the frames, fbank frames and samples those items read (the model's). */
+static void check_span(const rv_tok_layout *L, const model *m, int64_t first, int64_t count,
+                       const char *what)
 {
     rv_tok_span x;
     cr_assert_eq(rv_tok_span_of(L, first, count, &x), RV_OK);
@@ -409,19 +611,29 @@ static void check_span(const rv_tok_layout *L, int64_t first, int64_t count, con
                   "%.17g..%.17g, its tokens %.17g..%.17g", what, (long long)first,
                   (long long)count, x.time[0], x.time[1], t0, t1);
     if (g_hi >= 0)
-        cr_assert(x.tubelet0 == g_lo && x.tubelet1 == g_hi + 1 &&
-                      x.frame0 == g_lo * L->opts.tubelet && x.grid0 <= x.frame0 &&
-                      x.grid1 >= x.frame1,
-                  "%s: span [%lld, +%lld) tubelets", what, (long long)first, (long long)count);
+        cr_assert(x.tubelet0 == g_lo && x.tubelet1 == g_hi + 1 && x.frame0 == m->tub_k0[g_lo] &&
+                      x.frame1 == m->tub_k1[g_hi] && x.grid0 <= x.frame0 && x.grid1 >= x.frame1,
+                  "%s: span [%lld, +%lld) tubelets [%lld, %lld) frames [%lld, %lld), the model "
+                  "[%lld, %lld) [%lld, %lld)", what, (long long)first, (long long)count,
+                  (long long)x.tubelet0, (long long)x.tubelet1, (long long)x.frame0,
+                  (long long)x.frame1, (long long)g_lo, (long long)g_hi + 1,
+                  (long long)m->tub_k0[g_lo], (long long)m->tub_k1[g_hi]);
     else
         cr_assert_eq(x.tubelet1, x.tubelet0);
-    if (p_hi >= 0)
-        cr_assert(x.step0 == p_lo && x.step1 == p_hi + 1 &&
+    if (p_hi >= 0) {
+        int64_t f0 = m->step_f0[p_lo], f1 = m->step_f0[p_hi] + L->opts.audio_time;
+        cr_assert(x.step0 == p_lo && x.step1 == p_hi + 1 && x.fbank0 == f0 && x.fbank1 == f1 &&
+                      x.sample0 == m->fb_j0[f0] && x.sample1 == m->fb_j0[f1 - 1] + 400 &&
                       rv_ingest_audio_index(&L->ingest, x.grid0) <= x.sample0 &&
                       rv_ingest_audio_index(&L->ingest, x.grid1) >= x.sample1,
-                  "%s: span [%lld, +%lld) steps", what, (long long)first, (long long)count);
-    else
+                  "%s: span [%lld, +%lld) steps [%lld, %lld) fbank [%lld, %lld) samples [%lld, "
+                  "%lld), the model [%lld, %lld) [%lld, %lld)", what, (long long)first,
+                  (long long)count, (long long)x.step0, (long long)x.step1, (long long)x.fbank0,
+                  (long long)x.fbank1, (long long)x.sample0, (long long)x.sample1,
+                  (long long)p_lo, (long long)p_hi + 1, (long long)f0, (long long)f1);
+    } else {
         cr_assert_eq(x.step1, x.step0);
+    }
     if (g_hi < 0 && p_hi < 0)
         cr_assert_eq(x.grid1, x.grid0, "%s: a span of special tokens only reads nothing", what);
 }
@@ -432,6 +644,8 @@ Test(blocks, spans_count_what_they_hold)
     for (size_t c = 0; c < NCASES; c++) {
         rv_tok_layout L;
         make_case(&CASES[c], &L);
+        model m;
+        model_make(&CASES[c], &L, &m);
         for (int kind = 0; kind < 2; kind++)
             for (int ni = 0; ni < 5; ni++) {
                 rv_shard_plan sp;
@@ -442,10 +656,10 @@ Test(blocks, spans_count_what_they_hold)
                     rv_tok_span spans[RV_SHARD_MAX_SEGS];
                     int nseg = rv_tok_rank_spans(&L, &sp, r, spans);
                     for (int s = 0; s < nseg; s++) {
-                        char what[160];
+                        char what[200];
                         snprintf(what, sizeof what, "%s, %s N=%d rank %d", CASES[c].name,
                                  rv_shard_kind_name((rv_shard_kind)kind), ns[ni], r);
-                        check_span(&L, spans[s].first, spans[s].count, what);
+                        check_span(&L, &m, spans[s].first, spans[s].count, what);
                         special += spans[s].cls;
                         for (int64_t i = spans[s].first; i < spans[s].first + spans[s].count; i++)
                             seen[i]++;
@@ -462,14 +676,16 @@ Test(blocks, spans_count_what_they_hold)
         for (int64_t first = 0; first <= L.seq; first++)
             for (int k = 0; k < 5; k++)
                 if (first + counts[k] <= L.seq)
-                    check_span(&L, first, counts[k], CASES[c].name);
+                    check_span(&L, &m, first, counts[k], CASES[c].name);
+        model_free(&m);
     }
 }
 
 /* ---- engine passes ------------------------------------------------------------------ */
 
 /* Only the cases the engine tests run (small enough for many passes). */
-static const int ENGINE_CASES[] = {0, 1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 13, 14, 16, 17};
+static const int ENGINE_CASES[] = {0,  1,  2,  3,  4,  5,  6,  8,  9,  10, 11, 13, 14, 16,
+                                   17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28};
 #define NENGINE (sizeof ENGINE_CASES / sizeof ENGINE_CASES[0])
 
 static void media_for(const bcase *c, uint64_t seed, tt_media *m)
@@ -498,10 +714,83 @@ static void run_planned(const rv_tok_layout *L, int64_t first, int64_t count, co
                  (long long)span.cls);
 }
 
-/* The whole planned pass: every token the layout's, window indices included,
- * and its patch the plain sequence's patch of the same tubelet or step (the
- * blocks move tokens, never change them). The plan is placed on a clock whose
- * grid zero is 1.4 s (the chunks say 0: a planned pass keeps the plan's). */
+/* Video patch q of a tubelet reading frames [k0, k1) of m (the last repeated up
+ * to T), written plainly in (t, y, x, c) order: (pixel / 255 - mean) / std in
+ * the expression of the library's table, so equal bit for bit. */
+static void ref_video_patch(const rv_tok_layout *L, const tt_media *m, int64_t k0, int64_t k1,
+                            int q, float *out)
+{
+    const int T = L->opts.tubelet, P = L->opts.patch, S = m->size, G = S / P;
+    const int gy = q / G, gx = q % G;
+    int64_t o = 0;
+    for (int t = 0; t < T; t++) {
+        int64_t k = k0 + t < k1 ? k0 + t : k1 - 1;
+        const uint8_t *f = m->frames + (size_t)k * S * S * 3;
+        for (int y = 0; y < P; y++)
+            for (int x = 0; x < P; x++)
+                for (int c = 0; c < 3; c++) {
+                    uint8_t v = f[((size_t)(gy * P + y) * S + (size_t)gx * P + x) * 3 + c];
+                    out[o++] = (float)(((double)v / 255.0 - L->opts.mean[c]) / L->opts.std[c]);
+                }
+    }
+}
+
+/* Cut windows: every window's fbank rows are the filterbank of its own samples
+ * (bit for bit: the same frames of the same samples), every video patch is
+ * written from the window's frames, every audio patch from the window's rows. */
+static void check_cut_patches(const bcase *c, const model *mm, const rv_tok_layout *L,
+                              const tt_media *m, const tok_table *t)
+{
+    rv_fbank *fb = NULL;
+    cr_assert_eq(rv_fbank_new(&fb), RV_OK);
+    int64_t pd = L->video_dim > L->audio_dim ? L->video_dim : L->audio_dim;
+    float *ref = malloc(sizeof(float) * (size_t)pd);
+    float **rows = calloc((size_t)mm->nwin + 1, sizeof(float *));
+    cr_assert(ref && rows);
+    for (int64_t w = 0; w < mm->nwin; w++) {
+        if (mm->wnfb[w] == 0)
+            continue;
+        rows[w] = malloc(sizeof(float) * (size_t)(mm->wnfb[w] * 128));
+        cr_assert(rows[w]);
+        rv_fbank_compute(fb, m->audio + mm->wj0[w], mm->wns[w], rows[w]);
+        for (int64_t f = mm->wf0[w]; f < mm->wf0[w] + mm->wnfb[w]; f++)
+            cr_assert_eq(t->fb_have[f], 1, "%s: fbank frame %lld handed out %d times", c->name,
+                         (long long)f, t->fb_have[f]);
+        cr_assert_arr_eq(t->fbank + mm->wf0[w] * 128, rows[w],
+                         sizeof(float) * (size_t)(mm->wnfb[w] * 128),
+                         "%s: window %lld's fbank rows are not the filterbank of its %lld samples",
+                         c->name, (long long)w, (long long)mm->wns[w]);
+    }
+    for (int64_t g = 0; g < L->seq; g++) {
+        rv_token tk;
+        cr_assert_eq(rv_tok_info(L, g, &tk), RV_OK);
+        if (tk.modality == RV_MOD_VIDEO) {
+            ref_video_patch(L, m, mm->tub_k0[tk.item], mm->tub_k1[tk.item], tk.part, ref);
+            cr_assert_arr_eq(t->patch + g * pd, ref, sizeof(float) * (size_t)L->video_dim,
+                             "%s: token %lld (tubelet %lld, frames [%lld, %lld)) is not its "
+                             "frames' patch", c->name, (long long)g, (long long)tk.item,
+                             (long long)mm->tub_k0[tk.item], (long long)mm->tub_k1[tk.item]);
+        } else if (tk.modality == RV_MOD_AUDIO) {
+            int64_t w = mm->step_w[tk.item];
+            /* a window's steps from its first fbank frame: pos[0] apart */
+            tt_audio_patch_ref(L, rows[w], tk.pos[0], tk.part, ref);
+            cr_assert_arr_eq(t->patch + g * pd, ref, sizeof(float) * (size_t)L->audio_dim,
+                             "%s: token %lld (step %lld of window %lld) is not its window's "
+                             "patch", c->name, (long long)g, (long long)tk.item, (long long)w);
+        }
+    }
+    for (int64_t w = 0; w < mm->nwin; w++)
+        free(rows[w]);
+    free(rows);
+    free(ref);
+    rv_fbank_free(&fb);
+}
+
+/* The whole planned pass: every token the layout's, window indices included;
+ * windows of the whole grid move tokens, never change them (each patch is the
+ * plain sequence's of the same tubelet or step); cut windows make their own
+ * (check_cut_patches). The plan is placed on a clock whose grid zero is 1.4 s
+ * (the chunks say 0: a planned pass keeps the plan's). */
 static void whole_pass(const bcase *c, const tt_media *m, rv_tok_layout *L, tok_table *t)
 {
     make_case(c, L);
@@ -513,6 +802,7 @@ static void whole_pass(const bcase *c, const tt_media *m, rv_tok_layout *L, tok_
     cr_assert_eq(st.cls_tokens, L->nspecial);
     cr_assert_eq(st.video_tokens, L->nvideo);
     cr_assert_eq(st.audio_tokens, L->naudio);
+    cr_assert_eq(st.fbank_frames, L->fbank_frames);
     cr_assert(t->ordered, "%s: batches out of order", c->name);
     for (int64_t g = 0; g < L->seq; g++) {
         rv_token tk;
@@ -531,6 +821,13 @@ static void whole_pass(const bcase *c, const tt_media *m, rv_tok_layout *L, tok_
             cr_assert(t->time[2 * g + e] == 1.4 + t->seq_time[2 * g + e],
                       "%s: token %lld at %.17g s on the clock, %.17g s from t0 1.4", c->name,
                       (long long)g, t->time[2 * g + e], t->seq_time[2 * g + e]);
+    }
+    if (c->rel) {
+        model mm;
+        model_make(c, L, &mm);
+        check_cut_patches(c, &mm, L, m, t);
+        model_free(&mm);
+        return;
     }
     /* the plain sequence (no blocks) over the same recording */
     rv_tok_opts to;
@@ -726,153 +1023,140 @@ Test(blocks, slices_inside_windows)
     }
 }
 
-/* ---- a block as if embedded on its own ---------------------------------------------- */
+/* ---- a block is the recording cut at its bounds ------------------------------------ */
 
-/* Block w of a recording tokenized with blocks (time windows of W s or frame
- * windows, cls_each_window, window_positions) against the plain tokenizer (one
- * window, leading special tokens, positions from 0) over the recording cut at
- * the block: its grid starts at t_w, with the block's frames, and the audio
- * patches whose first sample is in the block.
- *
- * Audio at a block's end: an audio patch belongs to the block its first sample
- * is in, but reads (W - 1) * 160 + 400 samples, so the block's last patches
- * read on past the block's end. In the whole recording they read the samples
- * of the next block (or of the recording's end); in the cut recording they
- * read the same samples, because the cut keeps the audio up to the last sample
- * the block's last patch reads (sample1 of its span), no further: exactly the
- * block's patches, no more (a cut at the block's end would lose them, one
- * going further could make a patch that starts after the block). The same for
- * video: a tubelet that starts in the block and runs past it keeps its frames
- * (the cases here put the block edges on tubelet edges, so none does; the last
- * block's partial tubelet repeats its last frame in both).
- *
- * The cut's grid must put its frames and samples where the whole recording
- * has them: t_w is a frame time (a tubelet edge) and an audio step edge; the
- * cases are chosen so (checked). */
-typedef struct blockcase {
-    const char *name;
-    int fps, size, T, stride;
-    int frame;       /* frame windows; else time windows of window s */
-    double window, start;
-    int cls;
-    int64_t nframes, nsamples;
-} blockcase;
+/* Token g of a (whole) and token i of b (a window's own recording) are the same
+ * but for the window (b's is 0) and the times, a's being b's shifted by where
+ * the window's frames (video), samples (audio) or the window itself (special
+ * tokens) start. */
+static void expect_shifted(const tok_table *a, int64_t g, const tok_table *b, int64_t i,
+                           int64_t w, const double shift[3], const char *what)
+{
+    int64_t pa = a->vdim > a->adim ? a->vdim : a->adim, pb = b->vdim > b->adim ? b->vdim : b->adim;
+    cr_assert_eq(a->win[g], w, "%s: token %lld in window %lld", what, (long long)g,
+                 (long long)a->win[g]);
+    cr_assert_eq(b->win[i], 0, "%s: its own recording has one window", what);
+    cr_assert_eq(a->mod[g], b->mod[i], "%s: token %lld: %s, on its own %s", what, (long long)i,
+                 rv_modality_name(a->mod[g]), rv_modality_name(b->mod[i]));
+    cr_assert(!memcmp(a->pos + 3 * g, b->pos + 3 * i, 3 * sizeof(int64_t)),
+              "%s: token %lld at (%lld %lld %lld), on its own (%lld %lld %lld)", what,
+              (long long)i, (long long)a->pos[3 * g], (long long)a->pos[3 * g + 1],
+              (long long)a->pos[3 * g + 2], (long long)b->pos[3 * i],
+              (long long)b->pos[3 * i + 1], (long long)b->pos[3 * i + 2]);
+    for (int e = 0; e < 2; e++) {
+        double want = b->seq_time[2 * i + e] + shift[a->mod[g]];
+        cr_assert(fabs(a->seq_time[2 * g + e] - want) <= 1e-9 * fmax(1.0, fabs(want)),
+                  "%s: token %lld at %.17g s, on its own %.17g s + %.17g", what, (long long)i,
+                  a->seq_time[2 * g + e], b->seq_time[2 * i + e], shift[a->mod[g]]);
+    }
+    int64_t d = a->mod[g] == RV_MOD_VIDEO ? a->vdim : a->mod[g] == RV_MOD_AUDIO ? a->adim : 0;
+    cr_assert_arr_eq(a->patch + g * pa, b->patch + i * pb, sizeof(float) * (size_t)d,
+                     "%s: token %lld: the patch differs from its own recording's", what,
+                     (long long)i);
+}
 
-static const blockcase BLOCKS[] = {
-    /* 2 s blocks at 5 fps: 10 frames, 5 tubelets; 20 audio steps of 0.1 s */
-    {"time 2 s, video only", 5, 16, 2, 10, 0, 2.0, 0.0, 1, 47, 0},
-    {"time 2 s, video only, cls 2, start 0.5", 5, 16, 1, 10, 0, 2.0, 0.5, 2, 33, 0},
-    {"time 2 s, video and audio, cls 2", 5, 16, 2, 10, 0, 2.0, 0.0, 2, 47, 9 * 16000 + 5000},
-    /* 1.28 s at 25 fps, T 2: 16 tubelets; audio 16 x 16 side by side, 8 steps */
-    {"time 1.28 s, 25 fps, default audio, cls 1", 25, 16, 2, 16, 0, 1.28, 0.0, 1, 101, 4 * 16000},
-    /* frame windows at 5 fps: 0.2 s (T 1) or 0.4 s (T 2), 2 or 4 steps of 0.1 s */
-    {"frame T 1, 5 fps, video and audio, cls 2", 5, 16, 1, 10, 1, 0.0, 0.0, 2, 13, 3 * 16000},
-    {"frame T 2, 5 fps, video and audio, cls 1, start 1", 5, 16, 2, 10, 1, 0.0, 1.0, 1, 15,
-     3 * 16000 + 2000},
-    {"frame T 2, 5 fps, video only", 5, 16, 2, 16, 1, 0.0, 0.0, 1, 9, 0},
-};
-
+/* Every cut window w of every cut case, against two passes over its frames
+ * [K(w), K(w + 1)) and samples [J(w), J(w + 1)) (the model's, cut at the
+ * recording's end) as a recording of their own, grid at 0: an open pass with
+ * the case's options (so one window long) and a planned pass of the plain
+ * tokenizer (one window of a day, the special tokens in front). Both give the
+ * window's tokens in order (without the sequence's leading special tokens when
+ * they do not lead every window), and its fbank rows. */
 Test(blocks, a_block_is_its_own_recording)
 {
-    for (size_t b = 0; b < sizeof BLOCKS / sizeof BLOCKS[0]; b++) {
-        const blockcase *c = &BLOCKS[b];
-        rv_tok_opts to;
-        rv_ingest_opts io;
-        rv_tok_opts_default(&to);
-        rv_ingest_opts_default(&io);
-        io.fps_num = c->fps;
-        io.size = c->size;
-        io.start_s = c->start;
-        to.tubelet = c->T;
-        to.patch = 8;
-        to.audio_stride = c->stride;
-        to.audio = c->nsamples > 0;
-        to.cls = c->cls;
-        to.window_s = c->frame ? 2.0 : c->window;
-        to.frame_windows = c->frame;
-        to.cls_each_window = 1;
-        to.window_positions = 1;
+    int blocks = 0;
+    for (size_t e = 0; e < NENGINE; e++) {
+        const bcase *c = &CASES[ENGINE_CASES[e]];
+        if (!c->rel)
+            continue;
         tt_media m;
-        tt_media_make(&m, c->nframes, c->size, c->nsamples, 400 + b);
+        media_for(c, 500 + e, &m);
         rv_tok_layout L;
-        cr_assert_eq(rv_tok_layout_make(&to, &io, m.nframes, m.nsamples, &L), RV_OK, "%s",
-                     rv_last_error());
         tok_table whole;
-        tt_init(&whole, L.seq, L.video_dim, L.audio_dim, L.fbank_frames);
-        const int sizes[] = {3, 2};
-        rv_tok_stats st;
-        run_planned(&L, 0, L.seq, &m, sizes, 2, &whole, &st);
-        cr_assert_gt(L.windows, 2, "%s", c->name);
-        const int64_t start_us = llround(c->start * 1e6);
-        int64_t pd = L.video_dim > L.audio_dim ? L.video_dim : L.audio_dim;
-        for (int64_t w = 0; w < L.windows; w++) {
-            int64_t g0, g1, p0, p1;
-            rv_tok_window_items(&L, w, &g0, &g1, &p0, &p1);
-            /* where the block starts: t_w in microseconds, a frame and a sample */
-            int64_t tw_us = c->frame ? start_us + w * c->T * 1000000 / c->fps
-                                     : start_us + w * L.window_us;
-            int64_t k_b = (tw_us - start_us) * c->fps / 1000000;
-            int64_t j_b = (tw_us - start_us) * 16 / 1000;
-            cr_assert_eq(k_b * 1000000, (tw_us - start_us) * c->fps, "%s: block %lld does not "
-                         "start on a frame", c->name, (long long)w);
-            cr_assert_eq(j_b * 1000, (tw_us - start_us) * 16, "%s: block %lld does not start on "
-                         "a sample", c->name, (long long)w);
-            cr_assert(g1 == g0 || g0 * c->T == k_b, "%s: block %lld does not start on a tubelet "
-                      "edge", c->name, (long long)w);
-            cr_assert(p1 == p0 || p0 * c->stride * 160 == j_b, "%s: block %lld does not start on "
-                      "an audio step edge", c->name, (long long)w);
-            /* the cut: the block's frames, and the samples its audio patches read */
-            int64_t nf = g1 > g0 ? (g1 * c->T < m.nframes ? g1 * c->T : m.nframes) - g0 * c->T : 0;
-            int64_t nsamp = p1 > p0 ? ((p1 - 1 - p0) * c->stride + 16 - 1) * 160 + 400 : 0;
-            tt_media cut = tt_media_view(&m, g1 > g0 ? g0 * c->T : 0, nf, p1 > p0 ? j_b : 0, nsamp);
-            rv_tok_opts po = to;
-            po.frame_windows = po.cls_each_window = po.window_positions = 0;
-            po.window_s = 86400;
-            rv_ingest_opts pio = io;
-            pio.start_s = (double)tw_us / 1e6;
-            rv_tok_layout B;
-            cr_assert_eq(rv_tok_layout_make(&po, &pio, nf, nsamp, &B), RV_OK, "%s", rv_last_error());
-            int64_t ws = rv_tok_window_start(&L, w), n = rv_tok_window_start(&L, w + 1) - ws;
-            cr_assert_eq(B.seq, n, "%s: block %lld holds %lld tokens, the cut recording %lld",
-                         c->name, (long long)w, (long long)n, (long long)B.seq);
-            cr_assert_eq(B.tubelets, g1 - g0);
-            cr_assert_eq(B.steps, p1 - p0);
+        whole_pass(c, &m, &L, &whole);
+        model mm;
+        model_make(c, &L, &mm);
+        rv_tok_opts to, po;
+        rv_ingest_opts io;
+        case_opts(c, &to, &io);
+        io.start_s = 0;
+        po = to;
+        po.frame_windows = po.cls_each_window = po.window_positions = 0;
+        po.window_s = 86400;
+        po.cls = c->each ? c->cls : 0;
+        const int64_t lead_a = c->each ? 0 : c->cls; /* the own pass's leading tokens to skip */
+        int64_t g = c->each ? 0 : c->cls;            /* the whole pass's, skipped */
+        for (int64_t w = 0; w < L.windows; w++, blocks++) {
+            const int64_t nf = w < mm.nwin ? mm.wnf[w] : 0, ns = w < mm.nwin ? mm.wns[w] : 0;
+            tt_media cut = tt_media_view(&m, nf ? mm.wk0[w] : 0, nf, ns ? mm.wj0[w] : 0, ns);
+            int64_t n = 0; /* the window's tokens in the whole pass */
+            while (g + n < L.seq && whole.win[g + n] == w &&
+                   !(n > 0 && whole.mod[g + n] == RV_MOD_CLS && whole.mod[g + n - 1] != RV_MOD_CLS))
+                n++;
+            /* the open pass, same options */
             tok_table own;
-            tt_init(&own, B.seq, B.video_dim, B.audio_dim, B.fbank_frames);
-            const int four[] = {4};
+            tt_init(&own, n + 2 * c->cls + 8, L.video_dim, L.audio_dim,
+                    (w < mm.nwin ? mm.wnfb[w] : 0) + 8);
+            rv_tokenizer *tk = NULL;
+            cr_assert_eq(rv_tokenizer_new(NULL, 0, 0, &to, &io, c->video, c->audio, tt_collect,
+                                          &own, &tk), RV_OK, "%s", rv_last_error());
+            const int sizes[] = {2, 3};
+            tt_feed(tk, &io, &cut, 0, tt_media_grid_end(&io, &cut), sizes, 2, 1);
+            rv_tok_stats st;
+            rv_tokenizer_stats(tk, &st);
+            rv_tokenizer_free(&tk);
+            /* the plain tokenizer, planned */
+            rv_tok_layout B;
+            cr_assert_eq(rv_tok_layout_make(&po, &io, nf, ns, &B), RV_OK, "%s", rv_last_error());
+            tok_table plain;
+            tt_init(&plain, B.seq, B.video_dim, B.audio_dim, B.fbank_frames);
             rv_tok_stats bst;
-            run_planned(&B, 0, B.seq, &cut, four, 1, &own, &bst);
+            run_planned(&B, 0, B.seq, &cut, sizes, 2, &plain, &bst);
+            char what[200];
+            snprintf(what, sizeof what, "%s: window %lld (frames %lld at %lld, samples %lld at "
+                     "%lld)", c->name, (long long)w, (long long)nf, (long long)(nf ? mm.wk0[w] : 0),
+                     (long long)ns, (long long)(ns ? mm.wj0[w] : 0));
+            /* a window without video or audio tokens is in the sequence for a later
+             * one's sake: on its own it is nothing (no window, no special token),
+             * its special tokens the plain tokenizer's leading ones */
+            const int empty = n == (c->each ? c->cls : 0);
+            cr_assert_eq(st.layout.windows, empty ? 0 : 1, "%s: its own recording has %lld "
+                         "windows", what, (long long)st.layout.windows);
+            cr_assert_eq(st.tokens - lead_a, empty ? 0 : n, "%s: %lld tokens, on its own %lld",
+                         what, (long long)n, (long long)(st.tokens - lead_a));
+            cr_assert_eq(B.seq, n, "%s: %lld tokens, the plain tokenizer %lld", what, (long long)n,
+                         (long long)B.seq);
+            /* times shift by the window's first frame's, first sample's, own time */
+            const double shift[3] = {nf ? rv_ingest_frame_time(&L.ingest, mm.wk0[w]) : 0,
+                                     ns ? model_sample_time(c, mm.wj0[w]) : 0,
+                                     c->each ? model_window_time(&L, c, w) : 0};
             for (int64_t i = 0; i < n; i++) {
-                int64_t g = ws + i;
-                const char *what = c->name;
-                cr_assert_eq(whole.win[g], w);
-                cr_assert_eq(own.win[i], 0);
-                cr_assert_eq(whole.mod[g], own.mod[i], "%s: block %lld token %lld: %s, on its own "
-                             "%s", what, (long long)w, (long long)i, rv_modality_name(whole.mod[g]),
-                             rv_modality_name(own.mod[i]));
-                cr_assert(!memcmp(whole.pos + 3 * g, own.pos + 3 * i, 3 * sizeof(int64_t)),
-                          "%s: block %lld token %lld at (%lld %lld %lld), on its own (%lld %lld "
-                          "%lld)", what, (long long)w, (long long)i, (long long)whole.pos[3 * g],
-                          (long long)whole.pos[3 * g + 1], (long long)whole.pos[3 * g + 2],
-                          (long long)own.pos[3 * i], (long long)own.pos[3 * i + 1],
-                          (long long)own.pos[3 * i + 2]);
-                cr_assert(!memcmp(whole.time + 2 * g, own.time + 2 * i, 2 * sizeof(double)),
-                          "%s: block %lld token %lld at %.17g..%.17g s, on its own %.17g..%.17g",
-                          what, (long long)w, (long long)i, whole.time[2 * g],
-                          whole.time[2 * g + 1], own.time[2 * i], own.time[2 * i + 1]);
-                int64_t d = whole.mod[g] == RV_MOD_VIDEO ? L.video_dim
-                            : whole.mod[g] == RV_MOD_AUDIO ? L.audio_dim : 0;
-                int64_t bpd = B.video_dim > B.audio_dim ? B.video_dim : B.audio_dim;
-                cr_assert_arr_eq(whole.patch + g * pd, own.patch + i * bpd,
-                                 sizeof(float) * (size_t)d, "%s: block %lld token %lld: the patch "
-                                 "differs from the cut recording's", what, (long long)w,
-                                 (long long)i);
+                if (!empty)
+                    expect_shifted(&whole, g + i, &own, lead_a + i, w, shift, what);
+                expect_shifted(&whole, g + i, &plain, i, w, shift, what);
             }
+            /* its fbank rows, bit for bit */
+            const int64_t nfb = w < mm.nwin ? mm.wnfb[w] : 0;
+            cr_assert(st.layout.fbank_frames == nfb && B.fbank_frames == nfb, "%s: %lld fbank "
+                      "frames on its own, %lld plain, the model %lld", what,
+                      (long long)st.layout.fbank_frames, (long long)B.fbank_frames, (long long)nfb);
+            if (nfb > 0) {
+                cr_assert_arr_eq(whole.fbank + mm.wf0[w] * 128, own.fbank,
+                                 sizeof(float) * (size_t)(nfb * 128), "%s: fbank rows", what);
+                cr_assert_arr_eq(plain.fbank, own.fbank, sizeof(float) * (size_t)(nfb * 128),
+                                 "%s: fbank rows", what);
+            }
+            g += n;
             tt_free(&own);
+            tt_free(&plain);
         }
+        cr_assert_eq(g, L.seq, "%s: the windows hold %lld of %lld tokens", c->name, (long long)g,
+                     (long long)L.seq);
+        model_free(&mm);
         tt_free(&whole);
         tt_media_free(&m);
     }
+    cr_assert_gt(blocks, 500, "only %d blocks checked", blocks);
 }
 
 /* ---- refusals ------------------------------------------------------------------------ */

@@ -13,11 +13,12 @@
  * patches (16 x 16, 10 frames and 10 bins apart: neighbouring patches share
  * fbank frames across rank boundaries) over 10.24 s and 25 s of audio and
  * beside video. With attention blocks (rv_tokens.h): frame windows and time
- * windows, each led by its special tokens, positions counted from each
- * window's start: a rank whose slice starts inside a window gets the whole
- * pass's tokens there, the special tokens of the later windows it reaches
- * included, and each token's window index; the same where the plan pads the
- * end with the last frame. */
+ * windows, each led by its special tokens and cut from the recording (its
+ * own tubelets, fbank frames and audio steps, positions from 0): a rank
+ * whose slice starts inside a window gets the whole pass's tokens there, the
+ * special tokens of the later windows it reaches included, and each token's
+ * window index; the same where the plan pads the end with the last frame, and
+ * for AST's 10.24 s blocks over 25 s of audio. */
 #include "ingest_media.h"
 #include "tokenize_collect.h"
 
@@ -53,7 +54,8 @@ typedef struct rcase {
     int ast;      /* AST's audio patches (else the defaults) */
     int no_video;
     int blocks;   /* 0 plain windows; 1 time blocks of `window` s, 2 frame blocks
-                     (both with cls_each_window and window_positions) */
+                     (both with cls_each_window and window_positions: cut from
+                     the recording) */
 } rcase;
 
 static void make_plan(const char *path, const rcase *c, rv_tok_layout *plan)
@@ -265,8 +267,9 @@ Test(range, webm_plan_pads_frames)
     check_ranks(&v, n7, 1, 2, 0);
 }
 
-/* Frame blocks (0.4 s: a tubelet and the audio patches starting in it), class and
- * distillation tokens leading each: slices start inside windows everywhere. */
+/* Frame blocks (0.4 s: a tubelet and the 2 audio patches its 6400 samples
+ * make), class and distillation tokens leading each: slices start inside
+ * windows everywhere. */
 Test(range, mp4_frame_blocks_ranks_equal_whole)
 {
     rcase c = {"long.mp4", 5, 1.0, 2, 0, 0, 0, 2};
@@ -275,17 +278,39 @@ Test(range, mp4_frame_blocks_ranks_equal_whole)
     make_plan(path, &c, &plan);
     cr_assert_eq(plan.windows, plan.tubelets);
     cr_assert_eq(plan.nspecial, 2 * plan.windows);
+    int64_t g0, g1, p0, p1;
+    rv_tok_window_items(&plan, 1, &g0, &g1, &p0, &p1);
+    cr_assert(g1 - g0 == 1 && p1 - p0 == 2, "frame block 1: %lld tubelets, %lld steps",
+              (long long)(g1 - g0), (long long)(p1 - p0));
     free(path);
     check_ranks(&c, ALL_N, 5, 0, 0);
 }
 
-/* Time blocks of 0.35 s (not a multiple of the frame or fbank step) with AST's
- * overlapping audio patches, a class token leading each. */
+/* Time blocks of 0.35 s (not a multiple of the frame or fbank step: 1 or 2
+ * frames, 5600 samples) with AST's overlapping audio patches, a class token
+ * leading each. */
 Test(range, mp4_time_blocks_ast_ranks_equal_whole)
 {
     rcase c = {"long.mp4", 5, 0.35, 1, 0, 1, 0, 1};
-    const int ns[] = {2, 3, 7};
-    check_ranks(&c, ns, 3, 0, 0);
+    check_ranks(&c, ALL_N, 5, 0, 0);
+}
+
+/* AST's 10.24 s blocks over 25 s of compressed audio (as `embed --attention
+ * block=10.24` with an AST model): 101, 101 and 44 steps of 12 bands, each block
+ * led by its class and distillation tokens; ranks cut through blocks. */
+Test(range, ast_25s_blocks_ranks_equal_whole)
+{
+    rcase c = {"ast25.m4a", 7, 10.24, 2, 0, 1, 1, 1};
+    char *path = media(c.media);
+    rv_tok_layout plan;
+    make_plan(path, &c, &plan);
+    cr_assert_eq(plan.nsamples, 400000);
+    cr_assert_eq(plan.windows, 3);
+    cr_assert_eq(plan.fbank_frames, 1022 + 1022 + 450);
+    cr_assert_eq(plan.steps, 101 + 101 + 44);
+    cr_assert_eq(plan.seq, 3 * 2 + 246 * 12);
+    free(path);
+    check_ranks(&c, ALL_N, 5, 0, 0);
 }
 
 /* The plan pads 0.6 s of frames: the last blocks' tubelets repeat the last real

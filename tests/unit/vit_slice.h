@@ -70,7 +70,8 @@ static inline void vit_slice_make(const rv_vit_tokens *all, const int64_t *patch
     out->t = (rv_vit_tokens){.len = len, .modality = out->mod, .pos = out->pos,
                              .seq_time = out->time, .nvideo = nv, .video = out->video, .naudio = na,
                              .audio = out->audio, .grid = all->grid,
-                             .audio_steps = all->audio_steps, .window = out->window};
+                             .audio_steps = all->audio_steps, .window = out->window,
+                             .layout = all->layout};
 }
 
 static inline void vit_slice_free(vit_slice *s)
