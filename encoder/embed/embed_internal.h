@@ -105,6 +105,7 @@ typedef struct embed_slice {
     rv_backend *hb;              /* the host backend the embedding runs on */
     int grid;                    /* patches per frame side */
     int64_t audio_steps;         /* rv_vit_tokens.audio_steps */
+    const rv_tok_layout *layout; /* the whole sequence's (each block's audio steps) */
     double flops;                /* the embedding's */
     const rv_embed_job *job;     /* its hooks */
     rv_comm_watch *watch;        /* beaten per batch (NULL: ahead, on a thread) */

@@ -79,7 +79,7 @@ static rv_status embed_as_batches(const embed_slice *es, const rv_tok_layout *L,
                                 .naudio = na,
                                 .audio = s->audio ? s->audio + (size_t)au * (size_t)L->audio_dim : NULL,
                                 .grid = es->grid, .audio_steps = es->audio_steps,
-                                .window = s->window + off};
+                                .window = s->window + off, .layout = L};
             st = rv_vit_embed(es->model, es->hb, &bt, y + (size_t)off * D, NULL);
             off += b - a, v += nv, au += na;
             a = b;

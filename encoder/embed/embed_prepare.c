@@ -38,7 +38,7 @@ static rv_status on_batch(const rv_tok_batch *b, int64_t offset, void *user)
     rv_vit_tokens bt = {.len = b->count, .modality = b->modality, .pos = b->pos, .seq_time = b->seq_time,
                         .nvideo = b->nvideo, .video = b->video, .naudio = b->naudio,
                         .audio = b->audio, .grid = s->grid, .audio_steps = s->audio_steps,
-                        .window = b->window};
+                        .window = b->window, .layout = s->layout};
     rv_status st = rv_vit_embed(s->model, s->hb, &bt, s->y + (size_t)offset * D, &s->flops);
     if (st != RV_OK)
         return st;
@@ -122,6 +122,7 @@ rv_status embed_plan_slice(rv_embed_job *j, rv_embed_input *in, int keep_patches
     s->model = j->m.model;
     s->grid = L->grid;
     s->audio_steps = rv_vit_audio_steps(L);
+    s->layout = L;
     s->hb = hb;
     s->watch = watch;
     s->job = j;
