@@ -377,7 +377,8 @@ typedef struct rv_vit_load_info {
     int file_tensors;      /* tensors in the file */
     int used;              /* read into the model */
     char **ignored;        /* (nignored) known tensors the encoder does not use
-                              (classifier heads, decoders, the text tower, buffers) */
+                              (decoders, the text tower, buffers, a classifier it
+                              cannot apply) */
     int nignored;
     char **unknown;        /* (nunknown) tensors of no known role (warned) */
     int nunknown;

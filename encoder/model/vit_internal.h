@@ -68,6 +68,7 @@
  *   flat_tokens.c       a whole token sequence as `ringvit tokens` writes it
  *                       (tokenize's collector and report)
  *   flat_encoder.c      embed in-process, cp ranks as threads, as `ringvit embed`
+ *   flat_labels.c       an embed output's ranked labels, as `ringvit labels`
  *   flat_model.c        a --model spec: preset, weights file or folder
  *   flat_interrupt.c    rv_flat_interrupt: a counter the long loops poll */
 #ifndef RV_VIT_INTERNAL_H

@@ -7,11 +7,11 @@
  * tensor only where the family has it: video_w, video_b, audio_w, audio_b, cls,
  * pos, band, time_w, modality, audio_pos, pre_ln w/b, then per layer ln1 w/b,
  * qkv w/b, proj w/b, ln2 w/b, fc1 w/b, fc2 w/b, ls1, ls2, then ln w/b, pool_ln
- * w/b, pooler w/b, proj, head w/b, head_ln w/b. ringvit's own models have the first nine, the layers
- * without layer scale and the final norm: the order their checkpoints (and the
- * optimizer moments laid out over the arena) have always had; a classifier
- * head comes last, so a model without one keeps that layout. The head's labels
- * live beside the arena (vit_labels.c). */
+ * w/b, pooler w/b, proj, head w/b, head_ln w/b. ringvit's own models have the
+ * first nine, the layers without layer scale and the final norm: the order their
+ * checkpoints (and the optimizer moments laid out over the arena) have always
+ * had; a classifier head comes last, so a model without one keeps that layout.
+ * The head's labels live beside the arena (vit_labels.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

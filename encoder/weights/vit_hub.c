@@ -18,10 +18,10 @@
  * Every tensor is checked against the shape config.json implies before the
  * model is even allocated (a config that disagrees with the weights, or claims
  * more than the files hold, fails naming the tensor, both shapes and "as
- * config.json says"); F16 and BF16 are converted, NaN and Inf refused. Tensors the
- * encoder does not use are sorted into known extras (a classifier ringvit cannot apply, the MAE
- * decoder, CLIP's text tower, buffers; listed in the load info) and unknown ones
- * (warned, named). Weights come from model.safetensors, or from the shards
+ * config.json says"); F16 and BF16 are converted, NaN and Inf refused. Tensors
+ * the encoder does not use are sorted into known extras (a classifier ringvit
+ * cannot apply, the MAE decoder, CLIP's text tower, buffers; listed in the load
+ * info) and unknown ones (warned, named). Weights come from model.safetensors, or from the shards
  * model.safetensors.index.json lists. */
 #include <jansson.h>
 #include <stdio.h>

@@ -522,7 +522,8 @@ rv_status rv_vit_load_ex(const char *path, const rv_vit_load_opts *opts, rv_vit_
     snprintf(what, sizeof what, "weights file '%.4000s'", lb);
     if (c.head != RV_HEAD_NONE &&
         (s = vit_labels_from_json(what, ft ? FT_CLASSES : RV_VIT_META_LABELS,
-                                  rv_st_meta(st, ft ? FT_CLASSES : RV_VIT_META_LABELS), m)) != RV_OK)
+                                  rv_st_meta(st, ft ? FT_CLASSES : RV_VIT_META_LABELS),
+                                  m)) != RV_OK)
         goto end;
     vit_warn_unknown(what, info);
     *out = m;

@@ -4,7 +4,9 @@
 # checkpoints in the Hugging Face hub layout (config.json, model.safetensors,
 # preprocessor_config.json) of every family ringvit runs: ViT (with and without
 # a pooler, tanh GELU), DINOv2, VideoMAE (classification and pre-training
-# layouts), AST, CLIP (CLIPModel and CLIPVisionModel), plus F16/BF16 weights.
+# layouts), AST, CLIP (CLIPModel and CLIPVisionModel), plus F16/BF16 weights;
+# the four classification layouts (ViT, DINOv2, VideoMAE, AST) also have their
+# `logits` checked against the task model's, and their labels and multi_label.
 # tests/peer/hub_models.py makes tiny random checkpoints with the real tensor
 # names and recomputes every output in float64 with its own torch reference of
 # each published architecture, from ringvit's decoded inputs (`ringvit frames`,
@@ -13,10 +15,13 @@
 # clip (VideoMAE, trained on 4 frames), 10.24 s and 25 s of audio (AST; the
 # longer one resamples its positions along time) and frames of a clip with a
 # patch grid other than the stored one (ViT, DINOv2, CLIP: bicubic positions).
-# Also: hostile folders (exit 1 naming the problem), an unknown tensor (warned,
-# named), the modality rule (--audio on a video-only model: exit 2), the
-# random-weights warning and metadata, and `inspect` (family, modalities,
-# parameter count, tensors ignored).
+# Also: hostile folders (exit 1 naming the problem; an id2label gap), an unknown
+# tensor (warned, named), the modality rule (--audio on a video-only model: exit
+# 2), the random-weights warning and metadata, `inspect` (family, modalities,
+# parameter count, tensors ignored, the head and its labels), and `ringvit
+# labels`: a classifier built so that a known label wins (softmax, sigmoid,
+# --top, --json), AST's multi-label metadata, per-block rows, logits kept F32
+# under --dtype, bad files and usage, a finetune classify head read back.
 # Run by ctest as `sh test_models.sh $<TARGET_FILE:ringvit_cli>`; POSIX sh only.
 # Prints one line per check, then "N passed, M failed"; exits 1 on any failure,
 # including a missing test dependency (ffmpeg, torch, numpy).

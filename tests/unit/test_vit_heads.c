@@ -132,7 +132,8 @@ Test(vit_heads, classify_matches_each_formula)
                           (double)got[k], want[k]);
         /* The inputs a head does not read may be NULL; the ones it reads may not. */
         const int h = cases[i].head;
-        const int cls_used = h == RV_HEAD_CLS || h == RV_HEAD_CLS_DIST_NORM || h == RV_HEAD_CLS_MEAN;
+        const int cls_used =
+            h == RV_HEAD_CLS || h == RV_HEAD_CLS_DIST_NORM || h == RV_HEAD_CLS_MEAN;
         const int mean_used = h == RV_HEAD_MEAN_NORM || h == RV_HEAD_CLS_MEAN || h == RV_HEAD_MEAN;
         float again[5];
         cr_assert_eq(rv_vit_classify(m, cls_used ? cls : NULL,
