@@ -39,6 +39,9 @@ extern const cli_command cmd_init;
  * (its parts: embed.h) */
 extern const cli_command cmd_embed;
 
+/* cmd_labels.c: `ringvit labels OUT.safetensors [--top K] [--json] ...` */
+extern const cli_command cmd_labels;
+
 /* cmd_finetune.c: `ringvit finetune --task classify|mae --manifest LIST -o OUT ...`
  * (its parts: finetune.h) */
 extern const cli_command cmd_finetune;

@@ -44,6 +44,8 @@
  *   dist            (D)      the distillation token's output (AST)
  *   pooled          (D)      the model family's pooled output (rv_vit_pool_head)
  *   projected       (P)      its projection (CLIP's visual_projection, when stored)
+ *   logits          (C) F32  the classifier head's scores (models with a head:
+ *                            rv_vit_classify of cls, dist, global)
  * and with opts.tokens, every token in sequence order:
  *   tokens          (S, D)
  *   token_time      (S, 2) F64  start, end, s on the container's clock
@@ -51,11 +53,18 @@
  *   token_pos       (S, 3) I64  video (tubelet, row, column), audio (step, band, 0)
  * The embeddings (global .. projected, tokens) are F32, or F16 / BF16 rounded to
  * nearest even with opts.dtype; with opts.normalize the rows of global, segments
- * and tokens are divided by their L2 norm first (a zero row stays zero).
+ * and tokens are divided by their L2 norm first (a zero row stays zero). The
+ * logits are scores, not embeddings: always F32, never normalised.
  * Metadata: format ("ringvit-embed"), source, probe (JSON), model, model_hash,
  * config (JSON), family, random_weights, cp, strategy, attention, hop_s, causal,
  * fps, size, segment_s, recording_s, time_origin, start_s, tokens, video_tokens,
- * audio_tokens, dtype, normalize, ringvit_version. */
+ * audio_tokens, dtype, normalize, ringvit_version; with a head, labels (JSON: the
+ * C class names in id order) and multi_label (true: the classes are independent,
+ * scored by sigmoid; false: by softmax).
+ *
+ * rv_embed_labels_read turns an output's logits into ranked labels (what
+ * `ringvit labels` prints): per block when the file holds block_logits (G, C)
+ * with block_start / block_end, else for the recording. */
 #ifndef RV_EMBED_H
 #define RV_EMBED_H
 
@@ -245,6 +254,47 @@ RV_API void rv_embed_output_free(rv_embed_output **o);
  * such a job writes (the per-token ones with o->tokens). For --resume. */
 RV_API int rv_embed_output_complete(const char *path, const rv_vit_model *m,
                                     const char *model_hash, const rv_embed_opts *o);
+
+/* ---- ranked labels from an output (embed_labels.c) ---------------------------------- */
+
+typedef enum rv_labels_level {
+    RV_LABELS_AUTO = 0,      /* per block when the file has block_logits, else recording */
+    RV_LABELS_BLOCK = 1,     /* block_logits (G, C) with block_start / block_end */
+    RV_LABELS_RECORDING = 2, /* logits (C) over [segment_start[0], segment_end[G-1]] */
+} rv_labels_level;
+
+typedef struct rv_labels_opts {
+    int top;                 /* K labels per row (0: 5); more than C gives C */
+    int multi_label;         /* -1 (default from rv_labels_opts_default): the file's
+                                multi_label metadata; 1: sigmoid; 0: softmax */
+    rv_labels_level level;
+} rv_labels_opts;
+
+RV_API void rv_labels_opts_default(rv_labels_opts *o);
+
+/* An output's labels, ranked: rows of K (label, probability) pairs. */
+typedef struct rv_embed_labels {
+    int classes;             /* C */
+    char **labels;           /* (C) the labels metadata, in id order */
+    int multi_label;         /* 1: probabilities are sigmoid(logit), else softmax */
+    rv_labels_level level;   /* RV_LABELS_BLOCK or RV_LABELS_RECORDING */
+    int64_t rows;            /* G blocks, or 1 */
+    double *start, *end;     /* (rows) s on the file's clock (the container's) */
+    int top;                 /* K */
+    int32_t *index;          /* (rows, K) label ids by decreasing probability (ties:
+                                the lower id first) */
+    float *prob;             /* (rows, K) their probabilities */
+} rv_embed_labels;
+
+/* Reads the output path (what rv_embed_output_write wrote) and ranks its labels
+ * (o may be NULL: defaults). RV_ERR_FORMAT naming the file when it is not an
+ * embed output, holds no logits (its model has no classifier head), or its
+ * labels, logits and times disagree in size; RV_ERR_INVALID for the level asked
+ * when the file lacks it (block without block_logits). Probabilities in double,
+ * rounded once. */
+RV_API rv_status rv_embed_labels_read(const char *path, const rv_labels_opts *o,
+                                      rv_embed_labels **out);
+RV_API void rv_embed_labels_free(rv_embed_labels **l);
 
 /* The job's watch: this rank is still working. For a caller that waits on its
  * own between inputs (a batch's dispatch), so the group's votes wait for it;

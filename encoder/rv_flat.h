@@ -142,6 +142,14 @@ RV_API rv_status rv_flat_encoder_embed_tokens(rv_flat_encoder *e, const rv_array
 RV_API rv_status rv_flat_encoder_config(const rv_flat_encoder *e, char **json);
 RV_API void rv_flat_encoder_close(rv_flat_encoder **e);
 
+/* The ranked labels of an embed output (rv_embed_labels_read, what `ringvit
+ * labels` prints): "index" i64 (rows, K) label ids by decreasing probability,
+ * "prob" f32 (rows, K), "start" / "end" f64 (rows) s on the file's clock; meta
+ * {"labels": [C names], "multi_label", "level": "block" | "recording"}. opts:
+ * "top" (default 5), "multi_label" (bool; default the file's), "level" ("block",
+ * "recording", "auto": block when the file has block_logits). */
+RV_API rv_status rv_flat_labels(const char *path, const char *opts_json, rv_arrays **out);
+
 /* Asks every flat call in progress, on any thread, to stop soon: they return
  * RV_ERR_IO with the message "interrupted". Calls started afterwards are not
  * affected (a call compares a counter this increments with its value at the

@@ -20,6 +20,19 @@
  * tanh(W CLS + b) (ViT's pooler), or the plain mean; then an optional linear
  * projection (CLIP's visual_projection).
  *
+ * Classifier heads (rv_vit_head_kind; rv_vit_classify), each computed as its
+ * transformers task model computes its logits (C classes, labels in id order):
+ *   cls            W CLS + b                          ViTForImageClassification
+ *   mean_norm      W pool_ln(mean) + b                VideoMAEForVideoClassification
+ *                  (pool_ln = fc_norm, use_mean_pooling)
+ *   cls_dist_norm  W head_ln((CLS + dist) / 2) + b    ASTForAudioClassification
+ *                  (ASTMLPHead: layernorm, eps the model's, then dense)
+ *   cls_mean       W [CLS; mean] + b  (W (C, 2D))     Dinov2ForImageClassification
+ *   mean           W mean + b                         ringvit's finetune classify head
+ * where mean is the mean of the non-special tokens' outputs (rv_vit_pooled's
+ * global). multi_label (the config's problem_type "multi_label_classification")
+ * says the classes are independent: probabilities by sigmoid, not softmax.
+ *
  * Embedding (token i at start time t, s since t0; vit_embed.c):
  *   video token (tubelet g, patch row y, column x):
  *       video_w @ patch [+ video_b] + vpos(g, y, x) [+ time(t) + modality[0]]
@@ -88,8 +101,11 @@
  *   ringvit.pool_ln.weight / .bias  (D)           pooling LayerNorm
  *   ringvit.pooler.weight / .bias   (D, D), (D)   ViT's pooler
  *   ringvit.projection.weight       (proj_dim, D) the pooled output's projection
+ *   ringvit.head.weight / .bias     (C, D or 2D), (C) the classifier head (head)
+ *   ringvit.head_ln.weight / .bias  (D)           its LayerNorm (cls_dist_norm)
  * bands = (128 - F) / audio_fstride + 1. The config (rv_vit_config as JSON) is
- * the metadata entry "ringvit.config".
+ * the metadata entry "ringvit.config"; a model with a head has its labels as
+ * the metadata entry "ringvit.labels" (a JSON list of C strings, in id order).
  * A file holding only torchvision names is that image ViT exactly (family
  * ringvit, video only): the absent ringvit.* tensors are zero, sizes come from
  * the tensor shapes (D from conv_proj.weight, P from its width, layers from the
@@ -128,6 +144,8 @@ extern "C" {
 #define RV_VIT_TIME_PERIOD_MIN 0.1    /* s: the shortest period of the time code */
 #define RV_VIT_TIME_PERIOD_MAX 10000.0 /* s: the longest */
 #define RV_VIT_META_CONFIG "ringvit.config" /* safetensors metadata key */
+#define RV_VIT_META_LABELS "ringvit.labels" /* the head's labels: a JSON list */
+#define RV_VIT_MAX_CLASSES (1 << 20)        /* the most classes a head may have */
 
 /* Model families (the header comment above says what each is). */
 typedef enum rv_vit_family {
@@ -163,6 +181,16 @@ typedef enum rv_vit_pool_kind {
     RV_POOL_CLS_TANH = 4,   /* tanh(pooler_w CLS + pooler_b) (ViT's pooler) */
     RV_POOL_MEAN = 5,       /* mean of the non-special tokens */
 } rv_vit_pool_kind;
+
+/* The classifier head (the header comment says what each computes). */
+typedef enum rv_vit_head_kind {
+    RV_HEAD_NONE = 0,
+    RV_HEAD_CLS = 1,           /* W CLS + b (ViT) */
+    RV_HEAD_MEAN_NORM = 2,     /* W pool_ln(mean) + b (VideoMAE's fc_norm) */
+    RV_HEAD_CLS_DIST_NORM = 3, /* W head_ln((CLS + dist) / 2) + b (AST) */
+    RV_HEAD_CLS_MEAN = 4,      /* W [CLS; mean] + b (DINOv2) */
+    RV_HEAD_MEAN = 5,          /* W mean + b (ringvit's finetune classify) */
+} rv_vit_head_kind;
 
 /* qkv_bias bits */
 #define RV_VIT_BIAS_Q 1
@@ -204,6 +232,9 @@ typedef struct rv_vit_config {
     float audio_mean, audio_std;  /* fbank normalisation (x - mean) / (2 std) */
     int image_size;   /* frame side the model's processor uses (default --size); 0:
                          grid * patch */
+    int head;         /* rv_vit_head_kind: the classifier head (none by default) */
+    int classes;      /* C: its classes (0 without a head) */
+    int multi_label;  /* 1: the classes are independent (sigmoid); with a head only */
 } rv_vit_config;
 
 /* Presets (family ringvit): tiny (D 192, L 12, H 3), small (384, 12, 6), base
@@ -224,6 +255,11 @@ RV_API const char *rv_vit_act_name(int act);          /* "gelu", "gelu_tanh", "q
 RV_API const char *rv_vit_pool_name(int pool);        /* "cls", "cls_dist", "mean_norm", ... */
 RV_API const char *rv_vit_pos_name(int pos);          /* "none", "grid_bilinear", ... */
 RV_API const char *rv_vit_audio_pos_name(int apos);   /* "none", "band", "grid" */
+RV_API const char *rv_vit_head_name(int head);        /* "none", "cls", "mean_norm", ... */
+/* What head reads and computes, one line ("W [CLS; mean] + b (DINOv2's classifier)"). */
+RV_API const char *rv_vit_head_text(int head);
+/* The width of the head's input: 2 D for cls_mean, else D (0 without a head). */
+RV_API int rv_vit_head_in(const rv_vit_config *c);
 
 /* Checks sizes and their relations (D % heads, F <= 128, the family's fields and
  * their combinations), naming the numbers. */
@@ -298,12 +334,22 @@ typedef struct rv_vit_model {
     float *pool_ln_w, *pool_ln_b; /* (D) the pooling LayerNorm (RV_POOL_*_NORM) */
     float *pooler_w, *pooler_b;   /* (D, D), (D) RV_POOL_CLS_TANH */
     float *proj_w;       /* (proj_dim, D) */
+    float *head_w;       /* (C, rv_vit_head_in) the classifier (NULL without a head) */
+    float *head_b;       /* (C) */
+    float *head_ln_w, *head_ln_b; /* (D) its LayerNorm (RV_HEAD_CLS_DIST_NORM) */
     float *arena;        /* every tensor above lives here */
     size_t arena_floats; /* its length */
+    char **labels;       /* (C) the classes' names, UTF-8, in id order (NULL without a
+                            head); not in the arena: one allocation the model owns */
 } rv_vit_model;
 
-/* A model with every weight zero (LayerNorm weights one). */
+/* A model with every weight zero (LayerNorm weights one); with a head, its labels
+ * are the ids as text ("0", "1", ...) until rv_vit_set_labels. */
 RV_API rv_status rv_vit_new(const rv_vit_config *c, rv_vit_model **out);
+
+/* The head's labels (n of them, each UTF-8 text, copied); RV_ERR_INVALID when the
+ * model has no head, n is not its classes, or a label is NULL or not UTF-8. */
+RV_API rv_status rv_vit_set_labels(rv_vit_model *m, const char *const *labels, int n);
 
 /* Fresh weights from seed, as torchvision initialises its VisionTransformer:
  * conv_proj truncated normal with std sqrt(1 / fan_in), bias 0; class token 0;
@@ -331,7 +377,8 @@ typedef struct rv_vit_load_info {
     int file_tensors;      /* tensors in the file */
     int used;              /* read into the model */
     char **ignored;        /* (nignored) known tensors the encoder does not use
-                              (classifier heads, decoders, the text tower, buffers) */
+                              (decoders, the text tower, buffers, a classifier it
+                              cannot apply) */
     int nignored;
     char **unknown;        /* (nunknown) tensors of no known role (warned) */
     int nunknown;
@@ -359,8 +406,8 @@ RV_API rv_status rv_vit_load_ex(const char *path, const rv_vit_load_opts *opts,
  * name renamed when complete. */
 RV_API rv_status rv_vit_save(const rv_vit_model *m, const char *path);
 
-/* 16 hex digits: a 64-bit FNV-1a hash of the config JSON and every weight's
- * bytes, naming the model in outputs. */
+/* 16 hex digits: a 64-bit FNV-1a hash of the config JSON, every weight's bytes
+ * and (with a head) the labels, naming the model in outputs. */
 RV_API void rv_vit_hash(const rv_vit_model *m, char out[17]);
 
 /* Parameter count (the arena length). */
@@ -556,6 +603,8 @@ typedef struct rv_vit_pooled {
     float *pooled;            /* (D) the family's pooled output (NULL before) */
     int proj_dim;             /* > 0 when the model projects it */
     float *projected;         /* (proj_dim) proj_w @ pooled */
+    int classes;              /* > 0 when the model has a classifier head */
+    float *logits;            /* (classes) rv_vit_classify(cls, dist, global) */
 } rv_vit_pooled;
 
 /* Pools y (in->len, dim) of every rank by all-reduce (sums in double); every
@@ -565,10 +614,24 @@ RV_API rv_status rv_vit_pool(rv_comm *comm, const rv_vit_tokens *in, const float
 
 /* The family's pooled output from what rv_vit_pool gathered (host only, no
  * communication): p->pooled (D) by m->cfg.pool (the header comment), then
- * p->projected = proj_w @ pooled when the model has a projection. A pool kind
- * whose token is missing from the sequence (CLS pooling without a CLS) is
- * RV_ERR_INVALID naming it. */
+ * p->projected = proj_w @ pooled when the model has a projection, and
+ * p->logits = rv_vit_classify(m, cls, dist, global) when it has a head. A pool
+ * kind or head whose token is missing from the sequence (CLS pooling without a
+ * CLS) is RV_ERR_INVALID naming it. */
 RV_API rv_status rv_vit_pool_head(const rv_vit_model *m, rv_vit_pooled *p);
+
+/* logits (C) of the model's classifier head from the final outputs of one
+ * sequence or one attention block: cls (D) its CLS token's output, dist (D) its
+ * distillation token's (AST), mean (D) the mean of its non-special tokens'
+ * outputs (rv_vit_pooled.global, or a block's mean); the header comment gives
+ * each head's formula. Each head reads only its inputs, the others may be NULL:
+ *   cls  cls;  mean_norm  mean;  cls_dist_norm  cls, dist;  cls_mean  cls, mean;
+ *   mean  mean.
+ * Computed in double on the host (no device, no communication), rounded to f32
+ * once. RV_ERR_INVALID without a head, or when an input the head reads is NULL
+ * (naming it). */
+RV_API rv_status rv_vit_classify(const rv_vit_model *m, const float *cls, const float *dist,
+                                 const float *mean, float *logits);
 
 /* Frees the arrays and zeroes the struct. */
 RV_API void rv_vit_pooled_free(rv_vit_pooled *p);
@@ -592,6 +655,8 @@ typedef struct rv_vit_blocks {
     float *pooled;            /* (G, D) each block's pooled output (NULL before) */
     int proj_dim;             /* > 0 when the model projects it */
     float *projected;         /* (G, proj_dim) */
+    int classes;              /* > 0 when the model has a classifier head */
+    float *logits;            /* (G, classes) each block's (rv_vit_classify) */
 } rv_vit_blocks;
 
 /* The per-block sums of y (in->len, dim) over the windows [0, windows) of
@@ -600,8 +665,8 @@ typedef struct rv_vit_blocks {
  * comm calls it together; out is filled on rank 0 and left empty elsewhere. */
 RV_API rv_status rv_vit_pool_blocks(rv_comm *comm, const rv_vit_tokens *in, const float *y,
                                     int dim, int64_t windows, rv_vit_blocks *out);
-/* Each block's pooled output and projection (host only): what rv_vit_pool_head
- * gives a sequence of that block alone. */
+/* Each block's pooled output, projection and logits (host only): what
+ * rv_vit_pool_head gives a sequence of that block alone. */
 RV_API rv_status rv_vit_pool_blocks_head(const rv_vit_model *m, rv_vit_blocks *b);
 RV_API void rv_vit_blocks_free(rv_vit_blocks *b);
 

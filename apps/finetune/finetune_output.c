@@ -1,5 +1,6 @@
 /* finetune_output.c: the tuned weights of `ringvit finetune` (-o). The file is
- * what rv_vit_save writes (so rv_vit_load and `ringvit embed --model` read it;
+ * what rv_vit_save writes, the model's own classifier head and its labels
+ * (ringvit.labels) included (so rv_vit_load and `ringvit embed --model` read it;
  * they ignore the heads.* and ringvit.mae_* tensors of a ringvit file), plus the
  * task head and metadata: the class names (ringvit.classes, a JSON array, in
  * class-index order) for classify, the settings JSON (ringvit.finetune) and the
@@ -44,9 +45,11 @@ rv_status ft_output_write(const char *path, const rv_vit_model *m, const rv_trai
     if ((s = rv_train_head_write(h, w)) != RV_OK)
         goto end;
     const char *cfg = rv_st_meta(st, RV_VIT_META_CONFIG);
+    const char *labels = rv_st_meta(st, RV_VIT_META_LABELS); /* a model's own head */
     char nsteps[32];
     snprintf(nsteps, sizeof nsteps, "%" PRId64, steps);
     if ((cfg && (s = rv_st_writer_meta(w, RV_VIT_META_CONFIG, cfg)) != RV_OK) ||
+        (labels && (s = rv_st_writer_meta(w, RV_VIT_META_LABELS, labels)) != RV_OK) ||
         (s = rv_st_writer_meta(w, "format", "pt")) != RV_OK ||
         (s = rv_st_writer_meta(w, "ringvit.producer", FT_FORMAT)) != RV_OK ||
         (s = rv_st_writer_meta(w, FT_META_SETTINGS, set->settings)) != RV_OK ||

@@ -1,7 +1,8 @@
 /* cmd_inspect.c: `ringvit inspect MODEL [--json]`: what a model is before a
  * long run uses it: its family, sizes, the modalities its weights cover, the
  * input normalisation and frame side, the blocks' description, the pooled
- * output, the parameter count, and what the load found in the file or folder
+ * output, the classifier head (its kind, classes and labels), the parameter
+ * count, and what the load found in the file or folder
  * (tensors used, extras ignored, unknown ones, ringvit tensors left zero, and
  * the loader's notes). Loads the model the way embed does (model_cli.h). */
 #include <stdio.h>
@@ -21,8 +22,9 @@ static const char help_text[] =
     "Shows what MODEL is, as 'ringvit embed --model MODEL' would load it (a Hugging\n"
     "Face model folder, a weights file or a preset): its family, sizes, the\n"
     "modalities its weights cover, the input normalisation and frame side, the\n"
-    "blocks, positions, the pooled output, the parameter count, and the tensors\n"
-    "used, ignored, unknown and missing (left zero), with the loader's notes.\n"
+    "blocks, positions, the pooled output, the classifier head and its labels,\n"
+    "the parameter count, and the tensors used, ignored, unknown and missing (left\n"
+    "zero), with the loader's notes.\n"
     "\n"
     "  --json        one JSON object on stdout instead of the table\n"
     "  --heads H     head count of a torchvision-named file (default D / 64)\n"
@@ -75,6 +77,22 @@ static void print_list(const char *label, char **v, int n)
     printf("\n");
 }
 
+/* The first labels, each as a JSON string (a label may hold commas or quotes). */
+static void print_labels(char **v, int n)
+{
+    printf("%-13s", "labels:");
+    for (int i = 0; i < n && i < 8; i++) {
+        json_t *s = cli_json_path(v[i]);
+        char *q = s ? json_dumps(s, JSON_ENCODE_ANY) : NULL;
+        printf("%s%s", i ? ", " : "", q ? q : "?");
+        free(q);
+        json_decref(s);
+    }
+    if (n > 8)
+        printf(", ... (%d in all)", n);
+    printf("\n");
+}
+
 static json_t *report_json(const char *spec, const model_cli *mc)
 {
     const rv_vit_config *c = &mc->m->cfg;
@@ -107,6 +125,10 @@ static json_t *report_json(const char *spec, const model_cli *mc)
     json_object_set_new(o, "audio_std", json_real(c->audio_std));
     json_object_set_new(o, "audio_bands", json_integer(rv_vit_bands(c)));
     json_object_set_new(o, "pool", json_string(rv_vit_pool_name(c->pool)));
+    json_object_set_new(o, "head", json_string(rv_vit_head_name(c->head)));
+    json_object_set_new(o, "classes", json_integer(c->classes));
+    json_object_set_new(o, "multi_label", json_boolean(c->multi_label));
+    json_object_set_new(o, "labels", str_list(mc->m->labels, mc->m->labels ? c->classes : 0));
     json_object_set_new(o, "tensors_in_file", json_integer(in->file_tensors));
     json_object_set_new(o, "tensors_used", json_integer(in->used));
     json_object_set_new(o, "ignored", str_list(in->ignored, in->nignored));
@@ -156,6 +178,14 @@ static void report_text(const char *spec, const model_cli *mc)
     if (c->proj_dim)
         printf(", projected to %d", c->proj_dim);
     printf("\n");
+    if (c->head != RV_HEAD_NONE) {
+        printf("head:        %s: %s, %d classes%s\n", rv_vit_head_name(c->head),
+               rv_vit_head_text(c->head), c->classes,
+               c->multi_label ? ", multi-label (sigmoid)" : " (softmax)");
+        print_labels(mc->m->labels, c->classes);
+    } else {
+        printf("head:        none (no classifier: outputs have no logits)\n");
+    }
     printf("parameters:  %lld\n", (long long)rv_vit_params(mc->m));
     for (int i = 0; i < in->nnotes; i++)
         printf("%-13s%s\n", i ? "" : "notes:", in->notes[i]);

@@ -15,6 +15,8 @@
  *   embed_gather.c   the per-token outputs of every rank to rank 0, in order
  *   embed_output.c   rv_embed_collect: the output's tensors and metadata, the
  *                    dtype conversions, rv_embed_output_complete
+ *   embed_labels.c   rv_embed_labels_read: a written output's logits as ranked
+ *                    labels (`ringvit labels`)
  * Bytes that may not fit in memory twice (the gathered tokens) go to a column
  * (ingest/collect_column.h): an unlinked scratch file beside the output, or memory.
  */

@@ -235,6 +235,38 @@ end:
     return st;
 }
 
+/* The classifier's scores (models with a head): logits (C) F32 as computed,
+ * never converted by dtype nor normalised (scores, not embeddings). */
+static rv_status add_logits(rv_embed_output *o, const rv_vit_pooled *p)
+{
+    if (p->classes <= 0)
+        return RV_OK;
+    const int64_t c1[1] = {p->classes};
+    return add(o, "logits", RV_F32, 1, c1, p->logits, NULL);
+}
+
+/* The head's metadata (models with one): labels, the id2label list in order
+ * (JSON), and multi_label (true: sigmoid scores, false: softmax). */
+static rv_status add_head_meta(rv_embed_output *o, const rv_vit_model *m)
+{
+    if (m->cfg.head == RV_HEAD_NONE)
+        return RV_OK;
+    json_t *a = json_array();
+    for (int i = 0; a && i < m->cfg.classes; i++)
+        if (json_array_append_new(a, json_string(m->labels[i])) != 0) {
+            json_decref(a);
+            a = NULL;
+        }
+    char *labels = a ? json_dumps(a, JSON_COMPACT) : NULL;
+    json_decref(a);
+    rv_status st = labels ? meta(o, "labels", 1, "%s", labels)
+                          : rv_fail(RV_ERR_NOMEM, "out of memory for the labels");
+    free(labels);
+    if (st == RV_OK)
+        st = meta(o, "multi_label", 1, "%s", m->cfg.multi_label ? "true" : "false");
+    return st;
+}
+
 /* The per-token descriptions of the whole sequence (rank 0): token_time (S, 2)
  * on the container's clock (rv_tok_info), token_pos (S, 3), token_modality (S). */
 static rv_status token_info(const rv_tok_layout *L, rv_comm_watch *watch, double **tt,
@@ -288,7 +320,8 @@ static rv_status build(rv_embed_output *o, const rv_embed_job *j, const rv_embed
     const int64_t d1[1] = {D}, g1[1] = {G}, gd[2] = {G, D}, pj[1] = {p->proj_dim},
                   s1[1] = {S}, s2[2] = {S, 2}, s3[2] = {S, 3}, sd[2] = {S, D};
     const rv_vit_blocks *b = &o->blocks;
-    const int64_t b1[1] = {b->blocks}, bd[2] = {b->blocks, D}, bp[2] = {b->blocks, b->proj_dim};
+    const int64_t b1[1] = {b->blocks}, bd[2] = {b->blocks, D}, bp[2] = {b->blocks, b->proj_dim},
+                  bc[2] = {b->blocks, b->classes};
     double *tt = NULL, *bs = NULL, *be = NULL;
     int64_t *tp = NULL;
     uint8_t *tm = NULL;
@@ -324,18 +357,24 @@ static rv_status build(rv_embed_output *o, const rv_embed_job *j, const rv_embed
     if (p->proj_dim > 0 &&
         (st = add_embedding(o, op, "projected", 1, pj, p->projected, 0)) != RV_OK)
         goto end;
-    /* Each block's pooled output and projection, rows normalised with --normalize. */
+    if ((st = add_logits(o, p)) != RV_OK)
+        goto end;
+    /* Each block's pooled output and projection, rows normalised with --normalize;
+     * its logits as the recording's (F32). */
     if (b->blocks > 0 &&
         ((st = add_embedding(o, op, "block_pooled", 2, bd, b->pooled, 1)) != RV_OK ||
          (b->proj_dim > 0 &&
-          (st = add_embedding(o, op, "block_projected", 2, bp, b->projected, 1)) != RV_OK)))
+          (st = add_embedding(o, op, "block_projected", 2, bp, b->projected, 1)) != RV_OK) ||
+         (b->classes > 0 &&
+          (st = add(o, "block_logits", RV_F32, 2, bc, b->logits, NULL)) != RV_OK)))
         goto end;
     if (op->tokens &&
         ((st = add_tokens(o, op, keep, near, sd)) != RV_OK ||
          (st = add(o, "token_modality", RV_U8, 1, s1, tm, tm)) != RV_OK))
         goto end;
     tm = NULL;
-    st = add_meta(o, j, in, L);
+    if ((st = add_meta(o, j, in, L)) != RV_OK || (st = add_head_meta(o, j->m.model)) != RV_OK)
+        goto end;
 end:
     free(tt);
     free(tp);
@@ -523,8 +562,11 @@ int rv_embed_output_complete(const char *path, const rv_vit_model *m, const char
             goto end;
     if (m->cfg.cls && !rv_st_find(st, "cls"))
         goto end;
-    if ((o->span.kind == RV_SPAN_BLOCK || o->span.kind == RV_SPAN_FRAME) &&
-        !rv_st_find(st, "block_pooled"))
+    if (m->cfg.head != RV_HEAD_NONE && !rv_st_find(st, "logits"))
+        goto end;
+    const int blocks = o->span.kind == RV_SPAN_BLOCK || o->span.kind == RV_SPAN_FRAME;
+    if (blocks && (!rv_st_find(st, "block_pooled") ||
+                   (m->cfg.head != RV_HEAD_NONE && !rv_st_find(st, "block_logits"))))
         goto end;
     /* Another dtype or normalize is another output (written before these
      * existed: f32, none). */

@@ -76,6 +76,33 @@ static rv_status check_enum(const char *what, int v, int count)
 
 static int finite_positive(float v) { return isfinite(v) && v > 0.0f; }
 
+/* The classifier head: its kind, classes, and the tokens and tensors it reads. */
+static rv_status check_head(const rv_vit_config *c)
+{
+    rv_status s;
+    if ((s = check_enum("head", c->head, RV_HEAD_MEAN + 1)) != RV_OK ||
+        (s = check_range("multi_label", c->multi_label, 0, 1)) != RV_OK)
+        return s;
+    if (c->head == RV_HEAD_NONE) {
+        if (c->classes != 0 || c->multi_label)
+            return rv_fail(RV_ERR_INVALID, "vit config: classes %d%s without a head",
+                           c->classes, c->multi_label ? " and multi_label" : "");
+        return RV_OK;
+    }
+    if ((s = check_range("classes", c->classes, 1, RV_VIT_MAX_CLASSES)) != RV_OK)
+        return s;
+    if ((c->head == RV_HEAD_CLS || c->head == RV_HEAD_CLS_MEAN) && c->cls < 1)
+        return rv_fail(RV_ERR_INVALID, "vit config: head %s needs a CLS token (cls %d)",
+                       rv_vit_head_name(c->head), c->cls);
+    if (c->head == RV_HEAD_CLS_DIST_NORM && c->cls != 2)
+        return rv_fail(RV_ERR_INVALID, "vit config: head cls_dist_norm needs the CLS and "
+                       "distillation tokens (cls 2, got %d)", c->cls);
+    if (c->head == RV_HEAD_MEAN_NORM && c->pool != RV_POOL_MEAN_NORM)
+        return rv_fail(RV_ERR_INVALID, "vit config: head mean_norm reads the pooling "
+                       "LayerNorm of pool mean_norm (pool %s)", rv_vit_pool_name(c->pool));
+    return RV_OK;
+}
+
 /* The family's fields, on their own and together. */
 static rv_status check_family(const rv_vit_config *c)
 {
@@ -134,6 +161,8 @@ static rv_status check_family(const rv_vit_config *c)
     if (!isfinite(c->audio_mean) || !finite_positive(c->audio_std))
         return rv_fail(RV_ERR_INVALID, "vit config: audio mean %g / std %g: need finite, std > 0",
                        (double)c->audio_mean, (double)c->audio_std);
+    if ((s = check_head(c)) != RV_OK)
+        return s;
     if (c->image_size > 0 && c->image_size % c->patch != 0)
         return rv_fail(RV_ERR_INVALID, "vit config: image_size %d is not a multiple of the "
                        "patch %d", c->image_size, c->patch);

@@ -35,6 +35,9 @@ void rv_vit_family_defaults(rv_vit_config *c)
     c->audio_mean = -4.2677393f;
     c->audio_std = 4.5689974f;
     c->image_size = 0;
+    c->head = RV_HEAD_NONE;
+    c->classes = 0;
+    c->multi_label = 0;
 }
 
 /* name <-> value tables of the enums */
@@ -44,6 +47,15 @@ static const char *const pool_names[] = {"cls", "cls_dist", "mean_norm", "cls_no
                                          "mean"};
 static const char *const pos_names[] = {"none", "grid_bilinear", "grid_bicubic", "sinusoid"};
 static const char *const apos_names[] = {"none", "band", "grid"};
+static const char *const head_names[] = {"none", "cls", "mean_norm", "cls_dist_norm",
+                                         "cls_mean", "mean"};
+static const char *const head_texts[] = {
+    "no classifier head",
+    "W CLS + b (ViT's classifier)",
+    "W fc_norm(mean) + b (VideoMAE's classifier)",
+    "W layernorm((CLS + distillation) / 2) + b (AST's MLP head)",
+    "W [CLS; mean of the patch tokens] + b (DINOv2's classifier)",
+    "W mean + b (ringvit's finetune classify head)"};
 
 #define NAME_OF(table, v) \
     ((v) >= 0 && (size_t)(v) < sizeof table / sizeof table[0] ? table[v] : "?")
@@ -53,6 +65,15 @@ const char *rv_vit_act_name(int act) { return NAME_OF(act_names, act); }
 const char *rv_vit_pool_name(int pool) { return NAME_OF(pool_names, pool); }
 const char *rv_vit_pos_name(int pos) { return NAME_OF(pos_names, pos); }
 const char *rv_vit_audio_pos_name(int apos) { return NAME_OF(apos_names, apos); }
+const char *rv_vit_head_name(int head) { return NAME_OF(head_names, head); }
+const char *rv_vit_head_text(int head) { return NAME_OF(head_texts, head); }
+
+int rv_vit_head_in(const rv_vit_config *c)
+{
+    if (c->head == RV_HEAD_NONE)
+        return 0;
+    return c->head == RV_HEAD_CLS_MEAN ? 2 * c->dim : c->dim;
+}
 
 int rv_vit_bands(const rv_vit_config *c)
 {

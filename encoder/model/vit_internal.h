@@ -14,6 +14,7 @@
  *                       model asks of the tokenizer and of ingest
  * Weights in memory and I/O
  *   vit_model.c         the weight arena and its pointers, parameter count, hash
+ *   vit_labels.c        the classifier head's labels beside the arena
  *   vit_tensors.h       the tensor list load, save and checkpoints walk
  *   vit_init.c          fresh weights from a seed; vit_rng.h / vit_rng.c, the
  *                       generator
@@ -36,6 +37,7 @@
  *   vit_span.c          attention spans: parsing, the per-token keys
  *   vit_pool.c          pooling by all-reduce (global, segments, modalities, CLS)
  *                       and the family's pooled head
+ *   vit_classify.c      the classifier heads' logits (rv_vit_classify)
  * Backward and training (rv_vit_train.h)
  *   vit_train_forward.c the forward that keeps the activations
  *   vit_backward.c      the blocks' backward, in reverse
@@ -66,6 +68,7 @@
  *   flat_tokens.c       a whole token sequence as `ringvit tokens` writes it
  *                       (tokenize's collector and report)
  *   flat_encoder.c      embed in-process, cp ranks as threads, as `ringvit embed`
+ *   flat_labels.c       an embed output's ranked labels, as `ringvit labels`
  *   flat_model.c        a --model spec: preset, weights file or folder
  *   flat_interrupt.c    rv_flat_interrupt: a counter the long loops poll */
 #ifndef RV_VIT_INTERNAL_H
@@ -226,5 +229,9 @@ struct rv_vit_acts {
 rv_status vit_embed_backward(const rv_vit_model *m, rv_backend *be, const rv_vit_tokens *in,
                              const uint8_t *hidden, const float *dx, float *codes, float *proj,
                              rv_vit_model *grad, float *dmask, double *flops);
+
+/* m->labels set to the ids as text ("0" .. "C-1"), the labels of a head nobody
+ * named yet (vit_labels.c). */
+rv_status vit_labels_default(rv_vit_model *m);
 
 #endif

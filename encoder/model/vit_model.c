@@ -7,14 +7,17 @@
  * tensor only where the family has it: video_w, video_b, audio_w, audio_b, cls,
  * pos, band, time_w, modality, audio_pos, pre_ln w/b, then per layer ln1 w/b,
  * qkv w/b, proj w/b, ln2 w/b, fc1 w/b, fc2 w/b, ls1, ls2, then ln w/b, pool_ln
- * w/b, pooler w/b, proj. ringvit's own models have the first nine, the layers
- * without layer scale and the final norm: the order their checkpoints (and the
- * optimizer moments laid out over the arena) have always had. */
+ * w/b, pooler w/b, proj, head w/b, head_ln w/b. ringvit's own models have the
+ * first nine, the layers without layer scale and the final norm: the order their
+ * checkpoints (and the optimizer moments laid out over the arena) have always
+ * had; a classifier head comes last, so a model without one keeps that layout.
+ * The head's labels live beside the arena (vit_labels.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "rv_vit.h"
+#include "vit_internal.h"
 #include "vit_tensors.h"
 
 #define ARENA_ALIGN 64
@@ -144,11 +147,25 @@ static int64_t walk(const rv_vit_config *c, float *base, vit_tensor *t, int *cou
     if (c->proj_dim > 0)
         ADD("ringvit.projection.weight", VIT_PLAIN, 0, VR_PROJ_OUT, -1, 2, c->proj_dim, D, 0, 0,
             0);
+    if (c->head != RV_HEAD_NONE) {
+        ADD("ringvit.head.weight", VIT_PLAIN, 0, VR_HEAD_W, -1, 2, c->classes, rv_vit_head_in(c),
+            0, 0, 0);
+        ADD("ringvit.head.bias", VIT_PLAIN, 0, VR_HEAD_B, -1, 1, c->classes, 0, 0, 0, 0);
+    }
+    if (c->head == RV_HEAD_CLS_DIST_NORM) {
+        ADD("ringvit.head_ln.weight", VIT_PLAIN, 0, VR_HEAD_LN_W, -1, 1, D, 0, 0, 0, 0);
+        ADD("ringvit.head_ln.bias", VIT_PLAIN, 0, VR_HEAD_LN_B, -1, 1, D, 0, 0, 0, 0);
+    }
 #undef ADD
 #undef AT
     if (count)
         *count = n;
     return off;
+}
+
+int vit_is_head_role(vit_role r)
+{
+    return r == VR_HEAD_W || r == VR_HEAD_B || r == VR_HEAD_LN_W || r == VR_HEAD_LN_B;
 }
 
 int vit_tensor_count(const rv_vit_config *c)
@@ -186,6 +203,10 @@ float **vit_slot(rv_vit_model *m, vit_role role, int layer)
     case VR_POOLER_W: return &m->pooler_w;
     case VR_POOLER_B: return &m->pooler_b;
     case VR_PROJ_OUT: return &m->proj_w;
+    case VR_HEAD_W: return &m->head_w;
+    case VR_HEAD_B: return &m->head_b;
+    case VR_HEAD_LN_W: return &m->head_ln_w;
+    case VR_HEAD_LN_B: return &m->head_ln_b;
     default: break;
     }
     if (!ly)
@@ -237,7 +258,7 @@ void vit_video_from_file(const float *file, int dim, int T, int P, float *mem)
 static int starts_at_one(vit_role r)
 {
     return r == VR_LN1_W || r == VR_LN2_W || r == VR_LN_W || r == VR_PRE_LN_W ||
-           r == VR_POOL_LN_W || r == VR_LS1 || r == VR_LS2;
+           r == VR_POOL_LN_W || r == VR_HEAD_LN_W || r == VR_LS1 || r == VR_LS2;
 }
 
 rv_status rv_vit_new(const rv_vit_config *c, rv_vit_model **out)
@@ -282,6 +303,8 @@ rv_status rv_vit_new(const rv_vit_config *c, rv_vit_model **out)
             for (int64_t j = 0; j < list[i].numel; j++)
                 list[i].data[j] = 1.0f;
     }
+    if (c->head != RV_HEAD_NONE && (s = vit_labels_default(m)) != RV_OK)
+        goto end;
     *out = m;
     m = NULL;
 end:
@@ -312,6 +335,14 @@ void rv_vit_hash(const rv_vit_model *m, char out[17])
             for (int b = 0; b < 4; b++)
                 h = (h ^ ((u >> (8 * b)) & 0xffu)) * prime;
         }
+        /* Each label with its terminating NUL, so ["ab", "c"] and ["a", "bc"]
+         * differ (models without a head hash as they always have). */
+        for (int c = 0; m->labels && c < m->cfg.classes; c++) {
+            const unsigned char *p = (const unsigned char *)m->labels[c];
+            do
+                h = (h ^ *p) * prime;
+            while (*p++);
+        }
     }
     snprintf(out, 17, "%016llx", (unsigned long long)h);
 }
@@ -323,6 +354,7 @@ void rv_vit_free(rv_vit_model **pm)
     rv_vit_model *m = *pm;
     free(m->arena);
     free(m->layer);
+    free(m->labels);
     free(m);
     *pm = NULL;
 }

@@ -9,7 +9,8 @@
  * bounds come out on the container's clock (opts->t0 added last).
  * rv_vit_pool_head then makes the family's pooled output from those sums on
  * every rank, in double (a LayerNorm, a tanh pooler, a projection of one
- * D-vector: no device, no communication). */
+ * D-vector, the classifier's logits by rv_vit_classify: no device, no
+ * communication). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,7 @@ void rv_vit_pooled_free(rv_vit_pooled *p)
     free(p->dist);
     free(p->pooled);
     free(p->projected);
+    free(p->logits);
     memset(p, 0, sizeof *p);
 }
 
@@ -253,6 +255,18 @@ rv_status rv_vit_pool_head(const rv_vit_model *m, rv_vit_pooled *p)
             p->projected[i] = (float)acc;
         }
         p->proj_dim = c->proj_dim;
+    }
+    free(p->logits);
+    p->logits = NULL;
+    p->classes = 0;
+    if (c->head != RV_HEAD_NONE) { /* rv_vit_classify names a token the sequence lacks */
+        if (!(p->logits = calloc((size_t)c->classes, sizeof(float))))
+            return rv_fail(RV_ERR_NOMEM, "vit pool head: out of memory");
+        rv_status s = rv_vit_classify(m, p->has_cls ? p->cls : NULL,
+                                      p->has_dist ? p->dist : NULL, p->global, p->logits);
+        if (s != RV_OK)
+            return s;
+        p->classes = c->classes;
     }
     return RV_OK;
 }

@@ -27,6 +27,7 @@ void rv_vit_blocks_free(rv_vit_blocks *b)
     free(b->dist);
     free(b->pooled);
     free(b->projected);
+    free(b->logits);
     memset(b, 0, sizeof *b);
 }
 
@@ -181,16 +182,18 @@ rv_status rv_vit_pool_blocks_head(const rv_vit_model *m, rv_vit_blocks *b)
 {
     if (!m || !b || (b->blocks > 0 && !b->mean))
         return rv_fail(RV_ERR_INVALID, "vit pool blocks head: model and block sums are required");
-    const int D = m->cfg.dim, P = m->cfg.proj_dim;
+    const int D = m->cfg.dim, P = m->cfg.proj_dim, C = m->cfg.classes;
     const size_t G = (size_t)b->blocks;
     if (b->dim != D)
         return rv_fail(RV_ERR_INVALID, "vit pool blocks head: width %d, model width %d", b->dim, D);
     free(b->pooled);
     free(b->projected);
-    b->projected = NULL;
-    b->proj_dim = 0;
+    free(b->logits);
+    b->projected = b->logits = NULL;
+    b->proj_dim = b->classes = 0;
     if (!(b->pooled = calloc(G * (size_t)D + 1, sizeof(float))) ||
-        (P > 0 && !(b->projected = calloc(G * (size_t)P + 1, sizeof(float)))))
+        (P > 0 && !(b->projected = calloc(G * (size_t)P + 1, sizeof(float)))) ||
+        (C > 0 && !(b->logits = calloc(G * (size_t)C + 1, sizeof(float)))))
         return rv_fail(RV_ERR_NOMEM, "vit pool blocks head: out of memory");
     rv_status st = RV_OK;
     /* Each block as a pooled sequence of its own, through the one pool head. */
@@ -204,11 +207,14 @@ rv_status rv_vit_pool_blocks_head(const rv_vit_model *m, rv_vit_blocks *b)
             memcpy(b->pooled + g * D, one.pooled, sizeof(float) * (size_t)D);
             if (P > 0)
                 memcpy(b->projected + g * (size_t)P, one.projected, sizeof(float) * (size_t)P);
+            if (C > 0)
+                memcpy(b->logits + g * (size_t)C, one.logits, sizeof(float) * (size_t)C);
         }
         free(one.pooled);
         free(one.projected);
+        free(one.logits);
     }
     if (st == RV_OK)
-        b->proj_dim = P;
+        b->proj_dim = P, b->classes = C;
     return st;
 }

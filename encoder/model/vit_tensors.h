@@ -27,6 +27,7 @@ typedef enum vit_role {
     VR_LN1_W, VR_LN1_B, VR_QKV_W, VR_QKV_B, VR_PROJ_W, VR_PROJ_B, VR_LN2_W, VR_LN2_B,
     VR_FC1_W, VR_FC1_B, VR_FC2_W, VR_FC2_B, VR_LS1, VR_LS2,
     VR_LN_W, VR_LN_B, VR_POOL_LN_W, VR_POOL_LN_B, VR_POOLER_W, VR_POOLER_B, VR_PROJ_OUT,
+    VR_HEAD_W, VR_HEAD_B, VR_HEAD_LN_W, VR_HEAD_LN_B,
     VR_COUNT
 } vit_role;
 
@@ -42,6 +43,11 @@ typedef struct vit_tensor {
     vit_role role;
     int layer;         /* the layer of a per-layer tensor, else -1 */
 } vit_tensor;
+
+/* 1 for the classifier head's tensors (required whenever the config has a head,
+ * whatever the family: a head read as zeros would give every input the same
+ * scores). */
+int vit_is_head_role(vit_role r);
 
 /* Entries of a model of config c. */
 int vit_tensor_count(const rv_vit_config *c);

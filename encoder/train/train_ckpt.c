@@ -4,7 +4,8 @@
  *     rv_vit_load reads a checkpoint as a model;
  *   the head's tensors (rv_train_head_write / _read; h may be NULL: none);
  *   optim.m, optim.v (n) F32: AdamW's moments over [model arena | head arena];
- *   metadata "ringvit.config" (as rv_vit_save), "format": "pt", and
+ *   metadata "ringvit.config" and, with a classifier head, "ringvit.labels"
+ *     (as rv_vit_save), "format": "pt", and
  *   "ringvit.checkpoint": {"step", "data_pos", "seed" (a decimal string: JSON
  *     numbers do not hold 64 bits everywhere), "adam_step", "n", "task",
  *     "classes", "settings" (the caller's JSON text as a string)}.
@@ -61,7 +62,7 @@ rv_status rv_ckpt_save(const char *path, const rv_vit_model *m, const rv_train_h
     rv_st_writer *w = NULL;
     vit_tensor *list = NULL;
     float *video = NULL; /* (D, 3, T, P, P) the file's layout */
-    char *config = NULL, *ckpt = NULL;
+    char *config = NULL, *ckpt = NULL, *labels = NULL;
     if (!path || !m || !o || !info) {
         s = rv_fail(RV_ERR_INVALID, "rv_ckpt_save: NULL argument");
         goto end;
@@ -93,7 +94,8 @@ rv_status rv_ckpt_save(const char *path, const rv_vit_model *m, const rv_train_h
     list = malloc((size_t)count * sizeof *list);
     config = rv_vit_config_to_json(c);
     ckpt = ckpt_json(h, o, info);
-    if (!list || !config || !ckpt) {
+    labels = c->head != RV_HEAD_NONE ? vit_labels_json(m) : NULL;
+    if (!list || !config || !ckpt || (c->head != RV_HEAD_NONE && !labels)) {
         s = rv_fail(RV_ERR_NOMEM, "saving checkpoint '%s': out of memory", path);
         goto end;
     }
@@ -124,7 +126,8 @@ rv_status rv_ckpt_save(const char *path, const rv_vit_model *m, const rv_train_h
         (s = rv_st_writer_add(w, OPTIM_V, RV_F32, 1, shape, o->v)) != RV_OK ||
         (s = rv_st_writer_meta(w, RV_VIT_META_CONFIG, config)) != RV_OK ||
         (s = rv_st_writer_meta(w, "format", "pt")) != RV_OK ||
-        (s = rv_st_writer_meta(w, META_CKPT, ckpt)) != RV_OK)
+        (s = rv_st_writer_meta(w, META_CKPT, ckpt)) != RV_OK ||
+        (labels && (s = rv_st_writer_meta(w, RV_VIT_META_LABELS, labels)) != RV_OK))
         goto end;
     s = rv_st_writer_write(w, path);
 end:
@@ -133,6 +136,7 @@ end:
     free(list);
     free(config);
     free(ckpt);
+    free(labels);
     return s;
 }
 
@@ -155,6 +159,8 @@ static rv_status check_config(const char *lb, const rv_vit_config *f, const rv_v
     FIELD(audio_freq)
     FIELD(audio_time)
     FIELD(cls)
+    FIELD(head)
+    FIELD(classes)
 #undef FIELD
     if (f->eps != c->eps && len < sizeof diff)
         len += (size_t)snprintf(diff + len, sizeof diff - len, "%seps %g (model %g)",

@@ -111,6 +111,12 @@ static int set_family(json_t *o, const rv_vit_config *c, const rv_vit_config *d)
         bad |= json_object_set_new(o, "audio_std", json_real(shortest_float(c->audio_std)));
     if (DIFF(image_size))
         bad |= json_object_set_new(o, "image_size", json_integer(c->image_size));
+    if (DIFF(head))
+        bad |= json_object_set_new(o, "head", json_string(rv_vit_head_name(c->head)));
+    if (DIFF(classes))
+        bad |= json_object_set_new(o, "classes", json_integer(c->classes));
+    if (DIFF(multi_label))
+        bad |= json_object_set_new(o, "multi_label", json_boolean(c->multi_label));
 #undef DIFF
     return bad;
 }
@@ -325,7 +331,10 @@ rv_status rv_vit_config_from_json(const char *text, rv_vit_config *out)
         (s = get_float3(o, "std", c.std)) != RV_OK ||
         (s = get_float(o, "audio_mean", &c.audio_mean)) != RV_OK ||
         (s = get_float(o, "audio_std", &c.audio_std)) != RV_OK ||
-        (s = get_int(o, "image_size", 1, &c.image_size)) != RV_OK)
+        (s = get_int(o, "image_size", 1, &c.image_size)) != RV_OK ||
+        (s = get_enum(o, "head", rv_vit_head_name, RV_HEAD_MEAN + 1, &c.head)) != RV_OK ||
+        (s = get_int(o, "classes", 1, &c.classes)) != RV_OK ||
+        (s = get_bool(o, "multi_label", &c.multi_label)) != RV_OK)
         goto end;
     if ((s = rv_vit_config_check(&c)) != RV_OK) {
         char msg[512]; /* the message is rewritten below: copy it out first */

@@ -12,13 +12,16 @@
  *   position table                       -> pos (special slots, grid) and, for
  *                                           AST, audio_pos (its band x time grid)
  *   pooler / fc_norm / post_layernorm / visual_projection -> the pooling head
+ *   classifier (AST: classifier.layernorm, classifier.dense) -> the classifier
+ *                                           head, its labels from config.json's
+ *                                           id2label, multi-label from problem_type
  * Every tensor is checked against the shape config.json implies before the
  * model is even allocated (a config that disagrees with the weights, or claims
  * more than the files hold, fails naming the tensor, both shapes and "as
- * config.json says"); F16 and BF16 are converted, NaN and Inf refused. Tensors the
- * encoder does not use are sorted into known extras (classifier heads, the MAE
- * decoder, CLIP's text tower, buffers; listed in the load info) and unknown ones
- * (warned, named). Weights come from model.safetensors, or from the shards
+ * config.json says"); F16 and BF16 are converted, NaN and Inf refused. Tensors
+ * the encoder does not use are sorted into known extras (a classifier ringvit
+ * cannot apply, the MAE decoder, CLIP's text tower, buffers; listed in the load
+ * info) and unknown ones (warned, named). Weights come from model.safetensors, or from the shards
  * model.safetensors.index.json lists. */
 #include <jansson.h>
 #include <stdio.h>
@@ -170,6 +173,12 @@ static const char *patch_name(int family)
                                     : "embeddings.patch_embeddings.projection.weight";
 }
 
+/* The classifier's weight in the family's task model (ASTMLPHead: its dense). */
+static const char *head_weight_name(int family)
+{
+    return family == RV_FAMILY_AST ? "classifier.dense.weight" : "classifier.weight";
+}
+
 /* One piece of a ringvit tensor: count floats from a hub tensor starting at its
  * element offset (name "" fills zeros), checked against the hub shape. */
 typedef struct hub_part {
@@ -291,6 +300,17 @@ static int plan(const vit_hub_model *h, const char *prefix, const vit_tensor *e,
         return 1;
     case VR_PROJ_OUT:
         part(&p[0], "", "visual_projection.weight", 0, n, 2, c->proj_dim, D, 0);
+        return 1;
+    case VR_HEAD_W: /* the task model's head sits beside the base model, unprefixed */
+        part(&p[0], "", head_weight_name(fam), 0, n, 2, c->classes, rv_vit_head_in(c), 0);
+        return 1;
+    case VR_HEAD_B:
+        part(&p[0], "", fam == RV_FAMILY_AST ? "classifier.dense.bias" : "classifier.bias", 0,
+             n, 1, c->classes, 0, 0);
+        return 1;
+    case VR_HEAD_LN_W: case VR_HEAD_LN_B:
+        part(&p[0], "", e->role == VR_HEAD_LN_W ? "classifier.layernorm.weight"
+                                                : "classifier.layernorm.bias", 0, n, 1, D, 0, 0);
         return 1;
     case VR_QKV_W: case VR_QKV_B: {
         static const char *const vit_qkv[3] = {"attention.attention.query",
@@ -531,7 +551,48 @@ static rv_status find_prefix(hub_files *f, const vit_hub_model *h, const char **
                    rv_vit_family_name(fam), h->model_type);
 }
 
-/* What the tensors decide: the pooling head and the projection. */
+/* The classifier of a task model (ViTForImageClassification,
+ * Dinov2ForImageClassification, VideoMAEForVideoClassification,
+ * ASTForAudioClassification): its kind, from the family, and its classes, from
+ * the weight's rows (the rest of its shape is checked with every tensor). */
+static rv_status settle_classifier(hub_files *f, vit_hub_model *h, rv_vit_load_info *info)
+{
+    rv_vit_config *c = &h->cfg;
+    const char *name = head_weight_name(c->family);
+    int file;
+    const rv_st_tensor *t = files_find(f, name, &file);
+    if (!t || c->family == RV_FAMILY_CLIP || c->family == RV_FAMILY_RINGVIT)
+        return RV_OK;
+    int kind = c->family == RV_FAMILY_VIT        ? RV_HEAD_CLS
+               : c->family == RV_FAMILY_DINOV2   ? RV_HEAD_CLS_MEAN
+               : c->family == RV_FAMILY_AST      ? RV_HEAD_CLS_DIST_NORM
+                                                 : RV_HEAD_MEAN_NORM;
+    if (kind == RV_HEAD_MEAN_NORM && c->pool != RV_POOL_MEAN_NORM) {
+        vit_info_add(&info->notes, &info->nnotes, "classifier not used: without fc_norm "
+                     "(use_mean_pooling false, or no fc_norm stored) VideoMAE's classifier "
+                     "reads the first token's output, which ringvit does not pool");
+        return RV_OK;
+    }
+    const int in = kind == RV_HEAD_CLS_MEAN ? 2 * c->dim : c->dim;
+    if (t->ndim != 2 || t->shape[0] < 1 || t->shape[0] > RV_VIT_MAX_CLASSES ||
+        t->shape[1] != in) {
+        char got[160];
+        vit_format_shape(got, sizeof got, t->ndim, t->shape);
+        return rv_fail(RV_ERR_FORMAT, "model folder '%s': tensor '%s' has shape %s; a %s "
+                       "classifier is (classes, %d), with 1 .. %d classes", h->label, name,
+                       got, rv_vit_family_name(c->family), in, RV_VIT_MAX_CLASSES);
+    }
+    c->head = kind;
+    c->classes = (int)t->shape[0];
+    c->multi_label = h->multi_label;
+    vit_info_add(&info->notes, &info->nnotes, "logits = %s, %d classes%s",
+                 rv_vit_head_text(kind), c->classes,
+                 h->multi_label ? ", multi-label (problem_type multi_label_classification: "
+                                  "sigmoid)" : "");
+    return RV_OK;
+}
+
+/* What the tensors decide: the pooling head, the projection and the classifier. */
 static rv_status settle_head(hub_files *f, vit_hub_model *h, const char *prefix,
                              rv_vit_load_info *info)
 {
@@ -588,7 +649,7 @@ static rv_status settle_head(hub_files *f, vit_hub_model *h, const char *prefix,
     if (c->video && !c->audio)
         vit_info_add(&info->notes, &info->nnotes, "video only: the weights have no audio "
                      "encoder");
-    return RV_OK;
+    return settle_classifier(f, h, info);
 }
 
 rv_status vit_hub_load(const char *dir, const rv_vit_load_opts *opts, rv_vit_model **out,
@@ -600,6 +661,7 @@ rv_status vit_hub_load(const char *dir, const rv_vit_load_opts *opts, rv_vit_mod
     rv_vit_model *m = NULL;
     vit_tensor *list = NULL;
     memset(&f, 0, sizeof f);
+    memset(&h, 0, sizeof h);
     snprintf(info->format, sizeof info->format, "hub");
     if ((s = vit_hub_read_config(dir, &h, info)) != RV_OK)
         goto end;
@@ -655,6 +717,9 @@ rv_status vit_hub_load(const char *dir, const rv_vit_load_opts *opts, rv_vit_mod
             else
                 vit_info_add(&info->unknown, &info->nunknown, "%s", name);
         }
+    if (c.head != RV_HEAD_NONE &&
+        (s = vit_hub_labels(&h, head_weight_name(c.family), m, info)) != RV_OK)
+        goto end;
     char what[4200];
     snprintf(what, sizeof what, "model folder '%.4000s'", dir);
     vit_warn_unknown(what, info);
@@ -664,5 +729,6 @@ end:
     free(list);
     rv_vit_free(&m);
     files_free(&f);
+    vit_hub_model_free(&h);
     return s;
 }

@@ -4,11 +4,14 @@
  * preprocessor_config.json, exactly as the hub stores them.
  *
  *   vit_hub_config.c  config.json + preprocessor_config.json -> rv_vit_config and
- *                     the facts the tensor mapping needs (vit_hub_model)
+ *                     the facts the tensor mapping needs (vit_hub_model), and
+ *                     the classifier's labels (id2label)
  *   vit_hub.c         the tensors: names of each family, checks against the
  *                     config, conversion into ringvit's layout (rv_vit_load_ex) */
 #ifndef RV_VIT_HUB_H
 #define RV_VIT_HUB_H
+
+#include <jansson.h>
 
 #include "rv_vit.h"
 
@@ -25,6 +28,9 @@ typedef struct vit_hub_model {
     int ast_steps;         /* AST: the stored grid's time steps (Td) */
     int use_mean_pooling;  /* VideoMAE */
     int has_preprocessor;  /* 1: preprocessor_config.json was read */
+    json_t *id2label;      /* config.json's id2label (owned; NULL when absent), read
+                              only when the weights hold a classifier */
+    int multi_label;       /* 1: problem_type "multi_label_classification" */
 } vit_hub_model;
 
 /* Reads dir/config.json and dir/preprocessor_config.json (when present) into
@@ -33,6 +39,16 @@ typedef struct vit_hub_model {
  * does not run (naming it and what is supported). Notes on what was decided go
  * to info->notes. */
 rv_status vit_hub_read_config(const char *dir, vit_hub_model *out, rv_vit_load_info *info);
+
+/* Frees what vit_hub_read_config kept (id2label); h stays usable. */
+void vit_hub_model_free(vit_hub_model *h);
+
+/* m's labels from h's id2label (its C = m->cfg.classes ids "0" .. "C-1", each
+ * once, every value a string), the classifier being the tensor head_name;
+ * without an id2label, transformers' defaults LABEL_0 .. (noted in info).
+ * RV_ERR_FORMAT naming the folder, config.json, the key and the tensor. */
+rv_status vit_hub_labels(const vit_hub_model *h, const char *head_name, rv_vit_model *m,
+                         rv_vit_load_info *info);
 
 /* A model folder in the Hugging Face layout (vit_hub.c): rv_vit_load_ex's work for
  * a directory; info is non-NULL and zeroed. */

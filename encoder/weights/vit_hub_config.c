@@ -8,10 +8,12 @@
  * was trained on (crop_size after a centre crop, else the resize size); a
  * folder without one gets the defaults of that family's processor. Every value
  * read is checked for type and range; the message names the folder, the file
- * and the key. */
+ * and the key. A task model's problem_type and id2label are kept for the
+ * classifier (vit_hub_labels). */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -314,6 +316,118 @@ static rv_status read_model(const json_src *js, const json_t *o, const family_de
     return RV_OK;
 }
 
+/* What the task model's config adds: problem_type and id2label (kept for
+ * vit_hub_labels: only a classifier in the weights makes it matter, so a base
+ * model's unused id2label is never a reason to refuse it). */
+static rv_status read_task(const json_src *js, const json_t *o, vit_hub_model *h)
+{
+    const json_t *pt = json_object_get(o, "problem_type");
+    if (pt && !json_is_null(pt)) {
+        if (!json_is_string(pt))
+            return bad_key(js, "problem_type", "is not a string");
+        h->multi_label = strcmp(json_string_value(pt), "multi_label_classification") == 0;
+    }
+    const json_t *ids = json_object_get(o, "id2label");
+    if (ids && !json_is_null(ids))
+        h->id2label = json_incref((json_t *)ids);
+    return RV_OK;
+}
+
+/* A canonical class id ("0", "17"; no sign, no leading zero) below n, else -1. */
+static long class_id(const char *key, int n)
+{
+    if (key[0] < '0' || key[0] > '9' || (key[0] == '0' && key[1]))
+        return -1;
+    long v = 0;
+    for (const char *p = key; *p; p++) {
+        if (*p < '0' || *p > '9')
+            return -1;
+        v = v * 10 + (*p - '0');
+        if (v >= n)
+            return -1;
+    }
+    return v;
+}
+
+void vit_hub_model_free(vit_hub_model *h)
+{
+    if (!h)
+        return;
+    json_decref(h->id2label);
+    h->id2label = NULL;
+}
+
+rv_status vit_hub_labels(const vit_hub_model *h, const char *head_name, rv_vit_model *m,
+                         rv_vit_load_info *info)
+{
+    const int C = m->cfg.classes;
+    const char *dir = h->label;
+    rv_status s = RV_OK;
+    const char **v = calloc((size_t)C + 1, sizeof *v);
+    char *names = NULL;
+    if (!v) {
+        s = rv_fail(RV_ERR_NOMEM, "model folder '%s': out of memory for %d labels", dir, C);
+        goto end;
+    }
+    if (!h->id2label) { /* transformers' PretrainedConfig names them LABEL_i */
+        if (!(names = malloc((size_t)C * 20 + 1))) {
+            s = rv_fail(RV_ERR_NOMEM, "model folder '%s': out of memory for %d labels", dir, C);
+            goto end;
+        }
+        for (int i = 0; i < C; i++) {
+            snprintf(names + (size_t)i * 20, 20, "LABEL_%d", i);
+            v[i] = names + (size_t)i * 20;
+        }
+        vit_info_add(&info->notes, &info->nnotes, "labels: config.json has no id2label; "
+                     "LABEL_0 .. LABEL_%d (transformers' defaults)", C - 1);
+        s = rv_vit_set_labels(m, v, C);
+        goto end;
+    }
+    if (!json_is_object(h->id2label)) {
+        s = rv_fail(RV_ERR_FORMAT, "model folder '%s': config.json: \"id2label\" is not an "
+                    "object of class ids and labels", dir);
+        goto end;
+    }
+    /* Every key a class id with a string; then a label for each of the C rows
+     * (a gap names the first id without one); then no id past the rows. */
+    const char *key, *extra = NULL;
+    json_t *val;
+    json_object_foreach(h->id2label, key, val) {
+        const long id = class_id(key, RV_VIT_MAX_CLASSES);
+        if (id < 0) {
+            s = rv_fail(RV_ERR_FORMAT, "model folder '%s': config.json: \"id2label\" key "
+                        "'%.64s' is not a class id (0, 1, ...)", dir, key);
+            goto end;
+        }
+        if (!json_is_string(val)) {
+            s = rv_fail(RV_ERR_FORMAT, "model folder '%s': config.json: \"id2label\"[\"%s\"] "
+                        "is not a string", dir, key);
+            goto end;
+        }
+        if (id < C)
+            v[id] = json_string_value(val);
+        else if (!extra)
+            extra = key;
+    }
+    for (int i = 0; i < C; i++)
+        if (!v[i]) {
+            s = rv_fail(RV_ERR_FORMAT, "model folder '%s': config.json: \"id2label\" has no "
+                        "label for class %d (the classifier '%s' has %d rows; id2label names "
+                        "%zu)", dir, i, head_name, C, json_object_size(h->id2label));
+            goto end;
+        }
+    if (extra) {
+        s = rv_fail(RV_ERR_FORMAT, "model folder '%s': config.json: \"id2label\" names class "
+                    "%s, beyond the %d rows of the classifier '%s'", dir, extra, C, head_name);
+        goto end;
+    }
+    s = rv_vit_set_labels(m, v, C);
+end:
+    free(v);
+    free(names);
+    return s;
+}
+
 /* The processor's normalisation and frame side. */
 static rv_status read_processor(const json_src *js, const json_t *o, vit_hub_model *h,
                                 rv_vit_load_info *info)
@@ -423,7 +537,8 @@ rv_status vit_hub_read_config(const char *dir, vit_hub_model *out, rv_vit_load_i
             goto end;
         }
     }
-    if ((s = read_model(&js, model, fd, out, info)) != RV_OK)
+    if ((s = read_model(&js, model, fd, out, info)) != RV_OK ||
+        (s = read_task(&js, cfg, out)) != RV_OK)
         goto end;
     json_src jp = {dir, "preprocessor_config.json"};
     if ((s = load_json(dir, "preprocessor_config.json", 1, &pre)) != RV_OK)

@@ -12,7 +12,11 @@
  * be there with their shapes), so sizes in the metadata are never trusted; a
  * NaN or infinite weight is refused naming the tensor and index. Every failure
  * is RV_ERR_FORMAT naming the file and the tensor (RV_ERR_INVALID for a request
- * the file cannot meet, such as a head count that does not divide D). Unknown tensors (a classifier head, ...)
+ * the file cannot meet, such as a head count that does not divide D). A
+ * classifier head (the config's head) needs its ringvit.head* tensors, whatever
+ * the family, and its labels (metadata "ringvit.labels", C strings); a finetune
+ * classify output's head (heads.head.*, ringvit.classes) is the model's head.
+ * Unknown tensors (a torchvision classifier, ...)
  * are ignored with one warning; the training state a checkpoint adds
  * (rv_vit_train.h: optim.*, ringvit.mask_token, ringvit.mae_*, and heads.* in a
  * file ringvit wrote, i.e. one with the config metadata) is known and ignored
@@ -31,6 +35,10 @@
 #include "vit_tensors.h"
 
 #define MAX_LAYER_INDEX 1024
+/* A finetune classify output's head (rv_vit_train.h) and class names. */
+#define FT_HEAD_W "heads.head.weight"
+#define FT_HEAD_B "heads.head.bias"
+#define FT_CLASSES "ringvit.classes"
 
 /* The tensor called name; missing is an error naming it. */
 static rv_status need(const rv_safetensors *st, const char *name, const rv_st_tensor **out)
@@ -196,11 +204,48 @@ static rv_status config_from_shapes(const rv_safetensors *st, const rv_st_tensor
 /* 1 for a tensor of a training checkpoint that is not part of the encoder
  * (rv_vit_train.h). heads.* counts only in a file ringvit wrote (ringvit_file):
  * in a torchvision file it is the image classifier, worth a warning. */
-static int training_state(const char *name, int ringvit_file)
+static int training_state(const char *name, int ringvit_file, int ft)
 {
     return strncmp(name, "optim.", 6) == 0 || strcmp(name, "ringvit.mask_token") == 0 ||
            strncmp(name, "ringvit.mae_", 12) == 0 ||
-           (ringvit_file && strncmp(name, "heads.", 6) == 0);
+           (ringvit_file && strncmp(name, "heads.", 6) == 0) ||
+           (ft && strncmp(name, "ringvit.head", 12) == 0);
+}
+
+/* A finetune classify output (rv_vit_train.h: heads.head.weight (C, D),
+ * heads.head.bias (C), the class names as metadata ringvit.classes) is a model
+ * with that head: W mean + b, the logits finetune trained. It replaces a head the
+ * encoder came with (whose ringvit.head* tensors are then ignored). *ft: 1 when
+ * so. */
+static rv_status finetune_head(const rv_safetensors *st, rv_vit_config *c, int *ft,
+                               rv_vit_load_info *info)
+{
+    const rv_st_tensor *w = rv_st_find(st, FT_HEAD_W);
+    *ft = 0;
+    if (!w || !rv_st_meta(st, FT_CLASSES))
+        return RV_OK;
+    rv_status s = vit_check_dtype(st, w);
+    if (s != RV_OK)
+        return s;
+    if (w->ndim != 2 || w->shape[1] != c->dim || w->shape[0] < 1 ||
+        w->shape[0] > RV_VIT_MAX_CLASSES) {
+        char got[160];
+        vit_format_shape(got, sizeof got, w->ndim, w->shape);
+        return rv_fail(RV_ERR_FORMAT, "weights file '%s': tensor '" FT_HEAD_W "' has shape %s; "
+                       "a finetune classify head is (classes, %d)", rv_st_label(st), got,
+                       c->dim);
+    }
+    if (c->head != RV_HEAD_NONE)
+        vit_info_add(&info->notes, &info->nnotes, "the finetune classify head (%lld classes) "
+                     "replaces the model's %s head", (long long)w->shape[0],
+                     rv_vit_head_name(c->head));
+    c->head = RV_HEAD_MEAN;
+    c->classes = (int)w->shape[0];
+    c->multi_label = 0;
+    *ft = 1;
+    vit_info_add(&info->notes, &info->nnotes, "logits = %s, %d classes (" FT_CLASSES ")",
+                 rv_vit_head_text(RV_HEAD_MEAN), c->classes);
+    return RV_OK;
 }
 
 /* Copies the checked file tensor t into entry e of the model. */
@@ -280,12 +325,16 @@ static rv_status config_from_meta(const rv_safetensors *st, const char *meta,
 
 /* The file name, rank and shape entry e of a model of config c has in a file
  * whose patch weight is video (tubelet file_T): e's own, except the patch
- * weight's, which keeps the file's name and tubelet (before any inflation). */
+ * weight's, which keeps the file's name and tubelet (before any inflation), and
+ * with ft the head's, a finetune classify head's heads.head.* names. */
 static const char *file_shape(const vit_tensor *e, const rv_vit_config *c,
-                              const rv_st_tensor *video, int file_T, int *ndim, int64_t shape[5])
+                              const rv_st_tensor *video, int file_T, int ft, int *ndim,
+                              int64_t shape[5])
 {
     *ndim = e->ndim;
     memcpy(shape, e->shape, 5 * sizeof *shape);
+    if (ft && (e->role == VR_HEAD_W || e->role == VR_HEAD_B)) /* finetune's own names */
+        return e->role == VR_HEAD_W ? FT_HEAD_W : FT_HEAD_B;
     if (e->layout != VIT_VIDEO)
         return e->name;
     *ndim = file_T == 1 && strcmp(video->name, VIT_VIDEO_2D) == 0 ? 4 : 5;
@@ -301,8 +350,8 @@ static const char *file_shape(const vit_tensor *e, const rv_vit_config *c,
  * trusted: a 352-byte file could make the loader allocate and zero-fill
  * gigabytes before finding that no tensor matches. */
 static rv_status check_against_file(const rv_safetensors *st, const rv_vit_config *c,
-                                    const rv_st_tensor *video, int file_T, int all_required,
-                                    const char *source, const char *why)
+                                    const rv_st_tensor *video, int file_T, int ft,
+                                    int all_required, const char *source, const char *why)
 {
     rv_status s = RV_OK;
     const char *lb = rv_st_label(st);
@@ -321,10 +370,10 @@ static rv_status check_against_file(const rv_safetensors *st, const rv_vit_confi
     for (int i = 0; i < n; i++) {
         int ndim;
         int64_t shape[5], numel = 1;
-        file_shape(&list[i], c, video, file_T, &ndim, shape);
+        file_shape(&list[i], c, video, file_T, ft, &ndim, shape);
         for (int d = 0; d < ndim; d++)
             numel *= shape[d];
-        if (list[i].torchvision || all_required)
+        if (list[i].torchvision || all_required || vit_is_head_role(list[i].role))
             need += (uint64_t)numel;
     }
     /* The tensors present first (a shape naming the tensor says most), then the
@@ -339,11 +388,12 @@ static rv_status check_against_file(const rv_safetensors *st, const rv_vit_confi
         for (int i = 0; i < n; i++) {
             int ndim;
             int64_t shape[5];
-            const char *name = file_shape(&list[i], c, video, file_T, &ndim, shape);
+            const char *name = file_shape(&list[i], c, video, file_T, ft, &ndim, shape);
             const rv_st_tensor *t = rv_st_find(st, name);
             if (pass == 0 && t && (s = vit_check_tensor(st, t, ndim, shape, why)) != RV_OK)
                 goto end;
-            if (pass == 1 && !t && (list[i].torchvision || all_required)) {
+            if (pass == 1 && !t &&
+                (list[i].torchvision || all_required || vit_is_head_role(list[i].role))) {
                 s = rv_fail(RV_ERR_FORMAT, "weights file '%s': missing tensor '%s'%s", lb, name,
                             why);
                 goto end;
@@ -416,11 +466,14 @@ rv_status rv_vit_load_ex(const char *path, const rv_vit_load_opts *opts, rv_vit_
             vit_info_add(&info->notes, &info->nnotes, "video only: a torchvision image ViT "
                          "(no ringvit.audio_proj.weight)");
     }
+    int ft = 0;
+    if (meta && (s = finetune_head(st, &c, &ft, info)) != RV_OK)
+        goto end;
     /* A model saved by ringvit for another family has every tensor it needs;
      * ringvit's own may lack its ringvit.* tensors (zero: a torchvision file). */
     const int all_required = c.family != RV_FAMILY_RINGVIT;
     if ((s = vit_apply_load_opts(opts, lb, file_T, video ? video->name : NULL, &c)) != RV_OK ||
-        (s = check_against_file(st, &c, video, file_T, all_required,
+        (s = check_against_file(st, &c, video, file_T, ft, all_required,
                                 meta ? RV_VIT_META_CONFIG " metadata" : "tensor shapes",
                                 why)) != RV_OK ||
         (s = rv_vit_new(&c, &m)) != RV_OK)
@@ -437,10 +490,10 @@ rv_status rv_vit_load_ex(const char *path, const rv_vit_load_opts *opts, rv_vit_
         vit_tensor *e = &list[i];
         int ndim;
         int64_t shape[5];
-        const char *name = file_shape(e, &c, video, file_T, &ndim, shape);
+        const char *name = file_shape(e, &c, video, file_T, ft, &ndim, shape);
         const rv_st_tensor *t = rv_st_find(st, name);
         if (!t) {
-            if (e->torchvision || all_required) {
+            if (e->torchvision || all_required || vit_is_head_role(e->role)) {
                 s = rv_fail(RV_ERR_FORMAT, "weights file '%s': missing tensor '%s'", lb, name);
                 goto end;
             }
@@ -460,13 +513,18 @@ rv_status rv_vit_load_ex(const char *path, const rv_vit_load_opts *opts, rv_vit_
         const char *name = rv_st_at(st, k)->name;
         if (used[k])
             continue;
-        if (training_state(name, meta != NULL))
+        if (training_state(name, meta != NULL, ft))
             vit_info_add(&info->ignored, &info->nignored, "%s", name);
         else
             vit_info_add(&info->unknown, &info->nunknown, "%s", name);
     }
     char what[4200];
     snprintf(what, sizeof what, "weights file '%.4000s'", lb);
+    if (c.head != RV_HEAD_NONE &&
+        (s = vit_labels_from_json(what, ft ? FT_CLASSES : RV_VIT_META_LABELS,
+                                  rv_st_meta(st, ft ? FT_CLASSES : RV_VIT_META_LABELS),
+                                  m)) != RV_OK)
+        goto end;
     vit_warn_unknown(what, info);
     *out = m;
     m = NULL;

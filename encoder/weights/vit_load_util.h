@@ -77,6 +77,17 @@ void vit_warn_unknown(const char *what, const rv_vit_load_info *info);
 rv_status vit_apply_load_opts(const rv_vit_load_opts *opts, const char *label, int file_T,
                               const char *video_name, rv_vit_config *c);
 
+/* The head's labels as the "ringvit.labels" metadata text: a compact JSON list
+ * (malloc'd; NULL when out of memory or the model has no head). vit_labels_meta.c */
+char *vit_labels_json(const rv_vit_model *m);
+
+/* The labels of m's head from text, the metadata entry key (RV_VIT_META_LABELS,
+ * or a finetune output's ringvit.classes) of the file what names ("weights file
+ * 'x'"): a JSON list of exactly C strings, each checked; RV_ERR_FORMAT naming the
+ * file and the key otherwise (text NULL: the entry is missing). */
+rv_status vit_labels_from_json(const char *what, const char *key, const char *text,
+                               rv_vit_model *m);
+
 /* Appends a printf-formatted string to a name list of rv_vit_load_info
  * (*list grows; NULL info lists are fine to append to). */
 rv_status vit_info_add(char ***list, int *n, const char *fmt, ...)

@@ -1,7 +1,8 @@
 /* vit_save.c: writes an encoder's weights as safetensors (rv_vit_save): every
  * tensor of vit_tensors.h under its torchvision or ringvit.* name, f32, in
  * arena order, with the config JSON as metadata "ringvit.config" and
- * "format": "pt" (what torch-side safetensors loaders expect). The video weight
+ * "format": "pt" (what torch-side safetensors loaders expect), and with a
+ * classifier head its labels as "ringvit.labels". The video weight
  * is permuted back to the Conv layout; everything else is written straight from
  * the arena. The writer goes through a temporary file renamed when complete. */
 #include <stdlib.h>
@@ -17,7 +18,7 @@ rv_status rv_vit_save(const rv_vit_model *m, const char *path)
     rv_st_writer *w = NULL;
     vit_tensor *list = NULL;
     float *video = NULL; /* (D, 3, T, P, P) the file's layout */
-    char *json = NULL;
+    char *json = NULL, *labels = NULL;
     if (!m || !path) {
         s = rv_fail(RV_ERR_INVALID, "rv_vit_save: NULL argument");
         goto end;
@@ -28,7 +29,8 @@ rv_status rv_vit_save(const rv_vit_model *m, const char *path)
     int n = vit_tensor_count(c);
     list = malloc((size_t)n * sizeof *list);
     json = rv_vit_config_to_json(c);
-    if (!list || !json) {
+    labels = c->head != RV_HEAD_NONE ? vit_labels_json(m) : NULL;
+    if (!list || !json || (c->head != RV_HEAD_NONE && !labels)) {
         s = rv_fail(RV_ERR_NOMEM, "saving weights '%s': out of memory", path);
         goto end;
     }
@@ -53,7 +55,8 @@ rv_status rv_vit_save(const rv_vit_model *m, const char *path)
             goto end;
     }
     if ((s = rv_st_writer_meta(w, RV_VIT_META_CONFIG, json)) != RV_OK ||
-        (s = rv_st_writer_meta(w, "format", "pt")) != RV_OK)
+        (s = rv_st_writer_meta(w, "format", "pt")) != RV_OK ||
+        (labels && (s = rv_st_writer_meta(w, RV_VIT_META_LABELS, labels)) != RV_OK))
         goto end;
     s = rv_st_writer_write(w, path);
 end:
@@ -61,5 +64,6 @@ end:
     free(video);
     free(list);
     free(json);
+    free(labels);
     return s;
 }

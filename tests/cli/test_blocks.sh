@@ -5,10 +5,11 @@
 # block_end) on checkpoints in the Hugging Face hub layout (tests/peer/
 # hub_models.py makes them), against the peer's float64 reference run on each
 # block alone (tests/peer/block_check.py): the frames of the block (CLIP with
-# visual_projection, i.e. get_image_features per frame; DINOv2, ViT, a ViT
-# classifier checkpoint, per frame; VideoMAE per clip, with a block whose last
-# tubelet is partial), or the block's own samples through torchaudio's Kaldi
-# fbank (AST at block=10.24 on 25 s), within 1e-4 relative, at --cp 1 and 3.
+# visual_projection, i.e. get_image_features per frame; DINOv2, ViT, per frame;
+# VideoMAE per clip, with a block whose last tubelet is partial), or the block's
+# own samples through torchaudio's Kaldi fbank (AST at block=10.24 on 25 s),
+# within 1e-4 relative, at --cp 1 and 3; block_logits of the ViT, DINOv2,
+# VideoMAE and AST classifier checkpoints against their task models' logits.
 # Also: the block bounds on the file's clock, --dtype / --normalize on the block
 # tensors, no block tensors without blocks, and --resume asking for them.
 # Run by ctest as `sh test_blocks.sh $<TARGET_FILE:ringvit_cli>`; POSIX sh only.
@@ -97,6 +98,7 @@ block() {
 for cp in 1 3; do
     block clip-frames-cp$cp clip video clip.mp4 f2.safetensors $cp --attention frame --fps 2
     block dinov2-frames-cp$cp dinov2 video clip.mp4 f2.safetensors $cp --attention frame --fps 2
+    block dinov2-cls-frames-cp$cp dinov2_cls video clip.mp4 f2.safetensors $cp --attention frame --fps 2
     block vit-frames-cp$cp vit video clip.mp4 f2.safetensors $cp --attention frame --fps 2
     block vit-cls-frames-cp$cp vit_cls video clip.mp4 f2.safetensors $cp --attention frame --fps 2
     block videomae-clips-cp$cp videomae video clip.mp4 f4.safetensors $cp --attention block=1 --fps 4

@@ -4,7 +4,9 @@
 # checkpoints in the Hugging Face hub layout (config.json, model.safetensors,
 # preprocessor_config.json) of every family ringvit runs: ViT (with and without
 # a pooler, tanh GELU), DINOv2, VideoMAE (classification and pre-training
-# layouts), AST, CLIP (CLIPModel and CLIPVisionModel), plus F16/BF16 weights.
+# layouts), AST, CLIP (CLIPModel and CLIPVisionModel), plus F16/BF16 weights;
+# the four classification layouts (ViT, DINOv2, VideoMAE, AST) also have their
+# `logits` checked against the task model's, and their labels and multi_label.
 # tests/peer/hub_models.py makes tiny random checkpoints with the real tensor
 # names and recomputes every output in float64 with its own torch reference of
 # each published architecture, from ringvit's decoded inputs (`ringvit frames`,
@@ -13,10 +15,13 @@
 # clip (VideoMAE, trained on 4 frames), 10.24 s and 25 s of audio (AST; the
 # longer one resamples its positions along time) and frames of a clip with a
 # patch grid other than the stored one (ViT, DINOv2, CLIP: bicubic positions).
-# Also: hostile folders (exit 1 naming the problem), an unknown tensor (warned,
-# named), the modality rule (--audio on a video-only model: exit 2), the
-# random-weights warning and metadata, and `inspect` (family, modalities,
-# parameter count, tensors ignored).
+# Also: hostile folders (exit 1 naming the problem; an id2label gap), an unknown
+# tensor (warned, named), the modality rule (--audio on a video-only model: exit
+# 2), the random-weights warning and metadata, `inspect` (family, modalities,
+# parameter count, tensors ignored, the head and its labels), and `ringvit
+# labels`: a classifier built so that a known label wins (softmax, sigmoid,
+# --top, --json), AST's multi-label metadata, per-block rows, logits kept F32
+# under --dtype, bad files and usage, a finetune classify head read back.
 # Run by ctest as `sh test_models.sh $<TARGET_FILE:ringvit_cli>`; POSIX sh only.
 # Prints one line per check, then "N passed, M failed"; exits 1 on any failure,
 # including a missing test dependency (ffmpeg, torch, numpy).
@@ -72,6 +77,30 @@ check() {
         failed="$failed $1"
         echo "FAIL $1: ${why:-check failed}"
     fi
+}
+
+meta() { # FILE KEY VALUE: the output's metadata KEY is VALUE
+    "$PY" - "$@" <<'EOF' || return 1
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+m = json.loads(raw[8:8 + n]).get("__metadata__", {})
+if m.get(sys.argv[2]) != sys.argv[3]:
+    sys.exit(f"{sys.argv[2]} is {m.get(sys.argv[2])!r}, want {sys.argv[3]!r}")
+EOF
+}
+# head_ok HEAD CLASSES MULTI_LABEL LABELS_JSON: the last inspect --json names the head
+head_ok() {
+    "$PY" - "$tmp/out" "$@" <<'EOF' >"$tmp/cmp" 2>&1 || { why="$(tail -n 1 "$tmp/cmp")"; return 1; }
+import json, sys
+o = json.load(open(sys.argv[1]))
+want = (sys.argv[2], int(sys.argv[3]), sys.argv[4] == "true", json.loads(sys.argv[5]))
+got = (o["head"], o["classes"], o["multi_label"], o["labels"])
+if got != want:
+    sys.exit(f"head {got}, want {want}")
+if any(n.startswith("classifier") for n in o["ignored"]):
+    sys.exit(f"classifier tensors ignored: {o['ignored']}")
+EOF
 }
 
 # ---- inputs -------------------------------------------------------------------------
@@ -150,13 +179,14 @@ for cp in 1 3; do
     eval "t_vit_t2_$cp() { golden golden-vit_t2-cp$cp vit video clip.mp4 f48x2.safetensors $cp --fps 2 --size 48 --tubelet 2; }"
     eval "t_vit_cls_$cp() { golden golden-vit_cls-cp$cp vit_cls video clip.mp4 f32.safetensors $cp --fps 1; }"
     eval "t_dinov2_$cp() { golden golden-dinov2-cp$cp dinov2 video clip.mp4 f48.safetensors $cp --fps 1 --size 48; }"
+    eval "t_dinov2_cls_$cp() { golden golden-dinov2_cls-cp$cp dinov2_cls video clip.mp4 f48.safetensors $cp --fps 1 --size 48; }"
     eval "t_clip_$cp() { golden golden-clip-cp$cp clip video clip.mp4 f48.safetensors $cp --fps 1 --size 48; }"
     eval "t_clip_vision_t2_$cp() { golden golden-clip_vision_t2-cp$cp clip_vision video clip.mp4 f48x2.safetensors $cp --fps 2 --size 48 --tubelet 2; }"
     eval "t_videomae_$cp() { golden golden-videomae-cp$cp videomae video clip.mp4 f32x8.safetensors $cp --fps 8; }"
     eval "t_videomae_pt_$cp() { golden golden-videomae_pt-cp$cp videomae_pt video clip.mp4 f32x8.safetensors $cp --fps 8; }"
     eval "t_ast_10s_$cp() { golden golden-ast_10s-cp$cp ast audio a10.wav t10.safetensors $cp; }"
     eval "t_ast_25s_$cp() { golden golden-ast_25s-cp$cp ast audio a25.wav t25.safetensors $cp; }"
-    for t in vit vit_t2 vit_cls dinov2 clip clip_vision_t2 videomae videomae_pt ast_10s ast_25s; do
+    for t in vit vit_t2 vit_cls dinov2 dinov2_cls clip clip_vision_t2 videomae videomae_pt ast_10s ast_25s; do
         check "golden-$t-cp$cp" "t_${t}_$cp"
     done
 done
@@ -230,7 +260,16 @@ t_finetune_ast() {
     printf 'a10.wav\tx\na25.wav\ty\n' >cls.tsv
     run_exe finetune --task classify --manifest cls.tsv --model models/ast --steps 2 --quiet \
         -o ast-tuned.safetensors
-    want_rc 0
+    want_rc 0 || return 1
+    # its trained head (on the mean of the tokens) replaces AST's own, with the
+    # manifest's classes as labels
+    run_exe inspect ast-tuned.safetensors --json
+    want_rc 0 && head_ok mean 2 false '["x","y"]' || return 1
+    run_exe embed a10.wav --model ast-tuned.safetensors --quiet -o ast-tuned-emb.safetensors
+    want_rc 0 && meta ast-tuned-emb.safetensors labels '["x","y"]' || { why="${why:-labels metadata}"; return 1; }
+    run_exe labels ast-tuned-emb.safetensors --top 1
+    want_rc 0 && grep -Eq "^0:00:00.000 +0:00:10.240 +[xy] 0\.[0-9]{4}$" "$tmp/out" ||
+        { why="${why:-labels: $(tail -n 1 "$tmp/out")}"; return 1; }
 }
 check finetune-ast-classify t_finetune_ast
 
@@ -256,6 +295,10 @@ t_extra() {
     want_rc 0 && want_err "warning: .*vit_extra.*unknown tensor: 'foo.bar'" &&
         compare hostile-extra-tensor models/vit_extra video extra.safetensors f48.safetensors
 }
+t_badlabels() {
+    run_exe embed clip.mp4 --model models/bad_labels -o x.safetensors
+    want_rc 1 && want_err "bad_labels.*config.json: \"id2label\" has no label for class 2 \(the classifier 'classifier.weight' has 5 rows"
+}
 t_nofolder() {
     run_exe embed clip.mp4 --model models/none/ -o x.safetensors
     want_rc 1 && want_err "models/none"
@@ -267,21 +310,12 @@ check hostile-no-config t_noconfig
 check hostile-model-type t_badtype
 check hostile-config-vs-shapes t_badshape
 check hostile-missing-tensor t_missing
+check hostile-id2label-gap t_badlabels
 check hostile-extra-tensor-warned t_extra
 check hostile-missing-folder t_nofolder
 check hostile-nothing-written t_no_output_left
 
 # ---- modalities, random weights, metadata ----------------------------------------------
-meta() { # FILE KEY VALUE: the output's metadata KEY is VALUE
-    "$PY" - "$@" <<'EOF' || return 1
-import json, struct, sys
-raw = open(sys.argv[1], "rb").read()
-n = struct.unpack("<Q", raw[:8])[0]
-m = json.loads(raw[8:8 + n]).get("__metadata__", {})
-if m.get(sys.argv[2]) != sys.argv[3]:
-    sys.exit(f"{sys.argv[2]} is {m.get(sys.argv[2])!r}, want {sys.argv[3]!r}")
-EOF
-}
 t_video_only() {
     run_exe embed clip.mp4 --model models/vit --fps 1 --size 48 -o vo.safetensors
     want_rc 0 && want_err "video only: the vit model has no audio weights" || return 1
@@ -357,7 +391,22 @@ EOF
 }
 t_inspect_vit() { inspect_ok vit vit video; }
 t_inspect_dinov2() { inspect_ok dinov2 dinov2 video; }
-t_inspect_videomae() { inspect_ok videomae videomae video && grep -q '"classifier.weight"' "$tmp/out"; }
+t_inspect_videomae() {
+    inspect_ok videomae videomae video &&
+        head_ok mean_norm 5 false '["LABEL_0","LABEL_1","LABEL_2","LABEL_3","LABEL_4"]'
+}
+t_inspect_dinov2_cls() {
+    inspect_ok dinov2_cls dinov2 video &&
+        head_ok cls_mean 6 false '["tabby cat","L\u00f6we","\u72ac","\"quoted\" bird","caf\u00e9, terrace","\ud83e\udd89 owl"]'
+}
+t_inspect_ast_head() {
+    run_exe inspect models/ast --json
+    want_rc 0 && head_ok cls_dist_norm 7 true '["Speech","Music","Dog","Rain","Guitar","Siren","Bird vocalization, bird call"]'
+}
+t_inspect_vit_nohead() {
+    run_exe inspect models/vit --json
+    want_rc 0 && head_ok none 0 false '[]'
+}
 t_inspect_videomae_pt() { inspect_ok videomae_pt videomae video && grep -q '"decoder.head.weight"' "$tmp/out"; }
 t_inspect_ast() { inspect_ok ast ast audio; }
 t_inspect_clip() { inspect_ok clip clip video && grep -q '"logit_scale"' "$tmp/out"; }
@@ -374,9 +423,240 @@ t_inspect_usage() {
     run_exe inspect
     want_rc 2 && want_err "which model"
 }
-for t in vit dinov2 videomae videomae_pt ast clip text bad usage; do
+for t in vit dinov2 videomae dinov2_cls ast_head vit_nohead videomae_pt ast clip text bad usage; do
     check "inspect-$t" "t_inspect_$t"
 done
+
+# ---- logits and `ringvit labels` ---------------------------------------------------------
+# labels_want FILE SIGMOID(0|1) TOP LEVEL(block|recording): Python's own softmax or
+# sigmoid of the file's logits, one JSON line per row [start, end, [[label, p]...]]
+# (times as h:mm:ss.sss) in $tmp/want.
+labels_want() {
+    "$PY" - "$@" <<'EOF' >"$tmp/want" || return 1
+import json, struct, sys
+import numpy as np
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+h = json.loads(raw[8:8 + n])
+meta = h.pop("__metadata__")
+def t(name):
+    e = h[name]
+    a, b = e["data_offsets"]
+    dt = {"F32": "<f4", "F64": "<f8"}[e["dtype"]]
+    return np.frombuffer(raw[8 + n + a:8 + n + b], dtype=dt).reshape(e["shape"]).astype(np.float64)
+labels = json.loads(meta["labels"])
+sig, top, level = sys.argv[2] == "1", int(sys.argv[3]), sys.argv[4]
+if level == "block":
+    z, s, e = t("block_logits"), t("block_start"), t("block_end")
+else:
+    z, s, e = t("logits")[None], t("segment_start")[:1], t("segment_end")[-1:]
+def clock(x):
+    ms = round(abs(x) * 1000)
+    return ("-" if x < 0 else "") + f"{ms // 3600000}:{ms // 60000 % 60:02d}:{ms // 1000 % 60:02d}.{ms % 1000:03d}"
+for r in range(z.shape[0]):
+    if sig:
+        p = 1 / (1 + np.exp(-z[r]))
+    else:
+        p = np.exp(z[r] - z[r].max())
+        p /= p.sum()
+    order = sorted(range(len(p)), key=lambda i: (-p[i], i))[:top]
+    print(json.dumps([clock(s[r]), clock(e[r]), [[labels[i], float(p[i])] for i in order]]))
+EOF
+}
+# want_known JSON: $tmp/want is that one row (probabilities within 1e-4).
+want_known() {
+    "$PY" - "$tmp/want" "$1" <<'EOF' >"$tmp/cmp" 2>&1 || { why="reference: $(tail -n 1 "$tmp/cmp")"; return 1; }
+import json, sys
+got = [json.loads(l) for l in open(sys.argv[1])]
+want = [json.loads(sys.argv[2])]
+ok = len(got) == 1 and got[0][:2] == want[0][:2] and \
+    [l for l, _ in got[0][2]] == [l for l, _ in want[0][2]] and \
+    all(abs(a[1] - b[1]) <= 1e-4 for a, b in zip(got[0][2], want[0][2]))
+if not ok:
+    sys.exit(f"{got} is not the known {want}")
+EOF
+}
+# labels_table FILE ARGS...: `ringvit labels FILE ARGS` prints $tmp/want's rows: the
+# same times and labels in order, each probability within 1.5e-4 (4 decimals).
+labels_table() {
+    run_exe labels "$@"
+    want_rc 0 || return 1
+    "$PY" - "$tmp/out" "$tmp/want" <<'EOF' >"$tmp/cmp" 2>&1 || { why="$(tail -n 1 "$tmp/cmp")"; return 1; }
+import json, re, sys
+lines = open(sys.argv[1], encoding="utf-8").read().splitlines()
+want = [json.loads(l) for l in open(sys.argv[2])]
+if not lines[0].startswith("start") or len(lines) - 1 != len(want):
+    sys.exit(f"{len(lines) - 1} rows (header {lines[0]!r}), want {len(want)}")
+for line, w in zip(lines[1:], want):
+    m = re.match(r"(\S+) +(\S+)  (.*)$", line)  # pairs are two spaces apart
+    if not m:
+        sys.exit(f"row {line!r} is not START END  label p ...")
+    times = [m.group(1), m.group(2)]
+    got = [p.strip().rsplit(" ", 1) for p in m.group(3).strip().split("  ")]
+    if times != w[:2] or [g[0] for g in got] != [x[0] for x in w[2]]:
+        sys.exit(f"row {line!r}, want {w}")
+    if any(abs(float(g[1]) - x[1]) > 1.5e-4 for g, x in zip(got, w[2])):
+        sys.exit(f"row {line!r}, want {w}")
+EOF
+}
+# A classifier built so that LABEL_3 wins: vit_cls/ with classifier row 3 =
+# 3 cls / |cls|^2 (cls: the model's own CLS output on clip.mp4) and every
+# other weight and bias 0, so the logits are (0, 0, 0, 3, 0).
+t_labels_known() {
+    run_exe embed clip.mp4 --model models/vit_cls --fps 1 --quiet -o lk0.safetensors
+    want_rc 0 || return 1
+    rm -rf models/vit_known && cp -r models/vit_cls models/vit_known || return 1
+    "$PY" - "$PEER" lk0.safetensors models/vit_known/model.safetensors <<'EOF' >"$tmp/cmp" 2>&1 || { why="$(tail -n 1 "$tmp/cmp")"; return 1; }
+import os, sys
+import numpy as np
+sys.path.insert(0, os.path.dirname(sys.argv[1]))
+import hub_models as hm
+o, _ = hm.read_st(sys.argv[2])
+cls = o["cls"][1].astype(np.float64)
+t, meta = hm.read_st(sys.argv[3])
+w = np.zeros((5, cls.shape[0]))
+w[3] = 3 * cls / (cls @ cls)
+t["classifier.weight"] = ("F32", w.astype(np.float32))
+t["classifier.bias"] = ("F32", np.zeros(5, np.float32))
+hm.write_st(sys.argv[3], [(k, a, dt) for k, (dt, a) in t.items()], meta)
+EOF
+    run_exe embed clip.mp4 --model models/vit_known --fps 1 --quiet -o lk.safetensors
+    want_rc 0 || return 1
+    "$PY" - lk.safetensors <<'EOF' >"$tmp/cmp" 2>&1 || { why="$(tail -n 1 "$tmp/cmp")"; return 1; }
+import json, struct, sys
+import numpy as np
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+h = json.loads(raw[8:8 + n])
+e = h["logits"]
+a, b = e["data_offsets"]
+z = np.frombuffer(raw[8 + n + a:8 + n + b], "<f4")
+if e["dtype"] != "F32" or not np.allclose(z, [0, 0, 0, 3, 0], atol=1e-5):
+    sys.exit(f"logits {e['dtype']} {z}, want (0, 0, 0, 3, 0)")
+EOF
+    # softmax: e^3 / (e^3 + 4) = 0.83393, then the lowest of the tied ids
+    labels_want lk.safetensors 0 2 recording &&
+        want_known '["0:00:00.000", "0:00:05.000", [["LABEL_3", 0.83393], ["LABEL_0", 0.04152]]]' &&
+        labels_table lk.safetensors --top 2
+}
+t_labels_sigmoid() {
+    # sigmoid(3) = 0.95257, sigmoid(0) = 0.5
+    labels_want lk.safetensors 1 3 recording &&
+        want_known '["0:00:00.000", "0:00:05.000", [["LABEL_3", 0.95257], ["LABEL_0", 0.5], ["LABEL_1", 0.5]]]' &&
+        labels_table lk.safetensors --top 3 --multi-label
+}
+t_labels_json() {
+    run_exe labels lk.safetensors --json --top 5
+    want_rc 0 || return 1
+    "$PY" - "$tmp/out" <<'EOF' >"$tmp/cmp" 2>&1 || { why="$(tail -n 1 "$tmp/cmp")"; return 1; }
+import json, math, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+if len(rows) != 1:
+    sys.exit(f"{len(rows)} JSON lines, want 1")
+r = rows[0]
+ids = [x["id"] for x in r["labels"]]
+p = [x["p"] for x in r["labels"]]
+e3 = math.exp(3)
+want_p = [e3 / (e3 + 4)] + [1 / (e3 + 4)] * 4
+if (r["level"], r["index"], r["start"], r["end"], r["multi_label"]) != ("recording", 0, 0.0, 5.0, False):
+    sys.exit(f"row {r}")
+if ids != [3, 0, 1, 2, 4] or [x["label"] for x in r["labels"]] != [f"LABEL_{i}" for i in ids]:
+    sys.exit(f"ids {ids}")
+if max(abs(a - b) for a, b in zip(p, want_p)) > 1e-6:
+    sys.exit(f"p {p}, want {want_p}")
+EOF
+}
+# The file's own multi_label (AST: problem_type multi_label_classification) picks
+# sigmoid; --softmax overrides it.
+t_labels_ast() {
+    run_exe embed a10.wav --model models/ast --quiet -o lab_ast.safetensors
+    want_rc 0 || return 1
+    meta lab_ast.safetensors multi_label true || { why="multi_label metadata"; return 1; }
+    labels_want lab_ast.safetensors 1 4 recording && labels_table lab_ast.safetensors --top 4 || return 1
+    labels_want lab_ast.safetensors 0 7 recording && labels_table lab_ast.safetensors --top 7 --softmax
+}
+# Logits are scores: F32 and unnormalised under --dtype f16 --normalize, the
+# same bytes as the f32 run (one computation).
+t_logits_not_converted() {
+    run_exe embed clip.mp4 --model models/vit_known --fps 1 --quiet --dtype f16 --normalize -o lk16.safetensors
+    want_rc 0 || return 1
+    "$PY" - lk.safetensors lk16.safetensors <<'EOF' >"$tmp/cmp" 2>&1 || { why="$(tail -n 1 "$tmp/cmp")"; return 1; }
+import json, struct, sys
+def get(path, name):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    h = json.loads(raw[8:8 + n])
+    a, b = h[name]["data_offsets"]
+    return h[name]["dtype"], raw[8 + n + a:8 + n + b]
+(d1, b1), (d2, b2) = get(sys.argv[1], "logits"), get(sys.argv[2], "logits")
+if (d1, d2) != ("F32", "F32") or b1 != b2:
+    sys.exit(f"logits {d1} vs {d2}, bytes equal {b1 == b2}")
+if get(sys.argv[2], "global")[0] != "F16":
+    sys.exit("global is not F16")
+EOF
+}
+# Per block: an output with block_logits (G, C), block_start, block_end (written
+# here as embed writes them), three blocks, a known winner in each.
+t_labels_blocks() {
+    "$PY" - "$PEER" blocks.safetensors <<'EOF' >"$tmp/cmp" 2>&1 || { why="$(tail -n 1 "$tmp/cmp")"; return 1; }
+import json, os, sys
+import numpy as np
+sys.path.insert(0, os.path.dirname(sys.argv[1]))
+import hub_models as hm
+z = np.array([[4, 0, 1, 0], [0, 0, 0, 5], [0.5, 2, 0, 0]], np.float32)
+hm.write_st(sys.argv[2], [
+    ("block_start", np.array([0.0, 10.24, 3605.5]), "F64"),
+    ("block_end", np.array([10.24, 20.48, 3615.74]), "F64"),
+    ("segment_start", np.array([0.0]), "F64"), ("segment_end", np.array([3615.74]), "F64"),
+    ("block_logits", z, "F32"), ("logits", z.mean(0), "F32")],
+    {"format": "ringvit-embed", "labels": json.dumps(["chat", "Bär", "rain, heavy", "🎸"]),
+     "multi_label": "false"})
+EOF
+    labels_want blocks.safetensors 0 2 block && labels_table blocks.safetensors --top 2 || return 1
+    grep -q "^1:00:05.500 *1:00:15.740 *Bär 0.6" "$tmp/out" || { why="block 2's row: $(tail -n 1 "$tmp/out")"; return 1; }
+    labels_want blocks.safetensors 1 4 block && labels_table blocks.safetensors --top 9 --multi-label || return 1
+    labels_want blocks.safetensors 0 3 recording && labels_table blocks.safetensors --top 3 --level recording
+}
+t_labels_bad() {
+    run_exe labels models/vit/model.safetensors
+    want_rc 1 && want_err "models/vit/model.safetensors' is not a ringvit embed output" || return 1
+    run_exe embed clip.mp4 --model models/vit --fps 1 --size 48 --quiet -o nohead.safetensors
+    want_rc 0 || return 1
+    run_exe labels nohead.safetensors
+    want_rc 1 && want_err "nohead.safetensors' holds no logits" || return 1
+    run_exe labels nohead.safetensors --level block
+    want_rc 1 && want_err "nohead.safetensors" || return 1
+    "$PY" - "$PEER" badlab.safetensors <<'EOF' || { why="writing badlab"; return 1; }
+import json, os, sys
+import numpy as np
+sys.path.insert(0, os.path.dirname(sys.argv[1]))
+import hub_models as hm
+hm.write_st(sys.argv[2], [("segment_start", np.array([0.0]), "F64"),
+                          ("segment_end", np.array([1.0]), "F64"),
+                          ("logits", np.zeros(4, np.float32), "F32")],
+            {"format": "ringvit-embed", "labels": json.dumps(["a", "b", "c"])})
+EOF
+    run_exe labels badlab.safetensors
+    want_rc 1 && want_err "badlab.safetensors.*'logits'.*names 3 labels" || return 1
+    run_exe labels lab_missing.safetensors
+    want_rc 1 && want_err "lab_missing.safetensors"
+}
+t_labels_usage() {
+    run_exe labels
+    want_rc 2 && want_err "which file" || return 1
+    run_exe labels lk.safetensors --top 0
+    want_rc 2 && want_err "--top" || return 1
+    run_exe labels lk.safetensors --level frames
+    want_rc 2 && want_err "--level wants block or recording" || return 1
+    run_exe labels lk.safetensors --multi-label --softmax
+    want_rc 2 && want_err "exclude each other" || return 1
+    run_exe labels --help
+    want_rc 0 && grep -q "^More: docs/" "$tmp/out"
+}
+for t in known sigmoid json ast blocks bad usage; do
+    check "labels-$t" "t_labels_$t"
+done
+check logits-not-converted t_logits_not_converted
 
 compare_all
 

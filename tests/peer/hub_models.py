@@ -53,6 +53,9 @@ so activations stay O(1) while the blocks are far from the identity.
                 layer_norm_eps 1e-6, use_swiglu_ffn false. Preprocessor
                 BitImageProcessor: ImageNet mean/std, crop {"height":32,
                 "width":32}, size {"shortest_edge":36}, resample 3.
+  dinov2_cls/   Dinov2ForImageClassification: the same sizes under "dinov2.", plus
+                classifier.{weight (6,2D),bias}; id2label of six labels beyond
+                ASCII (DINO_LABELS: UTF-8, quotes, a comma).
   videomae/     VideoMAEForVideoClassification: videomae.embeddings.
                 patch_embeddings.projection.{weight (D,3,2,8,8),bias},
                 videomae.encoder.layer.{i}.layernorm_before.*,
@@ -74,7 +77,9 @@ so activations stay O(1) while the blocks are far from the identity.
                 .embeddings.patch_embeddings.projection.{weight (D,1,16,16),bias},
                 .encoder.layer.{i}.* (as ViT), .layernorm.*; then
                 classifier.layernorm.*, classifier.dense.{weight (7,D),bias}.
-                num_mel_bins 128, max_length 1024, patch 16, strides 10/10.
+                num_mel_bins 128, max_length 1024, patch 16, strides 10/10;
+                problem_type "multi_label_classification" (as AudioSet's),
+                id2label AST_LABELS.
                 Preprocessor ASTFeatureExtractor (mean -4.2677393, std 4.5689974).
   clip/         CLIPModel: vision_model.embeddings.class_embedding (D),
                 .patch_embedding.weight (D,3,8,8) (no bias),
@@ -93,6 +98,7 @@ so activations stay O(1) while the blocks are far from the identity.
   Hostile variants (of vit/): bad_noconfig/ (no config.json), bad_type/
   (model_type "llama"), bad_shape/ (config hidden_size 96, tensors 64),
   bad_missing/ (encoder.layer.1.attention.attention.key.weight removed),
+  bad_labels/ (vit_cls/ whose id2label names classes 0, 1, 3, 4, 5: no 2),
   vit_extra/ (plus an unknown tensor "foo.bar", F32 (4,)), vit_f16/ and
   vit_bf16/ (every tensor stored as F16 / BF16, rounded to nearest even; the
   reference then uses the rounded values).
@@ -112,13 +118,17 @@ from ringvit's own decoded inputs and compares with ringvit's output:
       tokens (S,D) F32, token_modality (S) U8 (0 video, 1 audio, 2 special),
       token_pos (S,3) I64 (video (tubelet g, row, col); audio (step p, band f,
       0); special (i,0,0), i 0 CLS, 1 AST's distillation token), pooled (D)
-      F32, projected (Pj) F32 (CLIP with visual_projection only), string
+      F32, projected (Pj) F32 (CLIP with visual_projection only), logits (C)
+      F32 (exactly the models with a classifier ringvit applies), string
       metadata "config" (JSON; its "tubelet" is the T used, default 1 for the
-      image families, tubelet_size for VideoMAE, which must agree).
+      image families, tubelet_size for VideoMAE, which must agree), and with
+      logits "labels" (JSON: config.json's id2label in id order, LABEL_i where
+      it has none) and "multi_label" ("true" when problem_type is
+      "multi_label_classification", else "false").
   Tokens are matched by (modality, token_pos), so the order does not matter
   (attention is full); both sides must hold exactly the same set. Error: per
-  token row |ringvit - ref|.max / |ref row|.max, the max over tokens; pooled
-  and projected the same way. Prints one line; exit 0 when all <= tol.
+  token row |ringvit - ref|.max / |ref row|.max, the max over tokens; pooled,
+  projected and logits the same way. Prints one line; exit 0 when all <= tol.
 
 Reference semantics (transformers' models; this is the spec the C side follows)
   pixels: x = (u8 / 255 - mean[c]) / std[c], the preprocessor's image_mean/std.
@@ -174,6 +184,14 @@ Reference semantics (transformers' models; this is the spec the C side follows)
     resampled, ringvit's extension, as is steps < Td: transformers pads or
     cuts the fbank to max_length frames (zeros before normalising) and so
     always has Td steps.)
+  Logits (the task models' heads, on the outputs above):
+    ViTForImageClassification       classifier(final-normed CLS)
+    Dinov2ForImageClassification    classifier(cat(CLS, mean of the patch tokens))
+    VideoMAEForVideoClassification  classifier(fc_norm(mean of the tokens)); without
+                                    fc_norm transformers reads token 0, which ringvit
+                                    does not load: no logits expected
+    ASTForAudioClassification       classifier.dense(classifier.layernorm(pooled),
+                                    eps layer_norm_eps)
 
 REF writes what `check` compares against, in the same file layout as ringvit's
 output (float32), for looking at by hand. SELFTEST makes the models into a
@@ -414,6 +432,42 @@ def make_vit(seed, prefix, pooler):
     return g.t
 
 
+# Labels of the classification checkpoints that are not LABEL_i: UTF-8 beyond
+# ASCII, spaces, quotes, a comma (AudioSet's own names have commas).
+DINO_LABELS = ["tabby cat", "Löwe", "犬", "\"quoted\" bird", "café, terrace", "🦉 owl"]
+AST_LABELS = ["Speech", "Music", "Dog", "Rain", "Guitar", "Siren", "Bird vocalization, bird call"]
+
+
+def make_dinov2(seed, prefix, arch):
+    """-> (tensors, config) of a Dinov2Model under prefix."""
+    g = Gen(seed)
+    G, P, M = 5, 8, 4 * D
+    g.vec(prefix + "embeddings.cls_token", (1, 1, D), 0.5)
+    g.vec(prefix + "embeddings.mask_token", (1, D), 0.5)
+    g.vec(prefix + "embeddings.position_embeddings", (1, 1 + G * G, D), 0.5)
+    g.conv(prefix + "embeddings.patch_embeddings.projection", (D, 3, P, P))
+    for i in range(LAYERS):
+        p = f"{prefix}encoder.layer.{i}."
+        g.ln(p + "norm1", D)
+        for k in ("query", "key", "value"):
+            g.lin(p + "attention.attention." + k, D, D)
+        g.lin(p + "attention.output.dense", D, D)
+        g.put(p + "layer_scale1.lambda1", 0.7 + g.n((D,), 0.2))
+        g.ln(p + "norm2", D)
+        g.lin(p + "mlp.fc1", M, D)
+        g.lin(p + "mlp.fc2", D, M)
+        g.put(p + "layer_scale2.lambda1", 0.7 + g.n((D,), 0.2))
+    g.ln(prefix + "layernorm", D)
+    c = common_cfg(arch, "dinov2")
+    c.update({"attention_probs_dropout_prob": 0.0, "drop_path_rate": 0.0, "hidden_act": "gelu",
+              "hidden_dropout_prob": 0.0, "hidden_size": D, "image_size": 40,
+              "initializer_range": 0.02, "layer_norm_eps": 1e-6, "layerscale_value": 1.0,
+              "mlp_ratio": 4, "num_attention_heads": HEADS, "num_channels": 3,
+              "num_hidden_layers": LAYERS, "patch_size": 8, "qkv_bias": True,
+              "use_swiglu_ffn": False})
+    return g.t, c
+
+
 def make_all():
     """-> {folder: (tensors {name: array}, dtypes {name: dtype} or None,
     config or None, preprocessor or None)}"""
@@ -429,38 +483,22 @@ def make_all():
     c["id2label"], c["label2id"] = labels(5)
     out["vit_cls"] = (t, None, c, VIT_PP)
 
-    # DINOv2
-    g = Gen(103)
-    G, P, M = 5, 8, 4 * D
-    g.vec("embeddings.cls_token", (1, 1, D), 0.5)
-    g.vec("embeddings.mask_token", (1, D), 0.5)
-    g.vec("embeddings.position_embeddings", (1, 1 + G * G, D), 0.5)
-    g.conv("embeddings.patch_embeddings.projection", (D, 3, P, P))
-    for i in range(LAYERS):
-        p = f"encoder.layer.{i}."
-        g.ln(p + "norm1", D)
-        for k in ("query", "key", "value"):
-            g.lin(p + "attention.attention." + k, D, D)
-        g.lin(p + "attention.output.dense", D, D)
-        g.put(p + "layer_scale1.lambda1", 0.7 + g.n((D,), 0.2))
-        g.ln(p + "norm2", D)
-        g.lin(p + "mlp.fc1", M, D)
-        g.lin(p + "mlp.fc2", D, M)
-        g.put(p + "layer_scale2.lambda1", 0.7 + g.n((D,), 0.2))
-    g.ln("layernorm", D)
-    c = common_cfg("Dinov2Model", "dinov2")
-    c.update({"attention_probs_dropout_prob": 0.0, "drop_path_rate": 0.0, "hidden_act": "gelu",
-              "hidden_dropout_prob": 0.0, "hidden_size": D, "image_size": 40,
-              "initializer_range": 0.02, "layer_norm_eps": 1e-6, "layerscale_value": 1.0,
-              "mlp_ratio": 4, "num_attention_heads": HEADS, "num_channels": 3,
-              "num_hidden_layers": LAYERS, "patch_size": 8, "qkv_bias": True,
-              "use_swiglu_ffn": False})
+    # DINOv2, and Dinov2ForImageClassification (classifier on [CLS, mean of the
+    # patch tokens]; labels that are not ASCII)
     pp = {"crop_size": {"height": 32, "width": 32}, "do_center_crop": True,
           "do_convert_rgb": True, "do_normalize": True, "do_rescale": True, "do_resize": True,
           "image_mean": IMAGENET_MEAN, "image_processor_type": "BitImageProcessor",
           "image_std": IMAGENET_STD, "resample": 3, "rescale_factor": RESCALE,
           "size": {"shortest_edge": 36}}
-    out["dinov2"] = (g.t, None, c, pp)
+    t, c = make_dinov2(103, "", "Dinov2Model")
+    out["dinov2"] = (t, None, c, pp)
+    t, c = make_dinov2(109, "dinov2.", "Dinov2ForImageClassification")
+    g = Gen(1109)
+    g.lin("classifier", len(DINO_LABELS), 2 * D)
+    t.update(g.t)
+    c["id2label"] = {str(i): v for i, v in enumerate(DINO_LABELS)}
+    c["label2id"] = {v: i for i, v in enumerate(DINO_LABELS)}
+    out["dinov2_cls"] = (t, None, c, pp)
 
     # VideoMAE
     vpp = {"crop_size": {"height": 32, "width": 32}, "do_center_crop": True,
@@ -520,8 +558,10 @@ def make_all():
               "hidden_dropout_prob": 0.0, "hidden_size": D, "initializer_range": 0.02,
               "intermediate_size": MLP, "layer_norm_eps": 1e-12, "max_length": 1024,
               "num_attention_heads": HEADS, "num_hidden_layers": LAYERS, "num_mel_bins": 128,
-              "patch_size": 16, "qkv_bias": True, "time_stride": 10})
-    c["id2label"], c["label2id"] = labels(7)
+              "patch_size": 16, "qkv_bias": True, "time_stride": 10,
+              "problem_type": "multi_label_classification"})
+    c["id2label"] = {str(i): v for i, v in enumerate(AST_LABELS)}
+    c["label2id"] = {v: i for i, v in enumerate(AST_LABELS)}
     pp = {"do_normalize": True, "feature_extractor_type": "ASTFeatureExtractor",
           "feature_size": 1, "max_length": 1024, "mean": -4.2677393, "num_mel_bins": 128,
           "padding_side": "right", "padding_value": 0.0, "return_attention_mask": False,
@@ -602,6 +642,11 @@ def make_all():
     t = dict(vit)
     t["foo.bar"] = np.array([0.25, -1.5, 3.0, 0.125], dtype=np.float32)
     out["vit_extra"] = (t, None, vcfg, VIT_PP)
+    # a classifier whose id2label lacks class 2 (it names 0, 1, 3, 4, 5)
+    t, _, c, _ = out["vit_cls"]
+    c = dict(c)
+    c["id2label"] = {k: v for k, v in labels(6)[0].items() if k != "2"}
+    out["bad_labels"] = (t, None, c, VIT_PP)
     for name, dt, tdt in (("vit_f16", "F16", "float16"), ("vit_bf16", "BF16", "bfloat16")):
         c = dict(vcfg)
         c["torch_dtype"] = tdt
@@ -719,6 +764,7 @@ class Model:
                "clip_vision_model": "clip"}.get(mt)
         if fam is None:
             raise Fail(f"{folder}: model_type {mt!r} is not one this reference knows")
+        self.full_cfg = cfg
         if mt == "clip":
             cfg = cfg.get("vision_config") or {}
         self.family, self.cfg = fam, cfg
@@ -755,6 +801,27 @@ class Model:
                 raise Fail(f"tensor {name} has shape {list(a.shape)}, config says {list(shape)}")
             self._cache[name] = torch.from_numpy(a.astype(np.float64))
         return self._cache[name]
+
+
+def classify(m, name, x):
+    """name.weight @ x + name.bias (a task model's nn.Linear head), or None when
+    the folder has no such head."""
+    if not m.has(name + ".weight"):
+        return None
+    w = m.w(name + ".weight")
+    if w.dim() != 2 or w.shape[1] != x.shape[0]:
+        raise Fail(f"{name}.weight has shape {list(w.shape)}, its input {x.shape[0]}")
+    return w @ x + m.w(name + ".bias", (w.shape[0],))
+
+
+def ref_labels(m, n):
+    """config.json's id2label in id order (LABEL_i where absent), and whether the
+    classes are independent (problem_type multi_label_classification)."""
+    ids = m.full_cfg.get("id2label") or {str(i): f"LABEL_{i}" for i in range(n)}
+    if sorted(int(k) for k in ids) != list(range(n)):
+        raise Fail(f"id2label names {sorted(ids)}, the classifier has {n} rows")
+    return ([ids[str(i)] for i in range(n)],
+            m.full_cfg.get("problem_type") == "multi_label_classification")
 
 
 def lnorm(x, w, b, eps):
@@ -897,8 +964,11 @@ def forward_video(m, frames, tubelet):
             pooled = out.mean(0)
             if m.has("fc_norm.weight"):
                 pooled = lnorm(pooled, m.w("fc_norm.weight", (d,)), m.w("fc_norm.bias", (d,)), 1e-5)
+        # VideoMAEForVideoClassification: classifier(fc_norm(mean)); without
+        # fc_norm it reads token 0, which ringvit does not load (no logits)
+        logits = classify(m, "classifier", pooled) if m.has("fc_norm.weight") else None
         return dict(tokens=out, modality=np.zeros(len(pos), np.uint8), pos=pos,
-                    pooled=pooled, projected=None)
+                    pooled=pooled, projected=None, logits=logits)
 
     T = 1 if tubelet is None else int(tubelet)
     if T < 1:
@@ -965,7 +1035,13 @@ def forward_video(m, frames, tubelet):
             pooled = ACTS[pact](pw @ out[0] + m.w("pooler.dense.bias", (pw.shape[0],)))
         else:
             pooled = out[0]
-    return dict(tokens=out, modality=mod, pos=pos, pooled=pooled, projected=projected)
+    logits = None
+    if m.family == "vit":     # ViTForImageClassification: the final-normed CLS
+        logits = classify(m, "classifier", out[0])
+    elif m.family == "dinov2":  # Dinov2ForImageClassification: [CLS, mean of patches]
+        logits = classify(m, "classifier", torch.cat([out[0], out[1:].mean(0)]))
+    return dict(tokens=out, modality=mod, pos=pos, pooled=pooled, projected=projected,
+                logits=logits)
 
 
 def forward_audio(m, fbank):
@@ -1009,7 +1085,14 @@ def forward_audio(m, fbank):
                    dtype=np.int64)
     mod = np.ones(len(pos), np.uint8)
     mod[:2] = 2
-    return dict(tokens=out, modality=mod, pos=pos, pooled=(out[0] + out[1]) / 2, projected=None)
+    pooled = (out[0] + out[1]) / 2
+    logits = None
+    if m.has("classifier.layernorm.weight"):  # ASTMLPHead: layernorm, then dense
+        x = lnorm(pooled, m.w("classifier.layernorm.weight", (d,)),
+                  m.w("classifier.layernorm.bias", (d,)), m.eps)
+        logits = classify(m, "classifier.dense", x)
+    return dict(tokens=out, modality=mod, pos=pos, pooled=pooled, projected=None,
+                logits=logits)
 
 
 # ---------------------------------------------------------------- check
@@ -1069,10 +1152,14 @@ def _reference(modeldir, kind, inputs, tubelet):
     if kind == "video":
         if "frames" not in t:
             raise Fail(f"{inputs}: no tensor frames")
-        return m, forward_video(m, t["frames"][1], tubelet)
-    if "audio_fbank" not in t:
-        raise Fail(f"{inputs}: no tensor audio_fbank")
-    return m, forward_audio(m, t["audio_fbank"][1])
+        ref = forward_video(m, t["frames"][1], tubelet)
+    else:
+        if "audio_fbank" not in t:
+            raise Fail(f"{inputs}: no tensor audio_fbank")
+        ref = forward_audio(m, t["audio_fbank"][1])
+    if ref["logits"] is not None:
+        ref["labels"], ref["multi_label"] = ref_labels(m, ref["logits"].shape[0])
+    return m, ref
 
 
 def rel(a, ref):
@@ -1152,11 +1239,36 @@ def run_check(modeldir, kind, out_path, inputs, tol=1e-4, wav=None):
             je = rel(pj, rj)
         elif "projected" in o:
             raise Fail(f"{out_path}: has projected, but the model has no visual_projection")
+        le = None
+        if ref["logits"] is not None:
+            if "logits" not in o:
+                raise Fail(f"{out_path}: no tensor logits (the model has a classifier)")
+            lg = o["logits"][1]
+            rl = ref["logits"].numpy()
+            if o["logits"][0] != "F32" or lg.shape != rl.shape:
+                raise Fail(f"logits is {o['logits'][0]} {list(lg.shape)}, the reference F32 "
+                           f"{list(rl.shape)}")
+            le = rel(lg.astype(np.float64), rl)
+            want_labels, want_ml = ref_labels(m, rl.shape[0])
+            try:
+                got_labels = json.loads(meta.get("labels", "null"))
+            except ValueError:
+                raise Fail(f"{out_path}: metadata labels is not JSON")
+            if got_labels != want_labels:
+                raise Fail(f"metadata labels {str(got_labels)[:80]}, config.json's id2label "
+                           f"{str(want_labels)[:80]}")
+            if meta.get("multi_label") != ("true" if want_ml else "false"):
+                raise Fail(f"metadata multi_label {meta.get('multi_label')!r}, the config's "
+                           f"problem_type says {want_ml}")
+        elif "logits" in o:
+            raise Fail(f"{out_path}: has logits, but the reference model has no classifier")
         line = (f"{name} {kind}: {s} tokens, tokens max rel err {worst:.3g}"
                 f" (modality {where[0]}, pos {where[1:]}), pooled {pe:.3g}"
                 + (f", projected {je:.3g}" if je is not None else "")
+                + (f", logits {le:.3g}" if le is not None else "")
                 + (f", fbank max abs err {fb_err:.3g}" if fb_err is not None else ""))
-        bad = [k for k, e in (("tokens", worst), ("pooled", pe), ("projected", je))
+        bad = [k for k, e in (("tokens", worst), ("pooled", pe), ("projected", je),
+                              ("logits", le))
                if e is not None and not e <= tol]
         if bad:
             return 1, f"hub_models check FAILED (tol {tol:g}: {', '.join(bad)}): {line}"
@@ -1178,8 +1290,12 @@ def write_output(path, ref, tubelet, perm=None):
     if ref["projected"] is not None:
         ts.append(("projected", ref["projected"].numpy(), "F32"))
     cfg = {"tubelet": tubelet} if tubelet is not None else {}
-    write_st(path, ts, {"format": "ringvit-embed", "config": json.dumps(cfg),
-                        "tokens": str(s)})
+    meta = {"format": "ringvit-embed", "config": json.dumps(cfg), "tokens": str(s)}
+    if ref["logits"] is not None:
+        ts.append(("logits", ref["logits"].numpy(), "F32"))
+        meta["labels"] = json.dumps(ref["labels"])
+        meta["multi_label"] = "true" if ref["multi_label"] else "false"
+    write_st(path, ts, meta)
 
 
 # ---------------------------------------------------------------- selftest
@@ -1281,6 +1397,8 @@ def selftest(work):
     cases = [("vit", "video", f48, 1, vit_pos), ("vit", "video", f48, 2, vit_pos),
              ("vit_cls", "video", f32, 1, ("vit.embeddings.position_embeddings", (0, 2, 5))),
              ("dinov2", "video", f48, 1, vit_pos), ("dinov2", "video", f48, 2, vit_pos),
+             ("dinov2_cls", "video", f48, 1, ("dinov2.embeddings.position_embeddings",
+                                              (0, 2, 5))),
              ("clip", "video", f48, 1, clip_pos), ("clip_vision", "video", f32, 2, clip_pos),
              ("vit_f16", "video", f48, 1, vit_pos), ("vit_bf16", "video", f48, 1, vit_pos),
              ("vit_extra", "video", f48, 1, vit_pos),
@@ -1289,6 +1407,7 @@ def selftest(work):
     weight_of = {"vit": "encoder.layer.1.intermediate.dense.weight",
                  "vit_cls": "vit.encoder.layer.0.attention.attention.key.weight",
                  "dinov2": "encoder.layer.1.layer_scale2.lambda1",
+                 "dinov2_cls": "classifier.weight",  # only the logits see it
                  "clip": "vision_model.encoder.layers.0.self_attn.k_proj.weight",
                  "clip_vision": "vision_model.pre_layrnorm.bias",
                  "videomae": "videomae.encoder.layer.0.attention.attention.q_bias",
@@ -1327,7 +1446,7 @@ def selftest(work):
             caught += expect(False, rc_line, what)
             # what the failing check said: the errors it saw, or why it stopped
             said = rc_line[1].split(": ", 2)[-1]
-            errs = re.findall(r"(tokens max rel err|pooled|projected|fbank max abs err) "
+            errs = re.findall(r"(tokens max rel err|pooled|projected|logits|fbank max abs err) "
                               r"([0-9.e+-]+)", said)
             how.append(what + ": " + (", ".join(f"{k.split()[0]} {v}" for k, v in errs
                                                 if float(v) > 1e-4) or said))
@@ -1372,6 +1491,20 @@ def selftest(work):
             r2["projected"][0] += 2e-3 * float(ref["projected"].abs().max())
             write_output(po, r2, tub, perm)
             neg(run_check(md, kind, po, inputs, 1e-4), "projected")
+        if ref["logits"] is not None:
+            r2 = dict(ref)
+            r2["logits"] = ref["logits"].clone()
+            r2["logits"][1] += 2e-3 * float(ref["logits"].abs().max())
+            write_output(po, r2, tub, perm)
+            neg(run_check(md, kind, po, inputs, 1e-4), "logits")
+            r2 = dict(ref)
+            r2["labels"] = list(reversed(ref["labels"]))
+            write_output(po, r2, tub, perm)
+            neg(run_check(md, kind, po, inputs, 1e-4), "labels order")
+            r2 = dict(ref)
+            r2["multi_label"] = not ref["multi_label"]
+            write_output(po, r2, tub, perm)
+            neg(run_check(md, kind, po, inputs, 1e-4), "multi_label")
         if wavarg is not None:
             neg(run_check(md, kind, out, a1022bad, 1e-4, wav), "fbank vs wav")
         if kind == "video" and model.startswith("vit") and tub == 1 and model != "vit_extra":

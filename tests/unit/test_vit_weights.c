@@ -616,6 +616,59 @@ Test(vit_weights, round_trip_t2_nocls, .init = td_setup, .fini = td_teardown)
     round_trip(2, 0);
 }
 
+/* A classifier head and its labels survive the round trip (ringvit.head.* and the
+ * ringvit.labels metadata); the head, its labels and multi_label are in the hash. */
+Test(vit_weights, round_trip_head, .init = td_setup, .fini = td_teardown)
+{
+    rv_vit_config c = small_cfg(32, 1, 2, 64, 1, 4, 3, 1);
+    c.head = RV_HEAD_MEAN;
+    c.classes = 3;
+    c.multi_label = 1;
+    rv_vit_model *m = NULL, *back = NULL;
+    const char *path = tpath("head.safetensors");
+    cr_assert_eq(rv_vit_new(&c, &m), RV_OK, "%s", rv_last_error());
+    cr_assert_eq(rv_vit_init_random(m, 4), RV_OK);
+    ref_rng r = ref_rng_make(6);
+    ref_fill_normal(&r, m->head_w, 3 * 32, 0, 1);
+    ref_fill_normal(&r, m->head_b, 3, 0, 1);
+    const char *names[3] = {"Speech", "B\xc3\xa4r \"quoted\"", "rain, heavy"};
+    cr_assert_eq(rv_vit_set_labels(m, names, 3), RV_OK, "%s", rv_last_error());
+    cr_assert_eq(rv_vit_save(m, path), RV_OK, "%s", rv_last_error());
+    cr_assert_eq(rv_vit_load(path, NULL, &back), RV_OK, "%s", rv_last_error());
+    assert_cfg_eq(&back->cfg, &m->cfg);
+    cr_assert_eq(back->cfg.head, RV_HEAD_MEAN);
+    cr_assert_eq(back->cfg.classes, 3);
+    cr_assert_eq(back->cfg.multi_label, 1);
+    cr_assert_eq(back->arena_floats, m->arena_floats);
+    cr_assert_eq(memcmp(back->arena, m->arena, m->arena_floats * 4), 0, "weights differ");
+    cr_assert_eq(memcmp(back->head_w, m->head_w, 3 * 32 * 4), 0);
+    for (int i = 0; i < 3; i++)
+        cr_assert_str_eq(back->labels[i], names[i]);
+    char h1[17], h2[17], h3[17];
+    rv_vit_hash(m, h1);
+    rv_vit_hash(back, h2);
+    cr_assert_str_eq(h1, h2);
+    rv_safetensors *st = NULL;
+    cr_assert_eq(rv_st_open(path, &st), RV_OK, "%s", rv_last_error());
+    float *hw = st_floats(st, "ringvit.head.weight", NULL);
+    assert_same(hw, m->head_w, 3 * 32, "ringvit.head.weight");
+    free(hw);
+    cr_assert_str_eq(rv_st_meta(st, RV_VIT_META_LABELS),
+                     "[\"Speech\",\"B\xc3\xa4r \\\"quoted\\\"\",\"rain, heavy\"]");
+    rv_st_free(&st);
+    /* the labels and multi_label are part of what the hash names */
+    const char *other[3] = {"Speech", "B\xc3\xa4r \"quoted\"", "rain,heavy"};
+    cr_assert_eq(rv_vit_set_labels(back, other, 3), RV_OK);
+    rv_vit_hash(back, h3);
+    cr_assert_str_neq(h1, h3, "a label changed, the hash did not");
+    cr_assert_eq(rv_vit_set_labels(back, names, 3), RV_OK);
+    back->cfg.multi_label = 0;
+    rv_vit_hash(back, h3);
+    cr_assert_str_neq(h1, h3, "multi_label changed, the hash did not");
+    rv_vit_free(&m);
+    rv_vit_free(&back);
+}
+
 Test(vit_weights, hash_covers_config_and_weights)
 {
     rv_vit_config c = small_cfg(32, 1, 2, 64, 1, 4, 3, 1);

@@ -10,6 +10,7 @@ NumPy arrays Python owns.
     toks = ringvit.tokens("talk.mp4", model="tiny")        # `ringvit tokens -o`
     with ringvit.Encoder("tiny", cp=2) as enc:             # `ringvit embed`
         emb = enc.embed("talk.mp4")                        # emb["global"], emb["segments"]
+    rows = ringvit.labels("talk.safetensors", top=3)       # `ringvit labels`
 
 Library failures raise ringvit.Error (a RuntimeError) with the library's
 message; bad arguments raise ValueError or TypeError before any C call. Long
@@ -21,9 +22,10 @@ from ._version import __version__
 from .encoder import Encoder
 from .errors import Error, LibraryNotFoundError
 from .info import build_info, library_path
+from .labels import labels
 from .media import Frames, audio, frames, iter_frames, probe
 from .tokens import tokens
 
 __all__ = ["Arrays", "Encoder", "Error", "Frames", "LibraryNotFoundError", "__version__",
-           "audio", "bf16_to_f32", "build_info", "frames", "iter_frames", "library_path",
-           "probe", "tokens"]
+           "audio", "bf16_to_f32", "build_info", "frames", "iter_frames", "labels",
+           "library_path", "probe", "tokens"]

@@ -53,6 +53,7 @@ _PROTOTYPES = {
     "rv_flat_encoder_embed_tokens": (c_int, [c_void_p, c_void_p, c_char_p, P(c_void_p)]),
     "rv_flat_encoder_config": (c_int, [c_void_p, P(c_void_p)]),
     "rv_flat_encoder_close": (None, [P(c_void_p)]),
+    "rv_flat_labels": (c_int, [c_char_p, c_char_p, P(c_void_p)]),
     "rv_flat_interrupt": (None, []),
 }
 
