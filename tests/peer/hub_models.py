@@ -5,8 +5,9 @@ transformers, no safetensors package: safetensors are read and written by hand,
 8-byte little-endian header length, JSON header, raw little-endian data).
 
     hub_models.py make OUTDIR
-    hub_models.py make-base OUTDIR     (videomae-base/, ast-base/: the published base
-                                       sizes, random weights, for benchmarks only)
+    hub_models.py make-base OUTDIR     (videomae-base/, ast-base/, clip-vit-base-patch16/:
+                                       the published base sizes, random weights, for
+                                       benchmarks only)
     hub_models.py check MODELDIR KIND RINGVIT_OUT INPUTS [--tol 1e-4] [--wav W.wav]
     hub_models.py ref MODELDIR KIND INPUTS OUT.safetensors [--tubelet T]
     hub_models.py selftest [WORKDIR]
@@ -675,9 +676,11 @@ def make(outdir):
 def make_base(outdir):
     """Random checkpoints of the published base sizes (D 768, 12 layers, 12 heads,
     MLP 3072): videomae-base/ (as MCG-NJU/videomae-base-finetuned-kinetics: patch
-    16, tubelet 2, 224 px, mean pooling through fc_norm) and ast-base/ (as
-    MIT/ast-finetuned-audioset-10-10-0.4593: 12 x 101 grid), for `ringvit bench
-    encoder --model DIR`. Weights are noise: for timing only."""
+    16, tubelet 2, 224 px, mean pooling through fc_norm), ast-base/ (as
+    MIT/ast-finetuned-audioset-10-10-0.4593: 12 x 101 grid) and
+    clip-vit-base-patch16/ (CLIP's ViT-B/16 vision tower with its projection), for
+    `ringvit bench encoder --model DIR` and scripts/bench-frames.sh. Weights are
+    noise: for timing only."""
     Db, Lb, Hb, Mb = 768, 12, 12, 3072
     folders = {}
     g = Gen(201)
@@ -713,6 +716,29 @@ def make_base(outdir):
     pp = {"feature_extractor_type": "ASTFeatureExtractor", "max_length": 1024,
           "mean": -4.2677393, "num_mel_bins": 128, "sampling_rate": 16000, "std": 4.5689974}
     folders["ast-base"] = (g.t, c, pp)
+    # clip-vit-base-patch16/ (as openai/clip-vit-base-patch16, the vision tower with
+    # its visual_projection (512, 768): CLIPVisionModelWithProjection's layout).
+    g = Gen(203)
+    q = "vision_model."
+    g.vec(q + "embeddings.class_embedding", (Db,), 0.5)
+    g.conv(q + "embeddings.patch_embedding", (Db, 3, 16, 16), bias=False)
+    g.vec(q + "embeddings.position_embedding.weight", (1 + 14 * 14, Db), 0.5)
+    g.ln(q + "pre_layrnorm", Db)
+    for i in range(Lb):
+        clip_layer(g, f"{q}encoder.layers.{i}.", Db, Mb)
+    g.ln(q + "post_layernorm", Db)
+    g.lin("visual_projection", 512, Db, bias=False)
+    c = common_cfg("CLIPVisionModelWithProjection", "clip_vision_model")
+    c.update({"attention_dropout": 0.0, "dropout": 0.0, "hidden_act": "quick_gelu",
+              "hidden_size": Db, "image_size": 224, "initializer_factor": 1.0,
+              "initializer_range": 0.02, "intermediate_size": Mb, "layer_norm_eps": 1e-5,
+              "num_attention_heads": Hb, "num_channels": 3, "num_hidden_layers": Lb,
+              "patch_size": 16, "projection_dim": 512})
+    pp = {"crop_size": {"height": 224, "width": 224}, "do_center_crop": True,
+          "do_normalize": True, "do_rescale": True, "do_resize": True,
+          "image_mean": CLIP_MEAN, "image_std": CLIP_STD, "resample": 3,
+          "rescale_factor": RESCALE, "size": {"shortest_edge": 224}}
+    folders["clip-vit-base-patch16"] = (g.t, c, pp)
     for folder, (tensors, cfg, pp) in folders.items():
         d = os.path.join(outdir, folder)
         os.makedirs(d, exist_ok=True)
