@@ -228,7 +228,7 @@ rv_status cpu_attn_bwd(rv_backend *be, const rv_attn_bwd_args *a)
     int failed = 0;
 #pragma omp parallel num_threads(be->threads)
     {
-        omp_set_num_threads(1); /* BLAS calls below run on this thread */
+        cpu_blas_on_this_thread(); /* BLAS calls below run on this thread */
         bwd_workspace w;
         w.p = malloc(sizeof(float) * RV_BWD_BQ * RV_BWD_BK);
         w.dp = malloc(sizeof(float) * RV_BWD_BQ * RV_BWD_BK);

@@ -2,17 +2,17 @@
  * without AVX2 (and as a cross-check of the register-blocked kernels). */
 #include <cblas.h>
 #include <math.h>
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cpu_attn_tiles.h"
+#include "cpu_ops.h"
 #include "cpu_exp.h"
 
 static void blas_qk(const float *qp, int d, const float *ktp, int ldk, int rows, int cols,
                     float *s, int lds)
 {
-    omp_set_num_threads(1); /* called inside the driver's parallel region */
+    cpu_blas_on_this_thread(); /* called inside the driver's parallel region */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, cols, d, 1.0f, qp, d, ktp,
                 ldk, 0.0f, s, lds);
 }
@@ -44,7 +44,7 @@ static float blas_softmax_row(float *s, int n, int bk, float *m, float *l)
 static void blas_pv(const float *s, int lds, const float *vp, int ldv, int bk, int rows,
                     float *acc)
 {
-    omp_set_num_threads(1);
+    cpu_blas_on_this_thread();
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, ldv, bk, 1.0f, s, lds, vp,
                 ldv, 1.0f, acc, ldv);
 }

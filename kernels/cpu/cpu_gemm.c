@@ -12,7 +12,9 @@
  * count is a global of its own, which ignores OpenMP's: set to the backend's
  * before each call too, so a GEMM splits its work the same way whichever build
  * runs it, and the library's results do not depend on what its host process
- * loaded (the same bytes from Python as from the command). */
+ * loaded (the same bytes from Python as from the command). The BLAS calls inside
+ * the backend's own parallel regions (the attention tiles) run on their calling
+ * thread under either build: cpu_blas_on_this_thread. */
 #include <cblas.h>
 #include <omp.h>
 #include <stddef.h>
@@ -45,6 +47,13 @@ static int pthreads_build(void)
     if (kind < 0)
         kind = openblas_get_parallel();
     return kind == 1;
+}
+
+void cpu_blas_on_this_thread(void)
+{
+    omp_set_num_threads(1);
+    if (pthreads_build())
+        openblas_set_num_threads(1);
 }
 
 rv_status cpu_gemm(rv_backend *be, int trans_a, int trans_b, int m, int n, int k,

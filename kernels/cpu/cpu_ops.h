@@ -9,6 +9,9 @@
 rv_status cpu_gemm(rv_backend *be, int trans_a, int trans_b, int m, int n, int k,
                    float alpha, const float *a, int lda, const float *b, int ldb,
                    float beta, float *c, int ldc);
+/* The next BLAS calls of this thread run on it alone, whichever OpenBLAS build the
+ * process holds (cpu_gemm.c): for BLAS inside the backend's parallel regions. */
+void cpu_blas_on_this_thread(void);
 rv_status cpu_bias_add(rv_backend *be, float *x, const float *bias, int rows, int cols);
 rv_status cpu_layernorm_fwd(rv_backend *be, const float *x, const float *w,
                             const float *b, int rows, int cols, float eps, float *y,

@@ -4,8 +4,8 @@
 
   embed_compare.py same A B [--rtol R]    the tensors of A and B agree: every
         tensor both hold, compared as max |a - b| / max(max |b|, 1e-30) <= R
-        (default 1e-5) for floats, exactly for integers; both must hold the same
-        tensor names
+        (default SAME_RTOL; 0: identical) for floats, exactly for integers; both
+        must hold the same tensor names
   embed_compare.py check FILE [key=value ...]   FILE is a complete embed output:
         the tensors every output has, consistent shapes, finite values; each
         key=value is a check: tokens=N (S), segments=G, video=N, audio=N
@@ -20,6 +20,17 @@ import struct
 import sys
 
 import numpy as np
+
+# Tolerances, relative: max |a - b| / max |b|.
+# `same` by default: two outputs of different computations of one embedding (rank
+# counts, strategies, spans that change nothing): f32 rounding (epsilon 1.2e-7)
+# of attention's sums split differently, sqrt(S) * eps per layer. Callers pass
+# --rtol 0 for two runs of the same computation (then they must be identical).
+SAME_RTOL = 1e-5
+# `check`: a pooled mean (f32, summed by the library) against the mean of its
+# per-token outputs in float64, relative to the tokens' magnitude (the summands'
+# scale): sqrt(S) * eps of a few thousand tokens, with room.
+POOL_RTOL = 1e-4
 
 DTYPES = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "U8": np.uint8,
           "I32": np.int32, "F16": np.float16}
@@ -115,11 +126,11 @@ def check(path, wants):
             if count:
                 ref = t["tokens"][t["token_modality"] == m].astype(np.float64).mean(0)
                 err = np.abs(ref - t[name]).max() / max(np.abs(ref).max(), 1e-30)
-                if err > 1e-4:
+                if err > POOL_RTOL:
                     fail(f"{path}: {name} is not the mean of its tokens (rel err {err:.3g})")
         body = t["tokens"][t["token_modality"] != 2].astype(np.float64)
         err = np.abs(body.mean(0) - t["global"]).max() / max(np.abs(body).max(), 1e-30)
-        if err > 1e-4:
+        if err > POOL_RTOL:
             fail(f"{path}: global is not the mean of the tokens but CLS (rel err {err:.3g})")
         if int(t["segment_tokens"].sum()) != nv + na:
             fail(f"{path}: segment_tokens sum {int(t['segment_tokens'].sum())} != {nv + na}")
@@ -141,7 +152,7 @@ def check(path, wants):
 def main(argv):
     try:
         if len(argv) >= 3 and argv[0] == "same":
-            rtol = 1e-5
+            rtol = SAME_RTOL
             if len(argv) == 5 and argv[3] == "--rtol":
                 rtol = float(argv[4])
             same(argv[1], argv[2], rtol)

@@ -5,7 +5,7 @@ tests/cli/test_spans.sh (json + numpy only; outputs read with embed_compare.load
   span_check.py blocks WHOLE PART...    WHOLE (--attention block=W --tokens) holds
         the blocks in time order; block k's per-token outputs, times and
         positions equal PART k's (the same recording cut to that block with
-        --start/--duration, full attention, --tokens) within 1e-5 relative, and
+        --start/--duration, full attention, --tokens) within BLOCK_RTOL, and
         WHOLE's segment k equals PART k's global mean
   span_check.py blocks-matched WHOLE PART...   the same with audio: block k's
         tokens are PART k's matched by (modality, position), as a part
@@ -13,8 +13,8 @@ tests/cli/test_spans.sh (json + numpy only; outputs read with embed_compare.load
         video, then its audio (each token's output does not depend on the
         order under full attention)
   span_check.py golden OUT GOLDEN.npy   OUT's per-token outputs (--tokens), as
-        (frames, tokens per frame, D), equal the float64 golden within 1e-4
-        relative (tests/peer/frame_golden.py: the image ViT on every frame)
+        (frames, tokens per frame, D), equal the float64 golden within
+        GOLDEN_RTOL (tests/peer/frame_golden.py: the image ViT on every frame)
   span_check.py hop OUT SEG HOP         OUT's segments (--segment SEG --hop HOP
         --tokens) against the definition, in float64: segment g is the mean of
         the tokens (special tokens aside) starting in [g HOP, g HOP + SEG), the
@@ -22,7 +22,7 @@ tests/cli/test_spans.sh (json + numpy only; outputs read with embed_compare.load
         min(g HOP + SEG, end)
   span_check.py meta OUT KEY=VALUE...   OUT's metadata holds these strings
   span_check.py differ A B [--min R]    A's and B's per-token outputs differ by at
-        least R (default 1e-3) relative: a span that changes nothing is not applied
+        least R (default DIFFER_MIN) relative: a span that changes nothing is not applied
 Exit 0 when the check holds, 1 (with a message) when not, 2 on bad usage.
 """
 import math
@@ -30,6 +30,20 @@ import os
 import sys
 
 import numpy as np
+
+# Tolerances, relative (rel: max |a - b| / max |b|):
+# a block of a span against the same recording cut to it with full attention:
+# different cuts of one computation, f32 (epsilon 1.2e-7) sums in another order;
+BLOCK_RTOL = 1e-5
+# ringvit's f32 image ViT on every frame against the float64 peer golden;
+GOLDEN_RTOL = 1e-4
+# segment means (f32) against the float64 definition;
+HOP_RTOL = 1e-5
+# token times (double) of the two runs, and segment bounds in seconds (relative
+# to the time, floored at 1 s); double epsilon is 2.2e-16;
+TIME_RTOL = 1e-12
+# and what a span must change at least, by default.
+DIFFER_MIN = 1e-3
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -44,6 +58,10 @@ def fail(msg):
 def rel(a, b):
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     return float(np.abs(a - b).max()) / max(float(np.abs(b).max()), 1e-30) if b.size else 0.0
+
+
+def near_time(a, b):
+    return abs(float(a) - float(b)) <= TIME_RTOL * max(abs(float(b)), 1.0)
 
 
 def match_order(p, w, off, n, path):
@@ -77,13 +95,13 @@ def blocks(whole, parts, matched=False):
         for name in ("token_pos", "token_modality"):
             if not np.array_equal(w[name][off:off + n], p[name]):
                 fail(f"block {k}: {name} differs from {path}")
-        if rel(w["token_time"][off:off + n], p["token_time"]) > 1e-12:
+        if rel(w["token_time"][off:off + n], p["token_time"]) > TIME_RTOL:
             fail(f"block {k}: token times differ from {path}")
         e = rel(w["tokens"][off:off + n], p["tokens"])
-        if e > 1e-5:
+        if e > BLOCK_RTOL:
             fail(f"block {k}: outputs differ from {path} by {e:.3g} relative")
         e = rel(w["segments"][k], p["global"])
-        if e > 1e-5:
+        if e > BLOCK_RTOL:
             fail(f"block {k}: segment {k} differs from {path}'s global mean by {e:.3g}")
         off += n
     if off != w["tokens"].shape[0]:
@@ -98,7 +116,7 @@ def golden(out, path):
     if y.shape[0] != g.shape[0] * g.shape[1] or y.shape[1] != g.shape[2]:
         fail(f"{out}: tokens {list(y.shape)}, want {g.shape[0]} x {g.shape[1]} rows of {g.shape[2]}")
     e = rel(y.reshape(g.shape), g)
-    if e > 1e-4:
+    if e > GOLDEN_RTOL:
         fail(f"{out}: outputs differ from the golden by {e:.3g} relative")
     print(f"golden: {g.shape[0]} frames, relative error {e:.3g}")
 
@@ -122,11 +140,11 @@ def hop(out, seg, hop_s):
         want = y[sel].mean(0) if sel.any() else np.zeros(y.shape[1])
         worst = max(worst, rel(t["segments"][g], want) if sel.any() else
                     float(np.abs(t["segments"][g]).max()))
-        if abs(t["segment_start"][g] - g * hop_s) > 1e-9 or \
-                abs(t["segment_end"][g] - min(g * hop_s + seg, end)) > 1e-9:
+        if not near_time(t["segment_start"][g], g * hop_s) or \
+                not near_time(t["segment_end"][g], min(g * hop_s + seg, end)):
             fail(f"segment {g}: [{t['segment_start'][g]}, {t['segment_end'][g]}), want "
                  f"[{g * hop_s}, {min(g * hop_s + seg, end)})")
-    if worst > 1e-5:
+    if worst > HOP_RTOL:
         fail(f"{out}: segment means differ by {worst:.3g} relative")
     print(f"hop: {G} segments of {seg} s every {hop_s} s, worst {worst:.3g}")
 
@@ -160,7 +178,7 @@ def main(argv):
         elif len(argv) >= 2 and argv[0] == "meta":
             meta_check(argv[1], argv[2:])
         elif len(argv) in (3, 5) and argv[0] == "differ":
-            differ(argv[1], argv[2], float(argv[4]) if len(argv) == 5 else 1e-3)
+            differ(argv[1], argv[2], float(argv[4]) if len(argv) == 5 else DIFFER_MIN)
         else:
             print(__doc__, file=sys.stderr)
             sys.exit(2)

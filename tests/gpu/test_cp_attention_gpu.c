@@ -16,6 +16,12 @@
 #include "rv_cp_attention.h"
 #include "rv_cuda.h"
 
+/* Normalised error (norm_err) of every output against the CPU's f32 single-rank
+ * attention: the GPU kernels round Q, K, V and P to bf16 (8 mantissa bits,
+ * 2^-8 = 3.9e-3 per rounding) and accumulate in f32; a score moves by
+ * |score| * 2^-8, its exponential by as much relative, over sums of S terms. */
+#define TOL_BF16 2e-2
+
 #ifdef RINGVIT_HAVE_CUDA
 
 /* Normalised error: max |a - b| over max |b| (ggml style). */
@@ -163,7 +169,7 @@ static void check_case(int n, rv_cp_strategy strategy, int causal, int64_t seq, 
         printf("cp_attention_gpu: %-9s cp %d %-6s S=%-5lld H=%d d=%-3d %-3s err %.2e\n",
                rv_cp_strategy_name(strategy), n, causal ? "causal" : "full", (long long)seq,
                heads, dim, names[i], e);
-        cr_expect_leq(e, 2e-2, "%s cp %d causal %d: %s error %.3g", rv_cp_strategy_name(strategy),
+        cr_expect_leq(e, TOL_BF16, "%s cp %d causal %d: %s error %.3g", rv_cp_strategy_name(strategy),
                       n, causal, names[i], e);
     }
     for (int i = 0; i < 6; i++)

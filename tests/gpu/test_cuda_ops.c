@@ -4,13 +4,13 @@
  * device result comes back after be->synchronize, and the two are compared by
  * normalised error, max|gpu - cpu| / max(max|cpu|, tiny) (ggml style).
  *
- * Tolerances: ops that stay in f32 (bias_add, the activations, scale_add,
- * scale_cols, colsum_mul_add, fill, add, copy2d, softmax, layernorm, attn_merge,
- * gemm with RINGVIT_CUDA_GEMM=f32) 1e-5 or tighter, or exact; the
- * tensor-core paths with bf16 inputs and f32 accumulation 1e-2 (gemm) and 2e-2
+ * Tolerances (stated below the includes): ops that stay in f32 (bias_add, the
+ * activations, scale_add, scale_cols, colsum_mul_add, fill, add, copy2d, softmax,
+ * layernorm, attn_merge, gemm with RINGVIT_CUDA_GEMM=f32) TOL_F32 or tighter, or
+ * exact; the tensor-core paths with bf16 inputs and f32 accumulation looser
  * (attention output, gradients, and the log-sum-exp as an absolute error). The
  * attention tests run twice: as built, and with RINGVIT_CUDA_ATTN=simple (the
- * plain f32 kernel) at 1e-4; span masks (RV_MASK_SPAN) too. Every comparison is printed (one "cuda_ops:" line
+ * plain f32 kernel); span masks (RV_MASK_SPAN) too. Every comparison is printed (one "cuda_ops:" line
  * per check, and a WORST line per test) so a device run shows the margins.
  *
  * Outputs that the contract says are overwritten start as NaN, so a kernel that
@@ -28,6 +28,25 @@
 #include "ref_ops.h"
 #include "rv_backend.h"
 #include "rv_cuda.h"
+
+/* Tolerances (normalised errors, nerr: max |gpu - cpu| / max |cpu|; the
+ * log-sum-exp by lse_err, its largest absolute difference: a difference of logs is
+ * the relative difference of the sums they are logs of). Device and host run
+ * other orders of f32 operations (epsilon 1.2e-7), or bf16 inputs (8 bits of
+ * mantissa, 2^-8 = 3.9e-3) with f32 accumulation:
+ *   one or two f32 roundings an entry (scale_add, add, gemm with k = 0): */
+#define TOL_ROUNDING 1e-6
+/*   colsum_mul_add: both sum in double and round to f32 once, then add: */
+#define TOL_COLSUM 2.5e-7
+/*   f32 ops with a reduction or a polynomial (activations, softmax, layernorm,
+ *   attn_merge, the f32 gemm), and bias_add held to the same: */
+#define TOL_F32 1e-5
+/*   the tensor-core gemm, bf16 inputs, f32 sums over k: */
+#define TOL_GEMM_BF16 1e-2
+/*   attention on the plain f32 kernel (RINGVIT_CUDA_ATTN=simple): */
+#define TOL_ATTN_F32 1e-4
+/*   attention on the bf16 tensor-core kernels (Q, K, V and P rounded to bf16): */
+#define TOL_ATTN_BF16 2e-2
 
 #ifdef RINGVIT_HAVE_CUDA
 
@@ -274,7 +293,7 @@ static void gemm_suite(double tol, const char *mode)
                 pad_bad += count_diff(cg + (size_t)i * ldc + n, c0 + (size_t)i * ldc + n,
                                       sizeof(float) * (size_t)(ldc - n));
             }
-            check(nerr(bg, bc, (size_t)m * n), k == 0 ? 1e-6 : tol,
+            check(nerr(bg, bc, (size_t)m * n), k == 0 ? TOL_ROUNDING : tol,
                   "gemm %s m=%d n=%d k=%d ta=%d tb=%d alpha=%g beta=%g", mode, m, n, k, ta, tb,
                   (double)gc->alpha, (double)gc->beta);
             cr_expect_eq(pad_bad, 0, "gemm %s m=%d n=%d k=%d ta=%d tb=%d: %zu padding bytes of C "
@@ -290,13 +309,13 @@ static void gemm_suite(double tol, const char *mode)
 
 Test(cuda_ops, gemm_bf16, .timeout = 300)
 {
-    gemm_suite(1e-2, "bf16");
+    gemm_suite(TOL_GEMM_BF16, "bf16");
 }
 
 Test(cuda_ops, gemm_f32, .timeout = 300)
 {
     setenv("RINGVIT_CUDA_GEMM", "f32", 1);
-    gemm_suite(1e-5, "f32");
+    gemm_suite(TOL_F32, "f32");
 }
 
 /* ---- element-wise and row ops ------------------------------------------------------- */
@@ -316,7 +335,7 @@ Test(cuda_ops, bias_add, .timeout = 120)
         OK_OR_FAIL(cpu->bias_add(cpu, x, bias, rows, cols), "cpu bias_add");
         OK_OR_FAIL(gpu->bias_add(gpu, dx, dbias, rows, cols), "cuda bias_add");
         down(gpu, yg, dx, n);
-        check(nerr(yg, x, n), 1e-5, "bias_add rows=%d cols=%d", rows, cols);
+        check(nerr(yg, x, n), TOL_F32, "bias_add rows=%d cols=%d", rows, cols);
         dfree(gpu, dx), dfree(gpu, dbias);
         free(x), free(bias), free(yg);
     }
@@ -358,8 +377,8 @@ Test(cuda_ops, act, .timeout = 120)
             OK_OR_FAIL(gpu->act_bwd(gpu, act, d_x, d_dy, d_dx, n), "cuda act_bwd");
             down(gpu, yg, d_y, n);
             down(gpu, dxg, d_dx, n);
-            check(nerr(yg, yc, n), 1e-5, "act_fwd %s n=%zu", name, n);
-            check(nerr(dxg, dxc, n), 1e-5, "act_bwd %s n=%zu", name, n);
+            check(nerr(yg, yc, n), TOL_F32, "act_fwd %s n=%zu", name, n);
+            check(nerr(dxg, dxc, n), TOL_F32, "act_bwd %s n=%zu", name, n);
 
             /* In place: the device's in-place results equal its out-of-place ones. */
             OK_OR_FAIL(gpu->act_bwd(gpu, act, d_x, d_dy, d_dy, n), "cuda act_bwd in place");
@@ -411,7 +430,7 @@ Test(cuda_ops, act_tails, .timeout = 120)
         OK_OR_FAIL(cpu->act_fwd(cpu, act, x, yc, N), "cpu act_fwd");
         OK_OR_FAIL(gpu->act_fwd(gpu, act, d_x, d_y, N), "cuda act_fwd");
         down(gpu, yg, d_y, N);
-        check(elem_err_max(yg, yc, N), 1e-5, "act_fwd %s elementwise x in [%g, %g]",
+        check(elem_err_max(yg, yc, N), TOL_F32, "act_fwd %s elementwise x in [%g, %g]",
               act_names[a], (double)lo, (double)-lo);
         dfree(gpu, d_x), dfree(gpu, d_y);
         free(x), free(yc), free(yg);
@@ -444,7 +463,7 @@ Test(cuda_ops, scale, .timeout = 120)
         OK_OR_FAIL(cpu->scale_add(cpu, y, x, gamma, rows, cols), "cpu scale_add");
         OK_OR_FAIL(gpu->scale_add(gpu, d_y, d_x, d_g, rows, cols), "cuda scale_add");
         down(gpu, yg, d_y, n + tail);
-        check(nerr(yg, y, n + tail), 1e-6, "scale_add rows=%d cols=%d (tail of %zu untouched)",
+        check(nerr(yg, y, n + tail), TOL_ROUNDING, "scale_add rows=%d cols=%d (tail of %zu untouched)",
               rows, cols, tail);
 
         OK_OR_FAIL(cpu->scale_cols(cpu, x, gamma, rows, cols), "cpu scale_cols");
@@ -482,7 +501,7 @@ Test(cuda_ops, colsum_mul_add, .timeout = 120)
         OK_OR_FAIL(cpu->colsum_mul_add(cpu, a, b, rows, cols, dst), "cpu colsum_mul_add");
         OK_OR_FAIL(gpu->colsum_mul_add(gpu, d_a, d_b, rows, cols, d_d), "cuda colsum_mul_add");
         down(gpu, dg, d_d, cols);
-        check(nerr(dg, dst, cols), 2.5e-7, "colsum_mul_add rows=%d cols=%d", rows, cols);
+        check(nerr(dg, dst, cols), TOL_COLSUM, "colsum_mul_add rows=%d cols=%d", rows, cols);
         dfree(gpu, d_a), dfree(gpu, d_b), dfree(gpu, d_d);
         free(a), free(b), free(dst), free(dg);
     }
@@ -516,7 +535,7 @@ Test(cuda_ops, memops, .timeout = 120)
     OK_OR_FAIL(cpu->add(cpu, y, a, n), "cpu add");
     OK_OR_FAIL(gpu->add(gpu, dy, da, n), "cuda add");
     down(gpu, yg, dy, n + tail);
-    check(nerr(yg, y, n + tail), 1e-6, "add n=%zu (with an untouched tail of %zu)", n, tail);
+    check(nerr(yg, y, n + tail), TOL_ROUNDING, "add n=%zu (with an untouched tail of %zu)", n, tail);
 
     /* copy D2D: a's device copy into the fill buffer. */
     OK_OR_FAIL(gpu->copy(gpu, dx, da, sizeof(float) * n, RV_COPY_DEVICE_TO_DEVICE),
@@ -577,7 +596,7 @@ Test(cuda_ops, softmax, .timeout = 120)
         OK_OR_FAIL(cpu->softmax_fwd(cpu, x, yc, rows, cols), "cpu softmax_fwd");
         OK_OR_FAIL(gpu->softmax_fwd(gpu, dx, dy, rows, cols), "cuda softmax_fwd");
         down(gpu, yg, dy, n);
-        check(nerr(yg, yc, n), 1e-5, "softmax rows=%d cols=%d (with -inf entries)", rows, cols);
+        check(nerr(yg, yc, n), TOL_F32, "softmax rows=%d cols=%d (with -inf entries)", rows, cols);
         size_t masked_bad = 0;
         for (size_t i = 0; i < n; i++)
             masked_bad += x[i] == -INFINITY && yg[i] != 0.0f;
@@ -622,10 +641,10 @@ Test(cuda_ops, layernorm_fwd, .timeout = 120)
             down(gpu, mg, d_m, rows);
             down(gpu, rg, d_r, rows);
             const char *how = inplace ? " in place" : "";
-            check(nerr(yg, yc, n), 1e-5, "layernorm_fwd y rows=%d cols=%d%s", rows, cols, how);
-            check(nerr(mg, mc, rows), 1e-5, "layernorm_fwd mean rows=%d cols=%d%s", rows, cols,
+            check(nerr(yg, yc, n), TOL_F32, "layernorm_fwd y rows=%d cols=%d%s", rows, cols, how);
+            check(nerr(mg, mc, rows), TOL_F32, "layernorm_fwd mean rows=%d cols=%d%s", rows, cols,
                   how);
-            check(nerr(rg, rc, rows), 1e-5, "layernorm_fwd rstd rows=%d cols=%d%s", rows, cols,
+            check(nerr(rg, rc, rows), TOL_F32, "layernorm_fwd rstd rows=%d cols=%d%s", rows, cols,
                   how);
             if (!inplace)
                 dfree(gpu, d_y);
@@ -674,10 +693,10 @@ Test(cuda_ops, layernorm_bwd, .timeout = 120)
         down(gpu, dxg, d_dx, n);
         down(gpu, dwg, d_dw, cols);
         down(gpu, dbg, d_db, cols);
-        check(nerr(dxg, dxc, n), 1e-5, "layernorm_bwd dx rows=%d cols=%d", rows, cols);
-        check(nerr(dwg, dwc, cols), 1e-5, "layernorm_bwd dw (accumulated) rows=%d cols=%d", rows,
+        check(nerr(dxg, dxc, n), TOL_F32, "layernorm_bwd dx rows=%d cols=%d", rows, cols);
+        check(nerr(dwg, dwc, cols), TOL_F32, "layernorm_bwd dw (accumulated) rows=%d cols=%d", rows,
               cols);
-        check(nerr(dbg, dbc, cols), 1e-5, "layernorm_bwd db (accumulated) rows=%d cols=%d", rows,
+        check(nerr(dbg, dbc, cols), TOL_F32, "layernorm_bwd db (accumulated) rows=%d cols=%d", rows,
               cols);
         dfree(gpu, d_dy), dfree(gpu, d_x), dfree(gpu, d_w), dfree(gpu, d_m), dfree(gpu, d_r);
         dfree(gpu, d_dx), dfree(gpu, d_dw), dfree(gpu, d_db);
@@ -731,8 +750,8 @@ Test(cuda_ops, attn_merge, .timeout = 120)
         OK_OR_FAIL(gpu->attn_merge(gpu, d_o, d_l, d_o2, d_l2, sq, heads, dim), "cuda attn_merge");
         down(gpu, og, d_o, no);
         down(gpu, lg, d_l, nl);
-        check(nerr(og, o, no), 1e-5, "attn_merge o sq=%d heads=%d dim=%d", sq, heads, dim);
-        check(nerr(lg, lse, nl), 1e-5, "attn_merge lse sq=%d heads=%d dim=%d", sq, heads, dim);
+        check(nerr(og, o, no), TOL_F32, "attn_merge o sq=%d heads=%d dim=%d", sq, heads, dim);
+        check(nerr(lg, lse, nl), TOL_F32, "attn_merge lse sq=%d heads=%d dim=%d", sq, heads, dim);
         /* A side with lse -inf contributes exactly nothing: those rows are exact. */
         size_t bad = 0;
         for (int h = 0; h < heads; h++)
@@ -943,9 +962,9 @@ static void attn_tol_set(attn_tol *t, int simple)
 {
     if (simple) {
         setenv("RINGVIT_CUDA_ATTN", "simple", 1);
-        *t = (attn_tol){1e-4, 1e-4, 1e-4, "simple"};
+        *t = (attn_tol){TOL_ATTN_F32, TOL_ATTN_F32, TOL_ATTN_F32, "simple"};
     } else {
-        *t = (attn_tol){2e-2, 2e-2, 2e-2, "default"};
+        *t = (attn_tol){TOL_ATTN_BF16, TOL_ATTN_BF16, TOL_ATTN_BF16, "default"};
     }
 }
 

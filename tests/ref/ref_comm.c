@@ -11,6 +11,14 @@
 #include <string.h>
 #include <time.h>
 
+/* The allreduce check's tolerance for reals, relative to the scale of the
+ * inputs (every element in [-1, 1), so partial sums of n ranks stay within n of
+ * it): each of the n - 1 additions rounds by half an ulp, 2^-24 (f32) or 2^-53
+ * (f64) of a partial sum <= n x the scale. Integers are exact. */
+#define AR_ROUND_F32 6e-8
+#define AR_ROUND_F64 1.2e-16
+#define AR_SCALE 1.0
+
 #define OUT_MSGS 32          /* messages each rank sends in check_outstanding */
 #define OUT_TAGS 4
 #define OUT_MAX ((size_t)256 << 10)
@@ -384,8 +392,8 @@ rv_status ref_comm_check_allreduce(rv_comm *c, const ref_comm_opts *o)
         if (st != RV_OK)
             st = with_context(st, "allreduce round %d (%zu %s)", k, count,
                               rv_comm_dtype_name(dt));
-        /* f32: each of the n - 1 additions rounds by 2^-24 of a partial sum <= n. */
-        double tol = integer ? 0 : (dt == RV_COMM_F32 ? 6e-8 : 1.2e-16) * n * n;
+        double tol = integer ? 0 : (dt == RV_COMM_F32 ? AR_ROUND_F32 : AR_ROUND_F64) * n * n *
+                                       AR_SCALE;
         for (size_t i = 0; i < count && st == RV_OK; i++) {
             double want = 0;
             for (int q = 0; q < n; q++)

@@ -4,7 +4,9 @@
  * the set, forcing it must be refused: that refusal is what the test then checks
  * (a CPU backend cannot be made, and the message names the variable and the set),
  * and kernel_path_force returns 0 for the caller to stop there; so it does for
- * the best set, which the file's other tests run. Shared by
+ * the set the file's other tests run: the best one, or the one RINGVIT_CPU_KERNELS
+ * names when the whole suite runs with a set forced (then the best set is forced
+ * here, so every set runs on every run of the suite). Shared by
  * test_attention.c, test_attention_span.c and test_cp_attention.c. */
 #ifndef RV_TEST_KERNEL_PATHS_H
 #define RV_TEST_KERNEL_PATHS_H
@@ -18,14 +20,18 @@
 #include "rv_backend.h"
 
 /* 1: path is now the kernel set in use; 0: the CPU lacks it and forcing it was
- * refused as it must be, or it is the best set this CPU runs, which every other
- * test of the file already runs (checked: it is the set those tests get). */
+ * refused as it must be, or it is the set every other test of the file already
+ * runs (the environment's: checked to be the best when nothing is forced). */
 static inline int kernel_path_force(const char *path)
 {
-    if (rv_cpu_kernels_supported(path) && strcmp(path, rv_cpu_kernels_best()) == 0) {
-        cr_assert_eq(unsetenv("RINGVIT_CPU_KERNELS"), 0);
-        cr_assert_str_eq(rv_cpu_kernels(), path, "the default set is not the best, %s", path);
-        cr_log_info("%s kernels: the best on this CPU, run by the other tests", path);
+    const char *forced = getenv("RINGVIT_CPU_KERNELS");
+    const char *others = rv_cpu_kernels(); /* the set the file's other tests get */
+    cr_assert_not_null(others, "RINGVIT_CPU_KERNELS=%s: %s", forced, rv_last_error());
+    if (!forced || !forced[0] || strcmp(forced, "auto") == 0)
+        cr_assert_str_eq(others, rv_cpu_kernels_best(), "the default set %s is not the best, %s",
+                         others, rv_cpu_kernels_best());
+    if (strcmp(path, others) == 0) {
+        cr_log_info("%s kernels: the set in use, run by the other tests", path);
         return 0;
     }
     cr_assert_eq(setenv("RINGVIT_CPU_KERNELS", path, 1), 0);

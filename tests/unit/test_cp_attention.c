@@ -15,6 +15,19 @@
 #include "ref_cp.h"
 #include "ref_ops.h"
 
+/* Tolerances, on normalised errors (rv_rel_err), context-parallel attention
+ * against single-rank attention of the whole sequence (both f32). A strategy
+ * splits each row's keys into per-rank blocks merged by log-sum-exp: the partial
+ * sums round differently from one pass, by sqrt(S) * eps (f32 epsilon 1.2e-7) at
+ * most, about 4e-6 at S = 1237 (the largest S is 6151 with a few rows per head);
+ * dK and dV also travel and add up in f32 across N ranks (N <= 8), and the
+ * recomputed P amplifies its rounding by |S| ~ 10: ten times the forward's. */
+#define TOL_FWD 1e-5
+#define TOL_BWD 1e-4
+/* The ring's backward error against the double reference may grow from cp 2 to
+ * cp 8 by this factor at most (a drift as dK/dV travel would grow like N). */
+#define GROWTH_CP8 2.0
+
 typedef struct run_arg {
     const ref_cp_case *c;
     ref_cp_global *g;
@@ -72,14 +85,14 @@ static void check_case(const ref_cp_case *c, int n)
 {
     errs e = run_case(c, n, 1, NULL);
     const char *s = rv_cp_strategy_name(c->strategy);
-    cr_expect_leq(e.o, 1e-5, "%s cp=%d S=%lld H=%d d=%d causal=%d: O err %.3g", s, n,
+    cr_expect_leq(e.o, TOL_FWD, "%s cp=%d S=%lld H=%d d=%d causal=%d: O err %.3g", s, n,
                   (long long)c->seq, c->heads, c->dim, c->causal, e.o);
-    cr_expect_leq(e.lse, 1e-5, "%s cp=%d S=%lld: LSE err %.3g", s, n, (long long)c->seq, e.lse);
-    cr_expect_leq(e.dq, 1e-4, "%s cp=%d S=%lld H=%d d=%d causal=%d: dQ err %.3g", s, n,
+    cr_expect_leq(e.lse, TOL_FWD, "%s cp=%d S=%lld: LSE err %.3g", s, n, (long long)c->seq, e.lse);
+    cr_expect_leq(e.dq, TOL_BWD, "%s cp=%d S=%lld H=%d d=%d causal=%d: dQ err %.3g", s, n,
                   (long long)c->seq, c->heads, c->dim, c->causal, e.dq);
-    cr_expect_leq(e.dk, 1e-4, "%s cp=%d S=%lld H=%d d=%d causal=%d: dK err %.3g", s, n,
+    cr_expect_leq(e.dk, TOL_BWD, "%s cp=%d S=%lld H=%d d=%d causal=%d: dK err %.3g", s, n,
                   (long long)c->seq, c->heads, c->dim, c->causal, e.dk);
-    cr_expect_leq(e.dv, 1e-4, "%s cp=%d S=%lld H=%d d=%d causal=%d: dV err %.3g", s, n,
+    cr_expect_leq(e.dv, TOL_BWD, "%s cp=%d S=%lld H=%d d=%d causal=%d: dV err %.3g", s, n,
                   (long long)c->seq, c->heads, c->dim, c->causal, e.dv);
 }
 
@@ -114,7 +127,7 @@ Test(cp_attention, grid_cp8) { grid_for(8); }
 #endif
 
 /* Every strategy at cp 3 on each kernel set this CPU runs (kernel_paths.h; the
- * tests above run the best one): causal zigzag and unmasked contiguous shards. */
+ * tests above run the set in use): causal zigzag and unmasked contiguous shards. */
 static void kernel_path_cp(const char *path)
 {
     if (!kernel_path_force(path))
@@ -209,8 +222,8 @@ Test(cp_attention, fully_masked_steps)
         ref_cp_case c = {777, 4, 32, 1, RV_SHARD_CONTIGUOUS, (rv_cp_strategy)strat, 77};
         ref_cp_global g;
         errs e = run_case(&c, 4, 1, &g);
-        cr_expect_leq(e.o, 1e-5, "%s: O err %.3g", rv_cp_strategy_name(c.strategy), e.o);
-        cr_expect_leq(e.dk, 1e-4, "%s: dK err %.3g", rv_cp_strategy_name(c.strategy), e.dk);
+        cr_expect_leq(e.o, TOL_FWD, "%s: O err %.3g", rv_cp_strategy_name(c.strategy), e.o);
+        cr_expect_leq(e.dk, TOL_BWD, "%s: dK err %.3g", rv_cp_strategy_name(c.strategy), e.dk);
         for (size_t i = 0; i < (size_t)777 * 4 * 32; i++)
             cr_assert(!isnan(g.o[i]) && !isnan(g.dq[i]) && !isnan(g.dk[i]), "NaN at %zu", i);
         ref_cp_global_free(&g);
@@ -240,8 +253,8 @@ Test(cp_attention, backward_error_does_not_grow_with_cp)
         err[t] = fmax(e1, fmax(e2, e3));
         ref_cp_global_free(&g);
     }
-    cr_expect_leq(err[1], 2.0 * err[0], "backward error cp=8 %.3g > 2 x cp=2 %.3g", err[1], err[0]);
-    cr_expect_leq(err[1], 1e-4, "backward error cp=8 %.3g", err[1]);
+    cr_expect_leq(err[1], GROWTH_CP8 * err[0], "backward error cp=8 %.3g > 2 x cp=2 %.3g", err[1], err[0]);
+    cr_expect_leq(err[1], TOL_BWD, "backward error cp=8 %.3g", err[1]);
     free(qd), free(kd), free(vd), free(dd), free(dq), free(dk), free(dv);
     ref_cp_global_free(&in);
 }
@@ -264,7 +277,7 @@ Test(cp_attention, zigzag_balance)
         double sum = 0;
         for (int r = 0; r < ns[t]; r++)
             sum += g.stats[r].flops;
-        cr_expect(fabs(sum - 4.0 * 32 * 4096.0 * 4097.0 / 2) < 1, "total FLOPs %.6g", sum);
+        cr_expect_eq(sum, 4.0 * 32 * 4096.0 * 4097.0 / 2, "total FLOPs %.17g", sum); /* integers */
         ref_cp_global_free(&g);
     }
 }

@@ -21,6 +21,17 @@
 #include "rv_comm.h"
 #include "rv_cp_attention.h"
 
+/* Tolerances, on normalised errors (max |got - want| / max |want|). Spans against
+ * one rank: the visible keys of a row split into per-rank blocks merged by
+ * log-sum-exp, in f32 (epsilon 1.2e-7), a few hundred visible keys a row and
+ * d = 16, so sqrt(keys) * eps ~ 3e-6 for the outputs and the gradients alike (the
+ * gradients' sums are over as few rows). One rank's ring twice is the same
+ * computation: exact. */
+#define TOL_CP 1e-5
+/* The one-rank result on sampled rows against the naive double attention: the
+ * same f32 roundings as the kernels' own tests (test_attention_span.c). */
+#define TOL_NAIVE 1e-5
+
 #define PATCHES 12 /* video tokens per tubelet */
 #define BANDS 3    /* audio tokens per step */
 
@@ -214,16 +225,25 @@ static void check_span(const span_case *c, double seconds, int heads)
     const size_t nt = (size_t)s.S * heads * s.dim, nl = (size_t)s.S * heads;
     result want;
     run(&s, c, RV_CP_RING, 1, 1, &want);
-    /* A few rows of the single-rank result against the naive double attention. */
-    double o[16];
+    /* A few rows of the single-rank result against the naive double attention:
+     * their normalised error over all the sampled rows. */
+    double o[16], worst = 0, big = 1e-30;
+    int64_t worst_row = 0;
     for (int64_t i = 0; i < s.S; i += s.S / 7 + 1)
         for (int h = 0; h < heads; h++) {
             naive_row(&s, c, i, h, o);
-            for (int e = 0; e < s.dim; e++)
-                cr_assert(fabs(want.o[((size_t)i * heads + h) * s.dim + e] - o[e]) < 1e-5,
-                          "%s %g causal %d: row %lld head %d differs from the naive attention",
-                          c->window ? "window" : "block", c->seconds, c->causal, (long long)i, h);
+            for (int e = 0; e < s.dim; e++) {
+                double d = fabs(want.o[((size_t)i * heads + h) * s.dim + e] - o[e]);
+                if (!(d <= worst))
+                    worst = d, worst_row = i;
+                big = fmax(big, fabs(o[e]));
+            }
         }
+    cr_assert_leq(worst / big, TOL_NAIVE,
+                  "%s %g causal %d: sampled rows differ from the naive attention by %.3g "
+                  "(worst at row %lld)",
+                  c->window ? "window" : "block", c->seconds, c->causal, worst / big,
+                  (long long)worst_row);
     static const rv_cp_strategy strategies[] = {RV_CP_RING, RV_CP_ALLGATHER, RV_CP_ULYSSES};
     for (int n = 1; n <= 5; n++)
         for (int si = 0; si < 3; si++) {
@@ -234,7 +254,8 @@ static void check_span(const span_case *c, double seconds, int heads)
             double eo = err(got.o, want.o, nt), el = err(got.lse, want.lse, nl);
             double eq = err(got.dq, want.dq, nt), ek = err(got.dk, want.dk, nt);
             double ev = err(got.dv, want.dv, nt);
-            cr_expect(eo <= 1e-5 && el <= 1e-5 && eq <= 1e-5 && ek <= 1e-5 && ev <= 1e-5,
+            const double tol = n == 1 && strategies[si] == RV_CP_RING ? 0.0 : TOL_CP;
+            cr_expect(eo <= tol && el <= tol && eq <= tol && ek <= tol && ev <= tol,
                       "%s %g causal %d, %s cp %d: O %.2e LSE %.2e dQ %.2e dK %.2e dV %.2e",
                       c->window ? "window" : "block", c->seconds, c->causal,
                       rv_cp_strategy_name(strategies[si]), n, eo, el, eq, ek, ev);

@@ -14,6 +14,14 @@
 #include "rv_tokenize.h"
 #include "rv_vit.h"
 
+/* The flat call's global embedding (cp 2, pooled in f32 by the library) against a
+ * one-rank forward pooled here in double: normalised error (max |got - want| /
+ * max |want|). Ring attention over 2 ranks rounds each layer's attention apart
+ * from one rank's by sqrt(S) * eps (f32 epsilon 1.2e-7, S a few hundred tokens),
+ * about 2e-6, carried through the tiny model's layers; the f32 mean over the
+ * tokens adds sqrt(S) * eps more. */
+#define TOL_GLOBAL 1e-5
+
 const media_recipe rv_test_media[] = {
     {"av.mp4", "-f lavfi -i testsrc2=size=64x48:rate=30 -f lavfi -i "
                "anoisesrc=sample_rate=44100:amplitude=0.3:seed=7 -t 4 -c:v libx264 -g 30 "
@@ -342,9 +350,17 @@ Test(flat_media, embed_on_two_ranks_equals_one_plain_forward)
     int gi = rv_arrays_find(a, "global");
     cr_assert_eq(rv_arrays_dim(a, gi, 0), cfg.dim);
     const float *g = rv_arrays_data(a, gi);
-    for (int d = 0; d < cfg.dim; d++)
-        cr_assert(fabs(g[d] - j.mean[d]) <= 1e-5 * (1 + fabs(j.mean[d])), "global[%d] %g vs %g", d,
-                  g[d], j.mean[d]);
+    double worst = 0, big = 1e-30;
+    int worst_d = 0;
+    for (int d = 0; d < cfg.dim; d++) {
+        if (!(fabs(g[d] - j.mean[d]) <= worst))
+            worst = fabs(g[d] - j.mean[d]), worst_d = d;
+        big = fmax(big, fabs(j.mean[d]));
+    }
+    printf("flat_media: global (cp 2) vs one rank pooled in double: normalised error %.3g\n",
+           worst / big);
+    cr_assert_leq(worst / big, TOL_GLOBAL, "global: normalised error %.3g (worst global[%d] %g vs "
+                  "%g)", worst / big, worst_d, g[worst_d], j.mean[worst_d]);
     /* from the tokens rv_flat_tokens made for the model: the same outputs */
     cr_assert_eq(rv_flat_tokens(p, "{\"fps\": 2, \"size\": 64, \"model\": \"tiny\"}", &t), RV_OK,
                  "%s", rv_last_error());

@@ -45,6 +45,18 @@
 #include "rv_fbank.h"
 #include "rv_tokens.h"
 
+/* Token times in seconds computed two ways in double (the library's from whole
+ * samples, microseconds or frame indices; the test's from the same numbers
+ * written plainly): a few roundings of values of seconds to minutes, so relative
+ * to the time, floored at 1 s (a time of 0 is matched within 1e-12 s); double
+ * epsilon is 2.2e-16. */
+#define TOL_TIME 1e-12
+#define TIME_TOL(t) (TOL_TIME * fmax(fabs(t), 1.0))
+/* A block's token times against the same block tokenized alone and shifted by
+ * the block's start: two sums of doubles of a few terms, so a few ulps of the
+ * larger time; 1e-9 of it (floored at 1 s) leaves room without hiding a sample. */
+#define TOL_SHIFT 1e-9
+
 typedef struct bcase {
     const char *name;
     int fps_num, fps_den, size, T, P, F, W, stride, fstride;
@@ -385,11 +397,11 @@ static double model_window_time(const rv_tok_layout *L, const bcase *c, int64_t 
     if (L->opts.frame_windows)
         return rv_ingest_frame_time(&L->ingest, w * L->opts.tubelet);
     double t = (double)(llround(c->start * 1e6) + w * llround(c->window * 1e6)) / 1e6;
-    cr_assert_float_eq(t, c->start + w * c->window, 1e-9);
+    cr_assert_float_eq(t, c->start + w * c->window, TIME_TOL(t));
     return t;
 }
 
-/* Sample j's time, s after t0 (1e-9 agreement is asked of the layout's). */
+/* Sample j's time, s after t0 (the layout's must agree within TIME_TOL). */
 static double model_sample_time(const bcase *c, int64_t j) { return c->start + j / 16000.0; }
 
 Test(blocks, layouts_match_the_model)
@@ -467,8 +479,8 @@ Test(blocks, layouts_match_the_model)
                 int64_t j1 = j0 + (o->audio_time - 1) * 160 + 400;
                 cr_assert_eq(tk.pos[1], e->part);
                 cr_assert_eq(tk.pos[2], 0);
-                cr_assert(fabs(tk.seq_time[0] - model_sample_time(k, j0)) < 1e-9 &&
-                              fabs(tk.seq_time[1] - model_sample_time(k, j1)) < 1e-9,
+                cr_assert(fabs(tk.seq_time[0] - model_sample_time(k, j0)) <= TIME_TOL(tk.seq_time[0]) &&
+                              fabs(tk.seq_time[1] - model_sample_time(k, j1)) <= TIME_TOL(tk.seq_time[1]),
                           "%s: token %lld (step %lld, samples %lld..%lld) at %.17g..%.17g s",
                           k->name, (long long)i, (long long)e->item, (long long)j0,
                           (long long)j1, tk.seq_time[0], tk.seq_time[1]);
@@ -476,12 +488,14 @@ Test(blocks, layouts_match_the_model)
                              k->name, (long long)i);
                 cr_assert_eq(rv_tok_window_of_step(&L, e->item), e->window);
                 /* its first sample is inside its window's time range */
-                cr_assert_geq(tk.seq_time[0], rv_tok_window_time(&L, e->window) - 1e-12);
+                cr_assert_geq(tk.seq_time[0], rv_tok_window_time(&L, e->window) -
+                                                  TIME_TOL(tk.seq_time[0]));
                 cr_assert_lt(tk.seq_time[0], rv_tok_window_time(&L, e->window + 1));
                 /* a cut window's steps read no sample past its end */
                 if (o->window_positions)
                     cr_assert_lt(tk.seq_time[1] - 1.0 / 16000,
-                                 rv_tok_window_time(&L, e->window + 1) + 1e-12,
+                                 rv_tok_window_time(&L, e->window + 1) +
+                                     TIME_TOL(tk.seq_time[1]),
                                  "%s: token %lld reads past its window's end", k->name,
                                  (long long)i);
                 na++;
@@ -1045,7 +1059,7 @@ static void expect_shifted(const tok_table *a, int64_t g, const tok_table *b, in
               (long long)b->pos[3 * i + 1], (long long)b->pos[3 * i + 2]);
     for (int e = 0; e < 2; e++) {
         double want = b->seq_time[2 * i + e] + shift[a->mod[g]];
-        cr_assert(fabs(a->seq_time[2 * g + e] - want) <= 1e-9 * fmax(1.0, fabs(want)),
+        cr_assert(fabs(a->seq_time[2 * g + e] - want) <= TOL_SHIFT * fmax(1.0, fabs(want)),
                   "%s: token %lld at %.17g s, on its own %.17g s + %.17g", what, (long long)i,
                   a->seq_time[2 * g + e], b->seq_time[2 * i + e], shift[a->mod[g]]);
     }

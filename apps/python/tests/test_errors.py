@@ -13,6 +13,12 @@ from conftest import load_safetensors, rss_kb, run_cli
 import ringvit
 from ringvit import _lib
 
+# The GPU's embedding from Python against `ringvit embed --device cuda`'s: the same
+# computation in two processes, compared by normalised error (max |a - b| /
+# max |b|) within the GPU's stated bf16 error (test_gpu_cli.sh's) until a device
+# run shows it bit-identical.
+GPU_RTOL = 2e-2
+
 
 def _cli_error(*args):
     """The message `ringvit ARGS` prints on failure (exit status 1)."""
@@ -132,8 +138,9 @@ def test_device_cuda_as_the_command(clips, tmp_path):
         cli, _ = load_safetensors(out)
         with ringvit.Encoder("tiny", device="cuda") as enc:
             py = enc.embed(clips[0])
-        # Two runs of the GPU's bf16 blocks: within the GPU's stated error.
-        np.testing.assert_allclose(py["global"], cli["global"], rtol=2e-2, atol=2e-2)
+        a, b = py["global"].astype(np.float64), cli["global"].astype(np.float64)
+        err = float(np.abs(a - b).max()) / max(float(np.abs(b).max()), 1e-30)
+        assert err <= GPU_RTOL, f"global differs from the command's by {err:.3g}"
 
 
 def test_embed_bad_arguments(clips):
