@@ -39,6 +39,9 @@ extern const cli_command cmd_init;
  * (its parts: embed.h) */
 extern const cli_command cmd_embed;
 
+/* cmd_export.c: `ringvit export DIR_OR_FILES... --to EXPORT ...` (rv_export.h) */
+extern const cli_command cmd_export;
+
 /* cmd_finetune.c: `ringvit finetune --task classify|mae --manifest LIST -o OUT ...`
  * (its parts: finetune.h) */
 extern const cli_command cmd_finetune;

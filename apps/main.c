@@ -23,6 +23,7 @@ static const cli_command *const commands[] = {
     &cmd_frames,
     &cmd_tokens,
     &cmd_embed,
+    &cmd_export,
     &cmd_init,
     &cmd_inspect,
     &cmd_finetune,
