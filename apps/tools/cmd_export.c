@@ -67,7 +67,6 @@ typedef struct export_args {
 
 static int take_input(const char *cmd, const char *arg, int dashed, void *ctx)
 {
-    (void)dashed;
     export_args *a = ctx;
     if (!dashed && strcmp(arg, "-") == 0)
         return cli_usage_error(cmd, "standard input ('-') cannot be exported: give the "
