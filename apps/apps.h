@@ -41,6 +41,8 @@ extern const cli_command cmd_embed;
 
 /* cmd_labels.c: `ringvit labels OUT.safetensors [--top K] [--json] ...` */
 extern const cli_command cmd_labels;
+/* cmd_export.c: `ringvit export DIR_OR_FILES... --to EXPORT ...` (rv_export.h) */
+extern const cli_command cmd_export;
 
 /* cmd_finetune.c: `ringvit finetune --task classify|mae --manifest LIST -o OUT ...`
  * (its parts: finetune.h) */

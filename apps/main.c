@@ -24,6 +24,7 @@ static const cli_command *const commands[] = {
     &cmd_tokens,
     &cmd_embed,
     &cmd_labels,
+    &cmd_export,
     &cmd_init,
     &cmd_inspect,
     &cmd_finetune,

@@ -5,8 +5,9 @@
 #          quickstart's reader); scripts/quickstart.sh installs this set.
 #   test   the run set plus what the tests need: Criterion, clang and its OpenMP
 #          runtime (the fuzz targets), the peers that make golden data under
-#          tests/peer (torch, torchvision, torchaudio, PyAV) and the Python
-#          package's tests (pytest, pip, setuptools); scripts/test.sh installs it.
+#          tests/peer (torch, torchvision, torchaudio, PyAV), FAISS (the export
+#          test builds an index from the shards) and the Python package's tests
+#          (pytest, pip, setuptools); scripts/test.sh installs it.
 # With no argument: everything (the test set). Idempotent: packages already present
 # are left alone, and apt is not touched at all when everything is installed.
 set -euo pipefail
@@ -28,6 +29,8 @@ test_packages=(
   clang-14 libomp-14-dev
   # peers that generate golden data under tests/peer
   python3-torch python3-torchvision python3-torchaudio python3-av
+  # the export test: an inner-product index from the .npy shards
+  python3-faiss
   # the Python package's tests (apps/python: pytest, pip install of the package)
   python3-pytest python3-pip python3-setuptools
 )
