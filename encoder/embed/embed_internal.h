@@ -188,6 +188,14 @@ void embed_prepare_patches(rv_embed_job *j, rv_embed_input *in);
 rv_status embed_queue_patches(rv_embed_job *j, const embed_patches *p, int index,
                               rv_embed_input **out);
 
+/* ---- embed_labels.c ------------------------------------------------------------------ */
+
+/* The top k of C logits as probabilities (softmax, or sigmoid with multi_label)
+ * in double: ids by decreasing probability, ties the lower id first. The one
+ * ranking of `ringvit labels` and of the export's metadata. */
+rv_status embed_labels_rank(const float *logits, int C, int multi_label, int k, int32_t *ids,
+                            double *p);
+
 /* ---- embed_gather.c ------------------------------------------------------------------- */
 
 /* Rank 0 receives every slice of y (len, dim) in sequence order and appends it

@@ -142,34 +142,49 @@ static int by_prob(const void *a, const void *b)
     return (x->id > y->id) - (x->id < y->id);
 }
 
-/* Row r of logits z (C) -> probabilities, then l's top K of that row. */
-static void rank_row(rv_embed_labels *l, int64_t r, const rv_st_tensor *z, ranked *scratch)
+rv_status embed_labels_rank(const float *logits, int C, int multi_label, int k, int32_t *ids,
+                            double *p)
 {
-    const int C = l->classes;
-    const int64_t base = r * C;
-    if (l->multi_label) {
+    ranked *r = malloc(sizeof *r * (size_t)(C > 0 ? C : 1));
+    if (!r)
+        return rv_fail(RV_ERR_NOMEM, "out of memory for %d labels", C);
+    if (multi_label) {
         for (int c = 0; c < C; c++) {
-            const double x = f32_at(z, base + c);
-            scratch[c].p = x >= 0 ? 1 / (1 + exp(-x)) : exp(x) / (1 + exp(x));
-            scratch[c].id = c;
+            const double x = logits[c];
+            r[c] = (ranked){.p = x >= 0 ? 1 / (1 + exp(-x)) : exp(x) / (1 + exp(x)), .id = c};
         }
     } else {
         double zmax = -INFINITY, sum = 0;
         for (int c = 0; c < C; c++)
-            zmax = fmax(zmax, f32_at(z, base + c));
+            zmax = fmax(zmax, logits[c]);
         for (int c = 0; c < C; c++) {
-            scratch[c].p = exp(f32_at(z, base + c) - zmax);
-            scratch[c].id = c;
-            sum += scratch[c].p;
+            r[c] = (ranked){.p = exp((double)logits[c] - zmax), .id = c};
+            sum += r[c].p;
         }
         for (int c = 0; c < C; c++)
-            scratch[c].p /= sum;
+            r[c].p /= sum;
     }
-    qsort(scratch, (size_t)C, sizeof *scratch, by_prob);
-    for (int k = 0; k < l->top; k++) {
-        l->index[r * l->top + k] = scratch[k].id;
-        l->prob[r * l->top + k] = (float)scratch[k].p;
+    qsort(r, (size_t)C, sizeof *r, by_prob);
+    for (int j = 0; j < k && j < C; j++) {
+        ids[j] = r[j].id;
+        p[j] = r[j].p;
     }
+    free(r);
+    return RV_OK;
+}
+
+/* Row r of logits z (C) -> l's top K of that row. */
+static rv_status rank_row(rv_embed_labels *l, int64_t r, const rv_st_tensor *z, float *row,
+                          int32_t *ids, double *p)
+{
+    for (int c = 0; c < l->classes; c++)
+        row[c] = (float)f32_at(z, r * l->classes + c);
+    rv_status st = embed_labels_rank(row, l->classes, l->multi_label, l->top, ids, p);
+    for (int k = 0; st == RV_OK && k < l->top; k++) {
+        l->index[r * l->top + k] = ids[k];
+        l->prob[r * l->top + k] = (float)p[k];
+    }
+    return st;
 }
 
 /* The rows' time ranges: the blocks', or the recording's pooled range. */
@@ -203,7 +218,9 @@ rv_status rv_embed_labels_read(const char *path, const rv_labels_opts *opts,
     rv_labels_opts o;
     rv_safetensors *st = NULL;
     rv_embed_labels *l = NULL;
-    ranked *scratch = NULL;
+    float *row = NULL;
+    int32_t *ids = NULL;
+    double *p = NULL;
     rv_status s = RV_OK;
     if (!path || !out)
         return rv_fail(RV_ERR_INVALID, "embed labels: path and out are required");
@@ -264,20 +281,26 @@ rv_status rv_embed_labels_read(const char *path, const rv_labels_opts *opts,
     l->end = malloc(sizeof(double) * (size_t)l->rows + 1);
     l->index = malloc(sizeof(int32_t) * cells + 1);
     l->prob = malloc(sizeof(float) * cells + 1);
-    scratch = malloc(sizeof *scratch * (size_t)l->classes);
-    if (!l->start || !l->end || !l->index || !l->prob || !scratch) {
+    row = malloc(sizeof *row * (size_t)l->classes);
+    ids = malloc(sizeof *ids * (size_t)l->classes);
+    p = malloc(sizeof *p * (size_t)l->classes);
+    if (!l->start || !l->end || !l->index || !l->prob || !row || !ids || !p) {
         s = rv_fail(RV_ERR_NOMEM, "'%s': out of memory for %lld rows of %d labels", path,
                     (long long)l->rows, l->classes);
         goto end;
     }
     if ((s = read_times(st, l)) != RV_OK)
         goto end;
-    for (int64_t r = 0; r < l->rows; r++)
-        rank_row(l, r, z, scratch);
+    for (int64_t r = 0; r < l->rows && s == RV_OK; r++)
+        s = rank_row(l, r, z, row, ids, p);
+    if (s != RV_OK)
+        goto end;
     *out = l;
     l = NULL;
 end:
-    free(scratch);
+    free(row);
+    free(ids);
+    free(p);
     rv_embed_labels_free(&l);
     rv_st_free(&st);
     return s;

@@ -18,6 +18,7 @@
 #include "rv_clock.h"
 #include "rv_flat.h"
 #include "rv_version.h"
+#include "st_convert.h"
 
 #define OUT_MAX_TENSORS 32
 #define OUT_MAX_META 32
@@ -36,70 +37,6 @@ struct rv_embed_output {
 };
 
 /* ---- dtype and normalize ----------------------------------------------------------- */
-
-/* IEEE half, rounded to nearest even: subnormals below 2^-14, infinity from
- * 65520 up (the halfway point past the largest half, 65504), NaN kept a NaN. */
-static uint16_t f32_to_f16(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, sizeof x);
-    const uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
-    if (ax > 0x7f800000u) /* NaN: quiet, the payload's top bits kept */
-        return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
-    if (ax >= 0x477ff000u) /* infinity, or rounds to it */
-        return (uint16_t)(sign | 0x7c00u);
-    if (ax >= 0x38800000u) { /* normal: rebias the exponent, round off 13 bits */
-        uint32_t h = (ax - 0x38000000u) >> 13, rem = ax & 0x1fffu;
-        if (rem > 0x1000u || (rem == 0x1000u && (h & 1u)))
-            h++; /* a carry into the exponent is still right */
-        return (uint16_t)(sign | h);
-    }
-    /* subnormal (or zero): the value in units of 2^-24, rounded */
-    const uint32_t e = ax >> 23;
-    if (e < 102) /* below 2^-25: rounds to zero */
-        return (uint16_t)sign;
-    const uint32_t mant = (ax & 0x7fffffu) | 0x800000u, shift = 126 - e; /* 14..24 */
-    uint32_t h = mant >> shift, rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (h & 1u)))
-        h++; /* 0x400: the smallest normal, also right */
-    return (uint16_t)(sign | h);
-}
-
-/* bfloat16, rounded to nearest even (overflow to infinity); NaN kept a NaN. */
-static uint16_t f32_to_bf16(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, sizeof x);
-    if ((x & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((x >> 16) | 0x40u);
-    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-}
-
-/* rows x cols floats as written: each row divided by its L2 norm (norm; a zero
- * row stays zero), then converted to dtype, into dst (rows * cols elements). */
-static void rows_out(const float *x, int64_t rows, int64_t cols, int norm, rv_dtype dtype,
-                     void *dst)
-{
-    for (int64_t r = 0; r < rows; r++) {
-        const float *row = x + r * cols;
-        double n = 0;
-        if (norm) {
-            for (int64_t c = 0; c < cols; c++)
-                n += (double)row[c] * row[c];
-            n = sqrt(n);
-        }
-        for (int64_t c = 0; c < cols; c++) {
-            const float v = n > 0 ? (float)(row[c] / n) : row[c];
-            const int64_t i = r * cols + c;
-            if (dtype == RV_F16)
-                ((uint16_t *)dst)[i] = f32_to_f16(v);
-            else if (dtype == RV_BF16)
-                ((uint16_t *)dst)[i] = f32_to_bf16(v);
-            else
-                ((float *)dst)[i] = v;
-        }
-    }
-}
 
 /* ---- building the list --------------------------------------------------------------- */
 
@@ -130,7 +67,7 @@ static rv_status add_embedding(rv_embed_output *o, const rv_embed_opts *opts, co
     void *dst = malloc((size_t)(rows * cols) * rv_dtype_size(opts->dtype) + 1);
     if (!dst)
         return rv_fail(RV_ERR_NOMEM, "out of memory converting %s", name);
-    rows_out(x, rows, cols, norm, opts->dtype, dst);
+    st_rows_out(x, rows, cols, norm, opts->dtype, dst);
     return add(o, name, opts->dtype, ndim, shape, dst, dst);
 }
 
@@ -152,7 +89,7 @@ static rv_status add_tokens(rv_embed_output *o, const rv_embed_opts *opts, rv_co
              : rv_fail(RV_ERR_NOMEM, "out of memory");
     for (int64_t r = 0; r < S && st == RV_OK; r += block) {
         const int64_t n = S - r < block ? S - r : block;
-        rows_out((const float *)f32 + r * D, n, D, opts->normalize, opts->dtype, buf);
+        st_rows_out((const float *)f32 + r * D, n, D, opts->normalize, opts->dtype, buf);
         st = collect_column_put(&o->converted, buf, (size_t)(n * D) * esz);
     }
     free(buf);

@@ -18,7 +18,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "embed_internal.h"
 #include "export_internal.h"
+#include "st_convert.h"
 #include "export_npy.h"
 
 #define PATH_CAP 4300
@@ -238,10 +240,14 @@ static json_t *row_json(const writer *w, const export_item *it, const export_sou
     json_object_set_new(o, "model_hash", json_string(s->model_hash));
     const int k = w->m->top_k < s->classes ? w->m->top_k : s->classes;
     if (logits && k > 0) {
-        int ids[RV_EXPORT_MAX_TOP_K];
+        int32_t ids[RV_EXPORT_MAX_TOP_K];
         double p[RV_EXPORT_MAX_TOP_K];
         char name[32];
-        export_top_labels(logits + r * s->classes, s->classes, s->multi_label, k, ids, p);
+        if (embed_labels_rank(logits + r * s->classes, s->classes, s->multi_label, k, ids, p) !=
+            RV_OK) {
+            json_decref(o);
+            return NULL;
+        }
         json_t *labels = json_array();
         for (int j = 0; j < k; j++) {
             snprintf(name, sizeof name, "LABEL_%d", ids[j]);
@@ -277,9 +283,9 @@ static rv_status write_item(writer *w, const export_item *it)
         st = rv_fail(RV_ERR_NOMEM, "%s: out of memory for its rows", it->path);
         goto end;
     }
-    export_to_f32(s.emb, x);
+    st_to_f32(s.emb, x);
     if (logits)
-        export_to_f32(s.logits, logits);
+        st_to_f32(s.logits, logits);
     export_done *d = &w->done[w->ndone];
     *d = (export_done){.row_start = w->row, .fp = s.fp};
     for (int64_t r = 0; r < rows && st == RV_OK; r++) {
@@ -290,7 +296,7 @@ static rv_status write_item(writer *w, const export_item *it)
                 break;
         }
         const int i = c->index - w->k0;
-        export_row_out(x + r * m->dim, m->dim, m->normalize, m->dtype, w->rowbuf);
+        st_rows_out(x + r * m->dim, 1, m->dim, m->normalize, m->dtype, w->rowbuf);
         if ((st = put(c->emb, w->rowbuf, (size_t)m->dim * esz, w->tmp[2 * i])) != RV_OK)
             break;
         json_t *o = row_json(w, it, &s, r, logits);

@@ -3,15 +3,15 @@
  *
  *   export_source.c   one embed output opened and checked for a level: its
  *                     facts, the tensors of the level, its labels
- *   export_rows.c     rows as exported: to f32, L2-normalised, to the dtype;
- *                     the top labels of a row of logits
  *   export_manifest.c the manifest (export.json) read and written, and the
  *                     shards it lists checked
  *   export_opts.c     the defaults and the level names
  *   export_open.c     the folder, the outputs added (rv_export_open, _add,
  *                     _add_dir, _settings, _free)
  *   export_finish.c   the shards, their metadata and the manifest written
- *   export_npy.c      the .npy header (export_npy.h) */
+ *   export_npy.c      the .npy header (export_npy.h)
+ * Rows are converted and normalised as embed writes them (st_convert.h); labels
+ * ranked as `ringvit labels` ranks them (embed_labels_rank). */
 #ifndef RV_EXPORT_INTERNAL_H
 #define RV_EXPORT_INTERNAL_H
 
@@ -81,17 +81,7 @@ void export_source_rows_fp(export_source *s);
 void export_source_times(const export_source *s, int64_t r, double *t0, double *t1);
 void export_source_close(export_source *s);
 
-/* rows x cols floats from t (F32, F16, BF16; little-endian, any alignment). */
-void export_to_f32(const rv_st_tensor *t, float *out);
-/* A row as exported: divided by its L2 norm with norm (a zero row stays zero; as
- * embed --normalize), then as dtype (RV_F32, RV_F16: round to nearest even) into
- * dst (cols elements). */
-void export_row_out(const float *row, int64_t cols, int norm, rv_dtype dtype, void *dst);
 
-/* The k most probable classes of a row of n logits (k <= n): softmax, or
- * sigmoid with multi; ids and p (k each) in decreasing probability, ties by
- * lower id. */
-void export_top_labels(const float *logits, int n, int multi, int k, int *ids, double *p);
 
 /* An output the manifest lists. */
 typedef struct export_done {

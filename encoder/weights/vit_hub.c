@@ -32,6 +32,7 @@
 #include "rv_safetensors.h"
 #include "vit_hub.h"
 #include "vit_internal.h"
+#include "st_convert.h"
 #include "vit_load_util.h"
 #include "vit_tensors.h"
 
@@ -404,13 +405,13 @@ static rv_status read_parts(hub_files *f, const vit_hub_model *h, const vit_tens
         if (s != RV_OK)
             return s;
         if (p[j].offset == 0 && p[j].count == t->numel) {
-            vit_to_f32(t, e->data + at);
+            st_to_f32(t, e->data + at);
         } else {
             float *tmp = malloc(sizeof(float) * (size_t)t->numel);
             if (!tmp)
                 return rv_fail(RV_ERR_NOMEM, "model folder '%s': out of memory for '%s'",
                                h->label, p[j].name);
-            vit_to_f32(t, tmp);
+            st_to_f32(t, tmp);
             memcpy(e->data + at, tmp + p[j].offset, sizeof(float) * (size_t)p[j].count);
             free(tmp);
         }

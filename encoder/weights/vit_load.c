@@ -31,6 +31,7 @@
 #include "rv_vit.h"
 #include "vit_hub.h"
 #include "vit_internal.h"
+#include "st_convert.h"
 #include "vit_load_util.h"
 #include "vit_tensors.h"
 
@@ -253,7 +254,7 @@ static rv_status read_tensor(const rv_st_tensor *t, const vit_tensor *e,
                              const rv_vit_config *c, int file_T, const char *lb)
 {
     if (e->layout == VIT_PLAIN) {
-        vit_to_f32(t, e->data);
+        st_to_f32(t, e->data);
         return RV_OK;
     }
     return vit_read_video(t, c, file_T, e->data, lb);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "st_convert.h"
 #include "vit_load_util.h"
 #include "vit_tensors.h"
 
@@ -117,51 +118,6 @@ rv_status vit_check_fits(const char *what, const char *source, const rv_vit_conf
                    have_bytes);
 }
 
-static float half_to_float(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h >> 15) << 31;
-    uint32_t e = (h >> 10) & 0x1f, m = h & 0x3ff, u;
-    if (e == 0x1f) {
-        u = sign | 0x7f800000u | (m << 13); /* inf, nan */
-    } else if (e != 0) {
-        u = sign | ((e + 112) << 23) | (m << 13);
-    } else if (m == 0) {
-        u = sign;
-    } else { /* subnormal: normalise */
-        int sh = 0;
-        while (!(m & 0x400)) {
-            m <<= 1;
-            sh++;
-        }
-        u = sign | ((uint32_t)(113 - sh) << 23) | ((m & 0x3ff) << 13);
-    }
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-void vit_to_f32(const rv_st_tensor *t, float *out)
-{
-    const unsigned char *p = t->data;
-    if (t->dtype == RV_F32) {
-        for (int64_t i = 0; i < t->numel; i++, p += 4) {
-            uint32_t u = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-                         (uint32_t)p[3] << 24;
-            memcpy(&out[i], &u, 4);
-        }
-    } else {
-        for (int64_t i = 0; i < t->numel; i++, p += 2) {
-            uint16_t h = (uint16_t)(p[0] | p[1] << 8);
-            if (t->dtype == RV_BF16) {
-                uint32_t u = (uint32_t)h << 16;
-                memcpy(&out[i], &u, 4);
-            } else {
-                out[i] = half_to_float(h);
-            }
-        }
-    }
-}
-
 rv_status vit_read_video(const rv_st_tensor *t, const rv_vit_config *c, int file_T, float *dst,
                          const char *label)
 {
@@ -169,7 +125,7 @@ rv_status vit_read_video(const rv_st_tensor *t, const rv_vit_config *c, int file
     if (!file)
         return rv_fail(RV_ERR_NOMEM, "loading '%s': out of memory for '" VIT_NAME_FMT "'", label,
                        t->name);
-    vit_to_f32(t, file);
+    st_to_f32(t, file);
     if (file_T == c->tubelet) {
         vit_video_from_file(file, c->dim, c->tubelet, c->patch, dst);
     } else {

@@ -56,9 +56,6 @@ rv_status vit_floats_finite(const char *what, const char *path, const char *name
 rv_status vit_check_fits(const char *what, const char *source, const rv_vit_config *c,
                          uint64_t need_floats, uint64_t have_bytes);
 
-/* t's values as f32 (data may be unaligned; bytes little-endian); t's dtype
- * must have passed vit_check_dtype. */
-void vit_to_f32(const rv_st_tensor *t, float *out);
 
 /* The video patch weight t, of file tubelet file_T (1: a 2D (D, 3, P, P)
  * weight), into the model's (D, T*P*P*3) layout for c's tubelet: permuted, and
