@@ -66,7 +66,8 @@ done
 
 # A batch with a file that is not media, on 4 processes in 2 groups of 2: every
 # process exits 3, rank 0 logs every input once (the failure too), and each
-# output equals the one-by-one local run's within 1e-6.
+# output equals the one-by-one local run's (cp 1) within the default relative
+# tolerance of embed_compare.py (cp 2 splits attention's sums otherwise).
 echo "not media" >notes.mp4
 ffmpeg -nostdin -v error -y -f lavfi -i testsrc2=size=64x48:rate=10 \
     -f lavfi -i sine=frequency=330:sample_rate=8000 -t 4 -c:v libx264 -c:a aac clip2.mp4 \
@@ -82,9 +83,9 @@ ok=1
 [ "$st" -eq 3 ] && [ ! -e out/notes.safetensors ] &&
     [ "$(grep -c '"status":"failed"' out/embed-log.jsonl)" -eq 1 ] &&
     [ "$(grep -c '"status":"ok"' out/embed-log.jsonl)" -eq 3 ] &&
-    "$PY" "$CMP" same out/clip.safetensors seq/clip.safetensors --rtol 1e-6 >cmp 2>&1 &&
-    "$PY" "$CMP" same out/clip2.safetensors seq/clip2.safetensors --rtol 1e-6 >cmp 2>&1 &&
-    "$PY" "$CMP" same out/tone.safetensors seq/tone.safetensors --rtol 1e-6 >cmp 2>&1 &&
+    "$PY" "$CMP" same out/clip.safetensors seq/clip.safetensors >cmp 2>&1 &&
+    "$PY" "$CMP" same out/clip2.safetensors seq/clip2.safetensors >cmp 2>&1 &&
+    "$PY" "$CMP" same out/tone.safetensors seq/tone.safetensors >cmp 2>&1 &&
     [ "$(grep -o '"group":[0-9]*' out/embed-log.jsonl | sort -u | wc -l)" -eq 2 ] && ok=0
 result mpi-4-cp2-batch-exit-3 "$ok" "exit status $st (want 3 from every process), or outputs/log wrong: $(tail -n 1 cmp 2>/dev/null)"
 
