@@ -1,5 +1,5 @@
 /* rv_backend.h: the compute backend table (ggml-backend style). Every op the
- * encoder needs is one entry; the CPU backend (C + OpenBLAS + OpenMP) is always
+ * encoder needs is one entry; the CPU backend (C + oneDNN + OpenMP) is always
  * built, a CUDA backend fills the same table when CUDA is found. All pointers are
  * memory of the backend that is called: host memory where the backend's
  * host_memory is 1 (cpu), device memory otherwise (cuda).
@@ -194,17 +194,46 @@ RV_API int rv_cpu_default_threads(void);
  * (OpenMPI's and MPICH's local size; 1 when neither says). At least 1. */
 RV_API int rv_cpu_threads_per_rank(int threads, int local_ranks, int mpi);
 
-/* Name of the BLAS kernel set in use ("SkylakeX", "Haswell", ...). */
-RV_API const char *rv_blas_corename(void);
+/* The CPU backend's GEMM library ("oneDNN 2.6.3") and the instruction set it
+ * dispatches to on this CPU ("avx512_core_bf16", "avx2", ...: oneDNN's names). */
+RV_API const char *rv_gemm_library(void);
+RV_API const char *rv_gemm_isa(void);
 
-/* The CPU attention kernels in use: "avx512", "avx2" or "blas", the best this CPU
- * runs, or the set RINGVIT_CPU_KERNELS names. NULL (and rv_last_error set) when
- * that variable names a set unknown or one this CPU cannot run; CPU backends are
- * then refused too. */
+/* The number format a backend computes in. bf16: the operands of every GEMM and of
+ * the attention's products rounded to bf16, f32 accumulation; tensors, LayerNorm,
+ * softmax, activations and every other op stay f32. */
+typedef enum rv_precision {
+    RV_PRECISION_AUTO = 0, /* the device's own: f32 on cpu, bf16 on cuda */
+    RV_PRECISION_F32 = 1,
+    RV_PRECISION_BF16 = 2, /* cpu: where the CPU has AVX-512 BF16 or AMX */
+} rv_precision;
+
+/* "auto", "f32", "bf16"; RV_ERR_INVALID for another name. */
+RV_API rv_status rv_precision_parse(const char *name, rv_precision *out);
+/* The name of p ("auto", "f32", "bf16"); NULL for a value outside the enum. */
+RV_API const char *rv_precision_name(rv_precision p);
+/* RV_OK when a backend of device can compute at p here, else why not:
+ * RV_ERR_UNSUPPORTED for bf16 on a CPU without AVX-512 BF16 or AMX (or with
+ * RINGVIT_CPU_BF16=0), and for f32 on cuda (its attention is bf16); RV_ERR_INVALID
+ * for an unknown device or value. Touches no device (a check before any work). */
+RV_API rv_status rv_precision_check(const char *device, rv_precision p);
+/* Sets be's precision (before its first op), refused as rv_precision_check says. */
+RV_API rv_status rv_backend_set_precision(rv_backend *be, rv_precision p);
+/* The precision be computes in: RV_PRECISION_F32 or RV_PRECISION_BF16. */
+RV_API rv_precision rv_backend_precision(const rv_backend *be);
+
+/* The CPU attention kernels in use at f32: "avx512", "avx2" or "blas", the best
+ * this CPU runs, or the set RINGVIT_CPU_KERNELS names. NULL (and rv_last_error
+ * set) when that variable names a set unknown or one this CPU cannot run; CPU
+ * backends are then refused too. */
 RV_API const char *rv_cpu_kernels(void);
-/* The best kernel set this CPU runs, whatever RINGVIT_CPU_KERNELS says. */
+/* The same for a CPU backend of precision p: at bf16 "avx512bf16" (AVX-512 BF16
+ * dot products) unless RINGVIT_CPU_KERNELS names a set. */
+RV_API const char *rv_cpu_kernels_at(rv_precision p);
+/* The best f32 kernel set this CPU runs, whatever RINGVIT_CPU_KERNELS says. */
 RV_API const char *rv_cpu_kernels_best(void);
-/* 1 when this CPU and build can run kernel set name ("avx512", "avx2", "blas"). */
+/* 1 when this CPU and build can run kernel set name ("avx512", "avx2", "blas",
+ * "avx512bf16"). */
 RV_API int rv_cpu_kernels_supported(const char *name);
 
 #ifdef __cplusplus

@@ -49,7 +49,7 @@ sgemm = g["sgemm_gflops"] * 1e9
 floor = flops / sgemm
 print(f"ringvit embed --attention frame --fps 1, CLIP-B/16 (random weights), {minutes} min of "
       f"640x360 30 fps H.264")
-print(f"CPU: {cpu} ({isa}), {g['threads']} threads, BLAS core {g['blas_core']}, "
+print(f"CPU: {cpu} ({isa}), {g['threads']} threads, GEMM {g['gemm']} (isa {g['gemm_isa']}), "
       f"cpu kernels {g['cpu_kernels']}")
 print()
 print("| frames | wall s | frames/s | encode s | encode frames/s | encoder GFLOP | "

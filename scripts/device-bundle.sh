@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # device-bundle.sh: prepares .devbundle/, what scripts/device-check.sh runs on a
 # GPU machine that lacks this project's build dependencies (the device image has
-# CUDA, CMake and Python but no FFmpeg, OpenBLAS, jansson or Criterion, and
+# CUDA, CMake and Python but no FFmpeg, oneDNN, jansson or Criterion, and
 # nothing can be installed there). Run it here, where they are installed, before
 # a device session; then call the device with carry [".devbundle"] and
 # `bash scripts/device-check.sh`.

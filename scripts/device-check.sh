@@ -6,7 +6,7 @@
 #      and exports LD_LIBRARY_PATH with their folders,
 #   3. configures and builds the CUDA build (build-device: ringvit_cli and the
 #      tests labelled gpu, nothing else); where that cannot configure (the device
-#      image lacks OpenBLAS, jansson, Criterion and FFmpeg: expected there, not a
+#      image lacks oneDNN, jansson, Criterion and FFmpeg: expected there, not a
 #      failure) it unpacks the carried .devbundle/bundle.tar.xz instead: the same
 #      binaries built with CUDA on the development machine by
 #      scripts/device-bundle.sh, run on the device's own CUDA libraries (call the
@@ -430,7 +430,7 @@ missing_libs() {
 }
 
 # ---- 3. build: here with CUDA, or the prebuilt bundle -----------------------------------------
-# The device image has CUDA and CMake but none of FFmpeg, OpenBLAS, jansson or
+# The device image has CUDA and CMake but none of FFmpeg, oneDNN, jansson or
 # Criterion: there the native configure is expected to fail and the bundle runs.
 BUILD_OK=0
 TEST_BINS=()

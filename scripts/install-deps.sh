@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # install-deps.sh [run|test]: installs the Debian 12 packages ringvit needs.
-#   run    what building and running need: the compiler, CMake, FFmpeg, OpenBLAS,
+#   run    what building and running need: the compiler, CMake, FFmpeg, oneDNN,
 #          OpenMPI, jansson, and python3 with NumPy (the Python package and the
 #          quickstart's reader); scripts/quickstart.sh installs this set.
 #   test   the run set plus what the tests need: Criterion, clang and its OpenMP
@@ -18,7 +18,7 @@ run_packages=(
   # media (ingest/tokenize) and the ffmpeg command (the quickstart's sample, the tests)
   libavformat-dev libavcodec-dev libavutil-dev libswscale-dev libswresample-dev ffmpeg
   # compute, communication, JSON
-  libopenblas-dev libopenblas-openmp-dev libopenmpi-dev openmpi-bin libjansson-dev
+  libdnnl-dev libopenmpi-dev openmpi-bin libjansson-dev
   # the Python package (apps/python) and reading outputs with NumPy
   python3 python3-numpy
 )

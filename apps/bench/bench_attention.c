@@ -471,10 +471,10 @@ static int bench_main(int argc, char **argv)
     else
         snprintf(mask_text, sizeof mask_text, "%s", o.causal ? "causal" : "no mask");
     bench_note(&rep, "ringvit bench attention: backend %s%s%s, %d threads, heads %d, dim %d, "
-                  "%s, %s%s %d^3", be->name, on_cpu ? " kernels " : "",
+                  "%s, %s%s%s %d^3", be->name, on_cpu ? " kernels " : "",
                   on_cpu ? bench_cpu_kernels() : "", be->threads, o.heads, o.dim, mask_text,
-                  on_cpu ? "BLAS core " : "cuBLAS bf16 GEMM", on_cpu ? rv_blas_corename() : "",
-                  gemm_n);
+                  on_cpu ? rv_gemm_library() : "cuBLAS bf16 GEMM", on_cpu ? " sgemm isa " : "",
+                  on_cpu ? rv_gemm_isa() : "", gemm_n);
     bench_note(&rep, "%s", "");
     bench_table(&rep, "rows", cols, NCOLS);
     for (int s = 0; s < o.nseq; s++) {
@@ -492,7 +492,8 @@ static int bench_main(int argc, char **argv)
     }
     sgemm = sgemm2 > sgemm ? sgemm2 : sgemm;
     bench_set(&rep, "backend", json_string(be->name));
-    bench_set(&rep, "blas_core", json_string(rv_blas_corename()));
+    bench_set(&rep, "gemm", json_string(rv_gemm_library()));
+    bench_set(&rep, "gemm_isa", json_string(rv_gemm_isa()));
     bench_set(&rep, "cpu_kernels", json_string(bench_cpu_kernels()));
     bench_set(&rep, "threads", json_integer(be->threads));
     bench_set(&rep, "heads", json_integer(o.heads));

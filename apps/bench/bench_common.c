@@ -406,13 +406,15 @@ void bench_model_report_init(bench_report *r, const char *bench,
     bench_set(r, "attention", json_string(span_text));
     bench_set(r, "threads", json_integer(o->threads));
     bench_set(r, "threads_per_rank", json_integer(tpr));
-    bench_set(r, "blas_core", json_string(rv_blas_corename()));
+    bench_set(r, "gemm", json_string(rv_gemm_library()));
+    bench_set(r, "gemm_isa", json_string(rv_gemm_isa()));
     bench_set(r, "cpu_kernels", json_string(bench_cpu_kernels()));
     bench_note(r, "ringvit bench %s: model %s (%s, D %d, L %d, H %d), S=%lld%s, attention %s, "
-                  "cp %d x %d thread(s), %s, BLAS %s, CPU kernels %s", bench, spec,
+                  "cp %d x %d thread(s), %s, GEMM %s (%s), CPU kernels %s", bench, spec,
                   rv_vit_family_name(cfg->family), cfg->dim, cfg->layers, cfg->heads,
                   (long long)o->seq, o->causal ? " causal" : "", span_text, o->cp, tpr,
-                  rv_cp_strategy_name(o->strategy), rv_blas_corename(), bench_cpu_kernels());
+                  rv_cp_strategy_name(o->strategy), rv_gemm_library(), rv_gemm_isa(),
+                  bench_cpu_kernels());
     bench_note(r, "%s", "");
 }
 

@@ -38,7 +38,6 @@ rv_status rv_version_text(char **text)
 #else
     const char *mpi = "no";
 #endif
-    const char *core = rv_blas_corename();
     fprintf(f, "ringvit %s\n", RINGVIT_VERSION);
 #ifdef RINGVIT_HAVE_CUDA
     int ndev = rv_cuda_device_count();
@@ -59,13 +58,21 @@ rv_status rv_version_text(char **text)
 #else
     fprintf(f, "media: no (built without FFmpeg)\n");
 #endif
-    fprintf(f, "blas: OpenBLAS, core %s\n", core && core[0] ? core : "unknown");
+    /* The CPU backend's GEMMs: the library and the instruction set it chose. */
+    fprintf(f, "gemm: %s, isa %s\n", rv_gemm_library(), rv_gemm_isa());
     /* The attention kernels: the best this CPU runs, or RINGVIT_CPU_KERNELS. */
     const char *kernels = rv_cpu_kernels();
     if (kernels)
         fprintf(f, "cpu kernels: %s (best on this CPU: %s)\n", kernels, rv_cpu_kernels_best());
     else
         fprintf(f, "cpu kernels: refused: %s\n", rv_last_error());
+    /* --precision bf16 on the CPU: allowed here, with the kernels it would run. */
+    if (rv_precision_check("cpu", RV_PRECISION_BF16) != RV_OK)
+        fprintf(f, "cpu bf16: no (%s)\n", rv_last_error());
+    else if ((kernels = rv_cpu_kernels_at(RV_PRECISION_BF16)) != NULL)
+        fprintf(f, "cpu bf16: yes (attention kernels %s)\n", kernels);
+    else
+        fprintf(f, "cpu bf16: refused: %s\n", rv_last_error());
     fprintf(f, "threads: %d (default)\n", rv_cpu_default_threads());
     if (fclose(f) != 0 || !buf) {
         free(buf);

@@ -13,10 +13,9 @@
  *   dQ += scale * dS K                   dK += scale * dS^T Q
  * Under a span mask (RV_MASK_SPAN) a key tile walks only the query tiles its box
  * meets (cpu_attn_span.h), masking pair by pair (P = 0) where the boxes partly meet.
- * This is the portable BLAS version; where the CPU has AVX-512 or AVX2 (and
- * RINGVIT_CPU_KERNELS=blas is not set) the register-blocked kernels' backward
- * (cpu_attn_tiles_isa.h) runs instead. */
-#include <cblas.h>
+ * This is the portable BLAS version (oneDNN's sgemm on each thread alone); where
+ * the CPU has AVX-512 or AVX2 (and RINGVIT_CPU_KERNELS=blas is not set) the
+ * register-blocked kernels' backward (cpu_attn_tiles_isa.h) runs instead. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -25,6 +24,7 @@
 #include "cpu_attention.h"
 #include "cpu_attn_span.h"
 #include "cpu_attn_tiles.h"
+#include "cpu_dnnl.h"
 #include "cpu_exp.h"
 #include "cpu_ops.h"
 
@@ -61,10 +61,8 @@ static void bwd_pair(const bwd_plan *pl, int h, int j0, int bk, int i0, int span
     const float *lse2 = pl->lse2 + (size_t)h * a->sq + i0;
     const float *delta = pl->delta + (size_t)h * a->sq + i0;
 
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, d, pl->scale2, q, ld,
-                k, ld, 0.0f, w->p, bk);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, d, 1.0f, dout, ld, v,
-                ld, 0.0f, w->dp, bk);
+    cpu_sgemm_serial(0, 1, bq, bk, d, pl->scale2, q, ld, k, ld, 0.0f, w->p, bk);
+    cpu_sgemm_serial(0, 1, bq, bk, d, 1.0f, dout, ld, v, ld, 0.0f, w->dp, bk);
     for (int i = 0; i < bq; i++) {
         float *p = w->p + (size_t)i * bk, *ds = w->dp + (size_t)i * bk;
         int n;
@@ -87,12 +85,10 @@ static void bwd_pair(const bwd_plan *pl, int h, int j0, int bk, int i0, int span
             ds[j] = 0.0f;
         }
     }
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bk, d, bq, 1.0f, w->p, bk,
-                dout, ld, 1.0f, w->dv, d);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bk, d, bq, pl->scale, w->dp, bk,
-                q, ld, 1.0f, w->dk, d);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bq, d, bk, pl->scale, w->dp,
-                bk, k, ld, 1.0f, dq + (size_t)i0 * ldq, ldq);
+    cpu_sgemm_serial(1, 0, bk, d, bq, 1.0f, w->p, bk, dout, ld, 1.0f, w->dv, d);
+    cpu_sgemm_serial(1, 0, bk, d, bq, pl->scale, w->dp, bk, q, ld, 1.0f, w->dk, d);
+    cpu_sgemm_serial(0, 0, bq, d, bk, pl->scale, w->dp, bk, k, ld, 1.0f, dq + (size_t)i0 * ldq,
+                     ldq);
 }
 
 /* Key tile j0 of head h against every query tile that sees it; its dK, dV are
@@ -202,7 +198,7 @@ rv_status cpu_attn_bwd(rv_backend *be, const rv_attn_bwd_args *a)
             goto end;
     }
     const rv_attn_tile_ops *ops;
-    if ((ret = rv_attn_tiles_select(&ops)) != RV_OK)
+    if ((ret = rv_attn_tiles_select(rv_backend_precision(be), &ops)) != RV_OK)
         goto end;
     if (ops->bwd) { /* the register-blocked kernels' backward (cpu_attn_tiles_isa.h) */
         ret = ops->bwd(be, a, a->mask.kind == RV_MASK_SPAN ? &pl.qt : NULL, &pl.kt);
@@ -228,7 +224,6 @@ rv_status cpu_attn_bwd(rv_backend *be, const rv_attn_bwd_args *a)
     int failed = 0;
 #pragma omp parallel num_threads(be->threads)
     {
-        cpu_blas_on_this_thread(); /* BLAS calls below run on this thread */
         bwd_workspace w;
         w.p = malloc(sizeof(float) * RV_BWD_BQ * RV_BWD_BK);
         w.dp = malloc(sizeof(float) * RV_BWD_BQ * RV_BWD_BK);

@@ -66,6 +66,7 @@ typedef struct fwd_workspace {
     float *m;   /* (BQ) running max, base-2 units */
     float *l;   /* (BQ) running sum */
     unsigned char *seen; /* (BQ) the row saw a key in this call */
+    float *tile; /* the tile kernels' own scratch (ops->ws_floats); NULL: none */
 } fwd_workspace;
 
 static inline int round_up(int x, int m)
@@ -122,7 +123,7 @@ static void fwd_tile_step(const rv_attn_fwd_args *a, const rv_attn_tile_ops *ops
     const int bqp = round_up(bq, 8), bkp = round_up(bk, 32);
     const float *ktp = kt.kt + j0 % RV_FWD_BK; /* span steps may start inside a tile */
     const float *vp = kt.vp + (size_t)(j0 % RV_FWD_BK) * dpad;
-    ops->qk(w->qp, d, ktp, RV_FWD_BK, bqp, bkp, w->s, bkp);
+    ops->qk(w->qp, d, ktp, RV_FWD_BK, bqp, bkp, w->s, bkp, w->tile);
     for (int i = 0; i < bq; i++) {
         float *s = w->s + (size_t)i * bkp;
         int n;
@@ -142,7 +143,7 @@ static void fwd_tile_step(const rv_attn_fwd_args *a, const rv_attn_tile_ops *ops
                 acc[c] *= corr;
         }
     }
-    ops->pv(w->s, bkp, vp, dpad, bk, bqp, w->acc);
+    ops->pv(w->s, bkp, vp, dpad, bk, bqp, w->acc, w->tile);
 }
 
 /* Normalised output and lse of the query tile. keep_unseen: rows that saw no key
@@ -316,7 +317,7 @@ rv_status cpu_attn_fwd(rv_backend *be, const rv_attn_fwd_args *a)
         return st;
 
     const rv_attn_tile_ops *ops;
-    if ((st = rv_attn_tiles_select(&ops)) != RV_OK)
+    if ((st = rv_attn_tiles_select(rv_backend_precision(be), &ops)) != RV_OK)
         return st;
     const float scale2 = rv_attn_scale(a->scale, a->dim) * RV_LOG2E;
     const int qtiles = (a->sq + RV_FWD_BQ - 1) / RV_FWD_BQ;
@@ -387,6 +388,8 @@ rv_status cpu_attn_fwd(rv_backend *be, const rv_attn_fwd_args *a)
         w.m = alloc64(RV_FWD_BQ);
         w.l = alloc64(RV_FWD_BQ);
         w.seen = malloc(RV_FWD_BQ);
+        const size_t tile_ws = ops->ws_floats ? ops->ws_floats(a->dim) : 0;
+        w.tile = tile_ws ? alloc64(tile_ws) : NULL;
         fwd_kcache kc = {.slots = slots};
         if (slots) {
             kc.kt = alloc64((size_t)slots * a->dim * RV_FWD_BK);
@@ -395,7 +398,7 @@ rv_status cpu_attn_fwd(rv_backend *be, const rv_attn_fwd_args *a)
             for (int x = 0; kc.tag && x < slots; x++)
                 kc.tag[x] = -1;
         }
-        int ok = w.qp && w.s && w.acc && w.m && w.l && w.seen &&
+        int ok = w.qp && w.s && w.acc && w.m && w.l && w.seen && (!tile_ws || w.tile) &&
                  (!slots || (kc.kt && kc.vp && kc.tag));
         if (!ok) {
 #pragma omp atomic write
@@ -433,6 +436,7 @@ rv_status cpu_attn_fwd(rv_backend *be, const rv_attn_fwd_args *a)
         free(w.m);
         free(w.l);
         free(w.seen);
+        free(w.tile);
         free(kc.kt);
         free(kc.vp);
         free(kc.tag);

@@ -1,20 +1,19 @@
-/* cpu_attn_tiles_blas.c: the attention tile steps on OpenBLAS and plain C, for CPUs
+/* cpu_attn_tiles_blas.c: the attention tile steps on oneDNN's sgemm (on the calling
+ * thread: they run inside the driver's parallel region) and plain C, for CPUs
  * without AVX2 (and as a cross-check of the register-blocked kernels). */
-#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cpu_attn_tiles.h"
-#include "cpu_ops.h"
+#include "cpu_dnnl.h"
 #include "cpu_exp.h"
 
 static void blas_qk(const float *qp, int d, const float *ktp, int ldk, int rows, int cols,
-                    float *s, int lds)
+                    float *s, int lds, float *ws)
 {
-    cpu_blas_on_this_thread(); /* called inside the driver's parallel region */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, cols, d, 1.0f, qp, d, ktp,
-                ldk, 0.0f, s, lds);
+    (void)ws;
+    cpu_sgemm_serial(0, 0, rows, cols, d, 1.0f, qp, d, ktp, ldk, 0.0f, s, lds);
 }
 
 static float blas_softmax_row(float *s, int n, int bk, float *m, float *l)
@@ -42,15 +41,15 @@ static float blas_softmax_row(float *s, int n, int bk, float *m, float *l)
 }
 
 static void blas_pv(const float *s, int lds, const float *vp, int ldv, int bk, int rows,
-                    float *acc)
+                    float *acc, float *ws)
 {
-    cpu_blas_on_this_thread();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, ldv, bk, 1.0f, s, lds, vp,
-                ldv, 1.0f, acc, ldv);
+    (void)ws;
+    cpu_sgemm_serial(0, 0, rows, ldv, bk, 1.0f, s, lds, vp, ldv, 1.0f, acc, ldv);
 }
 
 const rv_attn_tile_ops rv_attn_tiles_blas = {
     .name = "blas",
+    .ws_floats = NULL,
     .qk = blas_qk,
     .softmax_row = blas_softmax_row,
     .pv = blas_pv,

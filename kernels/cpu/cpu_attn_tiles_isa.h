@@ -394,8 +394,9 @@ end:
 /* ---- the forward's tile steps ---------------------------------------------------- */
 
 static void isa_qk(const float *qp, int d, const float *ktp, int ldk, int rows, int cols,
-                   float *s, int lds)
+                   float *s, int lds, float *ws)
 {
+    (void)ws;
     RV_ISA_QK_TILE(qp, d, ktp, ldk, rows, cols, s, lds);
 }
 
@@ -440,13 +441,15 @@ static float isa_softmax_row(float *s, int n, int bk, float *m, float *l)
 }
 
 static void isa_pv(const float *s, int lds, const float *vp, int ldv, int bk, int rows,
-                   float *acc)
+                   float *acc, float *ws)
 {
+    (void)ws;
     RV_ISA_PV_TILE(s, lds, vp, ldv, bk, rows, ldv, acc, ldv);
 }
 
 const rv_attn_tile_ops RV_ISA_TABLE = {
     .name = RV_ISA_NAME,
+    .ws_floats = NULL,
     .qk = isa_qk,
     .softmax_row = isa_softmax_row,
     .pv = isa_pv,

@@ -1,14 +1,21 @@
-/* cpu_backend.c: the CPU backend table (C + OpenBLAS + OpenMP), backend
- * creation by name, and the backend-generic helpers (free, is_host). */
+/* cpu_backend.c: the CPU backend table (C + oneDNN + OpenMP), its creation and
+ * precision, what it reports of its GEMM library, and the backend-generic helpers
+ * (free, is_host). */
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../rv_cuda.h"
 #include "cpu_attn_tiles.h"
+#include "cpu_bf16.h"
+#include "cpu_dnnl.h"
 #include "cpu_ops.h"
 
-char *openblas_get_corename(void);
+/* A backend and its private state, one allocation (cpu_destroy frees both). */
+typedef struct cpu_backend_mem {
+    rv_backend be;
+    cpu_ctx ctx;
+} cpu_backend_mem;
 
 static rv_status cpu_alloc(rv_backend *be, size_t bytes, void **ptr)
 {
@@ -48,7 +55,7 @@ static rv_status cpu_synchronize(rv_backend *be)
 
 static void cpu_destroy(rv_backend *be)
 {
-    free(be);
+    free(be); /* the cpu_backend_mem holding it */
 }
 
 static const rv_backend cpu_table = {
@@ -86,24 +93,43 @@ int rv_cpu_default_threads(void)
     return n > 0 ? n : 1;
 }
 
-const char *rv_blas_corename(void)
+const char *rv_gemm_library(void)
 {
-    return openblas_get_corename();
+    return cpu_dnnl_version();
+}
+
+const char *rv_gemm_isa(void)
+{
+    return cpu_dnnl_isa();
+}
+
+rv_status cpu_set_precision(rv_backend *be, rv_precision p)
+{
+    cpu_ctx *ctx = be->ctx;
+    if (p == RV_PRECISION_BF16) {
+        rv_status st = cpu_bf16_check();
+        if (st != RV_OK)
+            return st;
+    }
+    ctx->precision = p == RV_PRECISION_BF16 ? RV_PRECISION_BF16 : RV_PRECISION_F32;
+    return RV_OK;
 }
 
 rv_status rv_backend_cpu_create(int threads, rv_backend **out)
 {
     *out = NULL;
     const rv_attn_tile_ops *ops; /* RINGVIT_CPU_KERNELS may name kernels this CPU lacks */
-    rv_status st = rv_attn_tiles_select(&ops);
+    rv_status st = rv_attn_tiles_select(RV_PRECISION_F32, &ops);
     if (st != RV_OK)
         return st;
-    rv_backend *be = malloc(sizeof *be);
-    if (!be)
+    cpu_backend_mem *mem = malloc(sizeof *mem);
+    if (!mem)
         return rv_fail(RV_ERR_NOMEM, "cpu backend: out of memory");
-    *be = cpu_table;
-    be->threads = threads > 0 ? threads : rv_cpu_default_threads();
-    *out = be;
+    mem->be = cpu_table;
+    mem->ctx = (cpu_ctx){.precision = RV_PRECISION_F32};
+    mem->be.ctx = &mem->ctx;
+    mem->be.threads = threads > 0 ? threads : rv_cpu_default_threads();
+    *out = &mem->be;
     return RV_OK;
 }
 

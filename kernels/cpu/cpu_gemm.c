@@ -1,28 +1,33 @@
-/* cpu_gemm.c: matrix multiply (OpenBLAS cblas_sgemm, row-major) and the bias add
- * that follows every linear layer.
+/* cpu_gemm.c: the CPU backend's matrix multiply on oneDNN (cpu_dnnl.c) and the
+ * bias add that follows every linear layer.
  *
- * Threading: Debian's OpenMP build of OpenBLAS sizes its thread team from
- * omp_get_max_threads() of the calling thread, so the backend's thread count is
- * set around each call and the caller's value restored afterwards. Inside an
- * OpenMP parallel region OpenBLAS runs on the calling thread alone.
+ * f32: a matmul primitive (cached per shape) for products of at least PRIM_MIN_M
+ * rows and PRIM_MIN_FLOPS, oneDNN's sgemm below that, where making and looking up
+ * a primitive costs more than it saves and sgemm's kernels for a few rows are
+ * faster (measured: docs/benchmarks.md). bf16 (the backend's precision, cpu_ops.h):
+ * A and B rounded to bf16 into one scratch buffer, then a bf16 matmul primitive
+ * with f32 accumulation into C, whatever the size, so every product of a bf16
+ * backend rounds the same way.
  *
- * The process may hold another build: NumPy loads Debian's pthreads OpenBLAS,
- * whose soname (libopenblas.so.0) is the OpenMP build's, so in a Python process
- * that imported NumPy first the loader hands libringvit that one. Its thread
- * count is a global of its own, which ignores OpenMP's: set to the backend's
- * before each call too, so a GEMM splits its work the same way whichever build
- * runs it, and the library's results do not depend on what its host process
- * loaded (the same bytes from Python as from the command). The BLAS calls inside
- * the backend's own parallel regions (the attention tiles) run on their calling
- * thread under either build: cpu_blas_on_this_thread. */
-#include <cblas.h>
+ * Threading: oneDNN sizes its team from omp_get_max_threads() of the calling
+ * thread, so the backend's thread count is set around each call and the caller's
+ * restored afterwards. Results depend on the thread count (how a product is split)
+ * and on nothing else: the same bytes run to run, and whatever else the host
+ * process has loaded (NumPy's BLAS is not oneDNN). */
 #include <omp.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
 
+#include "cpu_bf16.h"
+#include "cpu_dnnl.h"
 #include "cpu_ops.h"
 
 /* Below this many elements an OpenMP team costs more than it saves. */
 #define PAR_MIN_ELEMS (32 * 1024)
+/* f32 products with fewer rows, or fewer flops, run on sgemm. */
+#define PRIM_MIN_M 32
+#define PRIM_MIN_FLOPS (2.0 * 64 * 64 * 64)
 
 /* C = beta * C, for k == 0 or alpha == 0. beta == 0 writes zeros without reading C
  * (BLAS convention: C may hold garbage, even NaN, on entry). */
@@ -40,20 +45,27 @@ static void scale_c(int m, int n, float beta, float *c, int ldc)
     }
 }
 
-/* 1 when the OpenBLAS in this process is the pthreads build (see above). */
-static int pthreads_build(void)
+/* The bf16 product: op(A) and op(B) rounded as stored (their transposes kept),
+ * into compact copies. */
+static rv_status gemm_bf16(cpu_gemm_call *g)
 {
-    static _Atomic int kind = -1; /* openblas_get_parallel(): 0 serial, 1 pthreads, 2 OpenMP */
-    if (kind < 0)
-        kind = openblas_get_parallel();
-    return kind == 1;
-}
-
-void cpu_blas_on_this_thread(void)
-{
-    omp_set_num_threads(1);
-    if (pthreads_build())
-        openblas_set_num_threads(1);
+    const int a_rows = g->trans_a ? g->k : g->m, a_cols = g->trans_a ? g->m : g->k;
+    const int b_rows = g->trans_b ? g->n : g->k, b_cols = g->trans_b ? g->k : g->n;
+    const size_t na = (size_t)a_rows * a_cols, nb = (size_t)b_rows * b_cols;
+    const size_t a_bytes = (na * sizeof(uint16_t) + 63) / 64 * 64;
+    uint8_t *buf = aligned_alloc(64, a_bytes + (nb * sizeof(uint16_t) + 63) / 64 * 64);
+    if (!buf)
+        return rv_fail(RV_ERR_NOMEM, "gemm: cannot allocate %zu bf16 operand elements",
+                       na + nb);
+    uint16_t *ab = (uint16_t *)buf, *bb = (uint16_t *)(buf + a_bytes);
+    cpu_bf16_round(g->a, a_rows, a_cols, g->lda, ab, a_cols, g->threads);
+    cpu_bf16_round(g->b, b_rows, b_cols, g->ldb, bb, b_cols, g->threads);
+    g->type = CPU_GEMM_BF16;
+    g->a = ab, g->lda = a_cols;
+    g->b = bb, g->ldb = b_cols;
+    rv_status st = cpu_dnnl_matmul(g);
+    free(buf);
+    return st;
 }
 
 rv_status cpu_gemm(rv_backend *be, int trans_a, int trans_b, int m, int n, int k,
@@ -70,15 +82,20 @@ rv_status cpu_gemm(rv_backend *be, int trans_a, int trans_b, int m, int n, int k
         return RV_OK;
     }
 
+    cpu_gemm_call g = {.type = CPU_GEMM_F32, .trans_a = trans_a != 0, .trans_b = trans_b != 0,
+                       .m = m, .n = n, .k = k, .alpha = alpha, .beta = beta,
+                       .a = a, .lda = lda, .b = b, .ldb = ldb, .c = c, .ldc = ldc,
+                       .threads = be->threads};
     int prev_threads = omp_get_max_threads();
     omp_set_num_threads(be->threads);
-    if (pthreads_build())
-        openblas_set_num_threads(be->threads);
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta,
-                c, ldc);
+    if (cpu_is_bf16(be))
+        st = gemm_bf16(&g);
+    else if (m >= PRIM_MIN_M && 2.0 * m * n * (double)k >= PRIM_MIN_FLOPS)
+        st = cpu_dnnl_matmul(&g);
+    else
+        st = cpu_dnnl_sgemm(&g);
     omp_set_num_threads(prev_threads);
-    return RV_OK;
+    return st;
 }
 
 rv_status cpu_bias_add(rv_backend *be, float *x, const float *bias, int rows, int cols)

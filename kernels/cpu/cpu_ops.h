@@ -6,12 +6,23 @@
 #include "../backend_args.h"
 #include "../rv_backend.h"
 
+/* The CPU backend's private state (be->ctx). */
+typedef struct cpu_ctx {
+    rv_precision precision; /* RV_PRECISION_F32 or RV_PRECISION_BF16 */
+} cpu_ctx;
+
+/* 1 when be computes in bf16. */
+static inline int cpu_is_bf16(const rv_backend *be)
+{
+    return be->ctx && ((const cpu_ctx *)be->ctx)->precision == RV_PRECISION_BF16;
+}
+
+/* Sets a CPU backend's precision (rv_backend_set_precision): bf16 refused as
+ * cpu_bf16_check says, auto is f32. */
+rv_status cpu_set_precision(rv_backend *be, rv_precision p);
 rv_status cpu_gemm(rv_backend *be, int trans_a, int trans_b, int m, int n, int k,
                    float alpha, const float *a, int lda, const float *b, int ldb,
                    float beta, float *c, int ldc);
-/* The next BLAS calls of this thread run on it alone, whichever OpenBLAS build the
- * process holds (cpu_gemm.c): for BLAS inside the backend's parallel regions. */
-void cpu_blas_on_this_thread(void);
 rv_status cpu_bias_add(rv_backend *be, float *x, const float *bias, int rows, int cols);
 rv_status cpu_layernorm_fwd(rv_backend *be, const float *x, const float *w,
                             const float *b, int rows, int cols, float eps, float *y,

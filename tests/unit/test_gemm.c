@@ -91,7 +91,7 @@ static void check_all(int threads)
 Test(gemm, shapes_transposes_threads1) { check_all(1); }
 Test(gemm, shapes_transposes_threads2) { check_all(2); }
 
-/* Large enough that OpenBLAS really splits the work over the team. */
+/* Large enough that the GEMM library really splits the work over the team. */
 Test(gemm, large_threaded)
 {
     rv_backend *be = cpu(2);
