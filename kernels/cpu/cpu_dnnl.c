@@ -10,7 +10,10 @@
  * by side. An entry in use is never replaced (users > 0): when every slot is busy
  * the call makes a primitive of its own and frees it after. Primitives run on a
  * stream made per call (under a microsecond on the CPU) with the caller's
- * pointers wrapped as oneDNN memories; oneDNN's scratchpad is its per-thread one.
+ * pointers wrapped as oneDNN memories, and a scratchpad of the call's own: Debian's
+ * oneDNN shares its library scratchpad between primitives without being built for
+ * concurrent execution, so ranks of one process running products side by side
+ * would overwrite each other's (user scratchpad mode, allocated per call).
  *
  * alpha is the primitive's output scale, beta a sum post-op: dst = alpha * A B +
  * beta * dst, C not read when beta is 0. The primitives and the engine live until
@@ -40,7 +43,7 @@ typedef struct mm_key {
 typedef struct mm_entry {
     mm_key key;
     dnnl_primitive_t prim; /* NULL: an empty slot */
-    dnnl_memory_desc_t md_a, md_b, md_c;
+    dnnl_memory_desc_t md_a, md_b, md_c, md_s; /* md_s: its scratchpad */
     int users;             /* calls running it now */
     uint64_t used;         /* the cache clock at its last lookup */
 } mm_entry;
@@ -132,7 +135,9 @@ static rv_status mm_make(const cpu_gemm_call *g, mm_entry *e)
     if ((s = dnnl_matmul_desc_init(&desc, &e->md_a, &e->md_b, NULL, &e->md_c)) != dnnl_success)
         goto end;
     what = "attributes";
-    if ((s = dnnl_primitive_attr_create(&attr)) != dnnl_success)
+    if ((s = dnnl_primitive_attr_create(&attr)) != dnnl_success ||
+        (s = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user)) !=
+            dnnl_success)
         goto end;
     if (g->alpha != 1.0f &&
         (s = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &g->alpha)) != dnnl_success)
@@ -145,8 +150,11 @@ static rv_status mm_make(const cpu_gemm_call *g, mm_entry *e)
     }
     what = "matmul primitive";
     if ((s = dnnl_primitive_desc_create(&pd, &desc, attr, engine, NULL)) != dnnl_success ||
-        (s = dnnl_primitive_create(&e->prim, pd)) != dnnl_success)
+        (s = dnnl_primitive_create(&e->prim, pd)) != dnnl_success) {
         e->prim = NULL;
+        goto end;
+    }
+    e->md_s = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
 end:
     if (pd)
         dnnl_primitive_desc_destroy(pd);
@@ -160,20 +168,33 @@ end:
 static rv_status mm_run(const cpu_gemm_call *g, const mm_entry *e)
 {
     dnnl_stream_t stream = NULL;
-    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL;
+    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, ms = NULL;
     dnnl_status_t s;
-    const char *what = "stream and memories";
+    const char *what = "scratchpad";
+    const size_t sp_bytes = dnnl_memory_desc_get_size(&e->md_s);
+    void *sp = sp_bytes ? aligned_alloc(64, (sp_bytes + 63) / 64 * 64) : NULL;
+    if (sp_bytes && !sp) {
+        s = dnnl_out_of_memory;
+        goto end;
+    }
+    what = "stream and memories";
     if ((s = dnnl_stream_create(&stream, engine, dnnl_stream_default_flags)) != dnnl_success ||
         (s = dnnl_memory_create(&ma, &e->md_a, engine, (void *)g->a)) != dnnl_success ||
         (s = dnnl_memory_create(&mb, &e->md_b, engine, (void *)g->b)) != dnnl_success ||
-        (s = dnnl_memory_create(&mc, &e->md_c, engine, g->c)) != dnnl_success)
+        (s = dnnl_memory_create(&mc, &e->md_c, engine, g->c)) != dnnl_success ||
+        (sp && (s = dnnl_memory_create(&ms, &e->md_s, engine, sp)) != dnnl_success))
         goto end;
-    const dnnl_exec_arg_t args[3] = {
-        {DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
+    const dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, ma},
+                                     {DNNL_ARG_WEIGHTS, mb},
+                                     {DNNL_ARG_DST, mc},
+                                     {DNNL_ARG_SCRATCHPAD, ms}};
     what = "matmul";
-    if ((s = dnnl_primitive_execute(e->prim, stream, 3, args)) == dnnl_success)
+    if ((s = dnnl_primitive_execute(e->prim, stream, ms ? 4 : 3, args)) == dnnl_success)
         s = dnnl_stream_wait(stream);
 end:
+    if (ms)
+        dnnl_memory_destroy(ms);
+    free(sp);
     if (ma)
         dnnl_memory_destroy(ma);
     if (mb)
