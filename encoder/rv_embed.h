@@ -103,6 +103,9 @@ typedef struct rv_embed_opts {
     int want_video, want_audio; /* 1: refused when the model has no weights for it */
     /* the encoder */
     const char *device;     /* "cpu" (default) or "cuda" */
+    rv_precision precision; /* auto (default: f32 on cpu, bf16 on cuda), f32 or bf16
+                               (cpu: where it has AVX-512 BF16 or AMX; refused
+                               before any work elsewhere) */
     int gpu;                /* cuda: this rank's GPU (modulo the visible ones); -1
                                (default): the group's world rank */
     int threads;            /* compute threads of this rank; 0 (default): the

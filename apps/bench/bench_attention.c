@@ -56,6 +56,8 @@ static const char help_text[] =
     "  --rate R        tokens per second of the synthetic sequence of --window and\n"
     "                  --block (default 150)\n"
     "  --device D      cpu (default) or cuda\n"
+    "  --precision P   auto (default: the device's own), f32 or bf16 (cpu: AVX-512 BF16\n"
+    "                  tiles; the sgemm reference stays f32)\n"
     "  --threads T     threads of the CPU backend (default: every core)\n"
     "  --backward      also time the backward pass\n"
     "  --repeat N      timed repetitions per row, the fastest is reported (default 3)\n"
@@ -76,6 +78,7 @@ typedef struct bench_opts {
     int heads, dim, causal, threads, backward, repeat, json;
     double window, block, rate; /* window, block: seconds, 0 when not given */
     const char *device;
+    rv_precision precision; /* --precision (auto: the device's own) */
 } bench_opts;
 
 static int span_on(const bench_opts *o)
@@ -119,10 +122,11 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         {.name = "--seq", .kind = RV_CLI_CUSTOM, .dst = o, .take = take_seqs},
         {.name = "--threads", .kind = RV_CLI_INT, .dst = &o->threads, .lo = 1, .hi = 4096},
         {.name = "--repeat", .kind = RV_CLI_INT, .dst = &o->repeat, .lo = 1, .hi = 1000},
+        {.name = "--precision", .kind = RV_CLI_PRECISION, .dst = &o->precision},
         RV_BENCH_ATTN_FLAGS(o),
     };
     int rc = cli_flags_parse(CMD, argc, argv, flags, RV_CLI_NFLAGS(flags), NULL);
-    if (rc)
+    if (rc || (rc = cli_check_precision(CMD, o->device, o->precision)) != 0)
         return rc;
     if (o->window > 0 && o->block > 0)
         return cli_usage_error(CMD, "--window and --block exclude each other");
@@ -444,11 +448,17 @@ static int bench_main(int argc, char **argv)
 
     rv_backend *be = NULL;
     rv_status st = bench_backend_create(o.device, o.threads, &be);
+    if (st == RV_OK && (st = rv_backend_set_precision(be, o.precision)) != RV_OK)
+        rv_backend_free(&be);
     if (st != RV_OK)
         return cli_fail(st, CMD);
     const int on_cpu = rv_backend_is_host(be), gemm_n = bench_gemm_size(be);
-    /* bf16 inputs on the GPU: about 3 significant digits. */
-    const double tol = on_cpu ? 1e-4 : 2e-2;
+    /* bf16 inputs (the GPU, or --precision bf16 on the CPU): about 3 significant
+     * digits. */
+    const int bf16 = rv_backend_precision(be) == RV_PRECISION_BF16;
+    const double tol = bf16 ? 2e-2 : 1e-4;
+    const char *kernels = bf16 && on_cpu ? rv_cpu_kernels_at(RV_PRECISION_BF16)
+                                         : bench_cpu_kernels();
     double sgemm = 0;
     bench_row rows[2 * MAX_SEQS];
     int nrows = 0, ok = 1;
@@ -472,7 +482,7 @@ static int bench_main(int argc, char **argv)
         snprintf(mask_text, sizeof mask_text, "%s", o.causal ? "causal" : "no mask");
     bench_note(&rep, "ringvit bench attention: backend %s%s%s, %d threads, heads %d, dim %d, "
                   "%s, %s%s%s %d^3", be->name, on_cpu ? " kernels " : "",
-                  on_cpu ? bench_cpu_kernels() : "", be->threads, o.heads, o.dim, mask_text,
+                  on_cpu ? kernels : "", be->threads, o.heads, o.dim, mask_text,
                   on_cpu ? rv_gemm_library() : "cuBLAS bf16 GEMM", on_cpu ? " sgemm isa " : "",
                   on_cpu ? rv_gemm_isa() : "", gemm_n);
     bench_note(&rep, "%s", "");
@@ -494,7 +504,8 @@ static int bench_main(int argc, char **argv)
     bench_set(&rep, "backend", json_string(be->name));
     bench_set(&rep, "gemm", json_string(rv_gemm_library()));
     bench_set(&rep, "gemm_isa", json_string(rv_gemm_isa()));
-    bench_set(&rep, "cpu_kernels", json_string(bench_cpu_kernels()));
+    bench_set(&rep, "cpu_kernels", json_string(kernels));
+    bench_set(&rep, "precision", json_string(bf16 ? "bf16" : "f32"));
     bench_set(&rep, "threads", json_integer(be->threads));
     bench_set(&rep, "heads", json_integer(o.heads));
     bench_set(&rep, "dim", json_integer(o.dim));

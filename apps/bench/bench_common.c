@@ -155,6 +155,15 @@ int bench_take_strategy(const char *cmd, const char *name, const char *value, vo
 
 rv_status bench_gemm_rate(rv_backend *be, int n, int repeat, double *gflops)
 {
+    /* The reference is the f32 rate: a bf16 CPU backend measures on an f32 one. */
+    if (rv_backend_is_host(be) && rv_backend_precision(be) == RV_PRECISION_BF16) {
+        rv_backend *f32 = NULL;
+        rv_status fst = rv_backend_cpu_create(be->threads, &f32);
+        if (fst == RV_OK)
+            fst = bench_gemm_rate(f32, n, repeat, gflops);
+        rv_backend_free(&f32);
+        return fst;
+    }
     size_t nn = (size_t)n * n;
     float *h = malloc(sizeof(float) * nn), *a = NULL, *b = NULL, *c = NULL;
     rv_status st = RV_OK;
@@ -385,8 +394,10 @@ int bench_model_parse(const char *cmd, int argc, char **argv, int64_t seq,
         {.name = "--attention", .kind = RV_CLI_CUSTOM, .dst = &o->span, .take = take_span},
         {.name = "--causal", .kind = RV_CLI_SWITCH, .dst = &o->causal},
         {.name = "--json", .kind = RV_CLI_SWITCH, .dst = &o->json},
+        {.name = "--precision", .kind = RV_CLI_PRECISION, .dst = &o->precision},
     };
-    return cli_flags_parse(cmd, argc, argv, flags, RV_CLI_NFLAGS(flags), NULL);
+    int rc = cli_flags_parse(cmd, argc, argv, flags, RV_CLI_NFLAGS(flags), NULL);
+    return rc ? rc : cli_check_precision(cmd, "cpu", o->precision);
 }
 
 void bench_model_report_init(bench_report *r, const char *bench,
@@ -408,13 +419,19 @@ void bench_model_report_init(bench_report *r, const char *bench,
     bench_set(r, "threads_per_rank", json_integer(tpr));
     bench_set(r, "gemm", json_string(rv_gemm_library()));
     bench_set(r, "gemm_isa", json_string(rv_gemm_isa()));
-    bench_set(r, "cpu_kernels", json_string(bench_cpu_kernels()));
+    bench_set(r, "cpu_kernels", json_string(o->precision == RV_PRECISION_BF16
+                                                ? rv_cpu_kernels_at(RV_PRECISION_BF16)
+                                                : bench_cpu_kernels()));
+    bench_set(r, "precision", json_string(o->precision == RV_PRECISION_BF16 ? "bf16" : "f32"));
     bench_note(r, "ringvit bench %s: model %s (%s, D %d, L %d, H %d), S=%lld%s, attention %s, "
-                  "cp %d x %d thread(s), %s, GEMM %s (%s), CPU kernels %s", bench, spec,
+                  "cp %d x %d thread(s), %s, %s, GEMM %s (%s), CPU kernels %s", bench, spec,
                   rv_vit_family_name(cfg->family), cfg->dim, cfg->layers, cfg->heads,
                   (long long)o->seq, o->causal ? " causal" : "", span_text, o->cp, tpr,
-                  rv_cp_strategy_name(o->strategy), rv_gemm_library(), rv_gemm_isa(),
-                  bench_cpu_kernels());
+                  rv_cp_strategy_name(o->strategy),
+                  o->precision == RV_PRECISION_BF16 ? "bf16" : "f32", rv_gemm_library(),
+                  rv_gemm_isa(),
+                  o->precision == RV_PRECISION_BF16 ? rv_cpu_kernels_at(RV_PRECISION_BF16)
+                                                    : bench_cpu_kernels());
     bench_note(r, "%s", "");
 }
 

@@ -170,6 +170,7 @@ typedef struct bench_model_opts {
     int cp, causal, threads, repeat, json;
     rv_cp_strategy strategy;  /* --strategy (default ring) */
     rv_span span;             /* --attention (default full) */
+    rv_precision precision;   /* --precision (default auto: f32 on the CPU) */
 } bench_model_opts;
 
 /* The shard plan of the encoder benches: zigzag for causal full attention,

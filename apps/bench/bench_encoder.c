@@ -46,6 +46,7 @@ static const char help_text[] =
     "  --causal       causal attention\n"
     "  --attention A  full (default), frame, block=SECONDS or window=SECONDS\n"
     "  --threads T    compute threads in all (default: every core)\n"
+    "  --precision P  auto (default: f32), f32 or bf16 (AVX-512 BF16 or AMX CPUs)\n"
     "  --repeat R     timed forwards, the fastest is reported (default 1)\n"
     "  --json         one JSON object on stdout\n"
     "\n"
@@ -81,7 +82,8 @@ static rv_status rank_main(rv_comm *comm, void *arg)
     if (st != RV_OK)
         return st;
     int tpr = o->threads / o->cp > 0 ? o->threads / o->cp : 1;
-    if ((st = rv_backend_cpu_create(tpr, &be)) != RV_OK)
+    if ((st = rv_backend_cpu_create(tpr, &be)) != RV_OK ||
+        (st = rv_backend_set_precision(be, o->precision)) != RV_OK)
         goto end;
     if ((st = be->alloc(be, sizeof(float) * (size_t)(s.t.len > 0 ? s.t.len : 1) * D,
                         (void **)&y)) != RV_OK)

@@ -55,6 +55,7 @@ static const char help_text[] =
     "  --causal       causal attention\n"
     "  --attention A  full (default), frame, block=SECONDS or window=SECONDS\n"
     "  --threads T    compute threads in all (default: every core)\n"
+    "  --precision P  auto (default: f32), f32 or bf16 (AVX-512 BF16 or AMX CPUs)\n"
     "  --repeat R     timed steps, the fastest is reported (default 1)\n"
     "  --json         one JSON object on stdout\n"
     "\n"
@@ -97,6 +98,7 @@ static rv_status rank_main(rv_comm *comm, void *arg)
     const size_t nd = (size_t)(s.t.len > 0 ? s.t.len : 1) * D;
     int tpr = o->threads / o->cp > 0 ? o->threads / o->cp : 1;
     if ((st = rv_backend_cpu_create(tpr, &be)) != RV_OK ||
+        (st = rv_backend_set_precision(be, o->precision)) != RV_OK ||
         (st = be->alloc(be, sizeof(float) * nd, (void **)&y)) != RV_OK ||
         (st = be->alloc(be, sizeof(float) * nd, (void **)&dy)) != RV_OK ||
         (st = rv_vit_new(&sh->m->cfg, &g)) != RV_OK)

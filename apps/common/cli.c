@@ -67,6 +67,12 @@ int cli_fail(rv_status s, const char *what)
     return RV_EXIT_FAIL;
 }
 
+int cli_check_precision(const char *cmd, const char *device, int p)
+{
+    rv_status st = rv_precision_check(device, (rv_precision)p);
+    return st == RV_OK ? 0 : cli_fail(st, cmd);
+}
+
 int cli_is_help(const char *arg)
 {
     return arg && (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0);

@@ -47,6 +47,10 @@ int cli_unknown_arg(const char *cmd, const char *arg);
  * status name when no message was set), and returns RV_EXIT_FAIL. */
 int cli_fail(rv_status s, const char *what);
 
+/* Whether device computes at precision p here (rv_precision_check), before any
+ * work: 0, or "ringvit: <cmd>: precision bf16: <why>" and RV_EXIT_FAIL. */
+int cli_check_precision(const char *cmd, const char *device, int p);
+
 /* 1 when arg is "-h" or "--help". */
 int cli_is_help(const char *arg);
 

@@ -109,6 +109,10 @@ static int take(const char *cmd, int argc, char **argv, int *i, const cli_flag *
         return 0;
     case RV_CLI_DEVICE:
         return take_device(cmd, v, f->dst);
+    case RV_CLI_PRECISION:
+        if (rv_precision_parse(v, f->dst) != RV_OK)
+            return cli_usage_error(cmd, "%s wants auto, f32 or bf16, got '%s'", f->name, v);
+        return 0;
     case RV_CLI_TEXT:
         *(const char **)f->dst = v;
         return 0;

@@ -18,6 +18,8 @@ typedef enum cli_flag_kind {
     RV_CLI_FPS,    /* a frame rate (rv_ingest_parse_fps: 30, 29.97, 30000/1001) into the
                       rv_ingest_opts at dst */
     RV_CLI_DEVICE, /* *(const char **)dst = cpu or cuda (cuda only in a CUDA build) */
+    RV_CLI_PRECISION, /* *(rv_precision *)dst = auto, f32 or bf16 (whether the device
+                         computes it here is the command's check: cli_check_precision) */
     RV_CLI_CUSTOM, /* take(cmd, name, value, dst) */
 } cli_flag_kind;
 

@@ -83,6 +83,9 @@ static const char help_text[] =
     "  --backend B         local (default: threads), mpi or nccl (under mpiexec, one\n"
     "                      rank per process; nccl with --device cuda)\n"
     "  --device D          cpu (default) or cuda\n"
+    "  --precision P       auto (default: f32 on cpu, bf16 on cuda), f32 or bf16: the\n"
+    "                      GEMMs' and attention's operands (f32 accumulation); bf16 on\n"
+    "                      the cpu where it has AVX-512 BF16 or AMX (docs/embed.md)\n"
     "  --gpu N             the GPU of every rank of this process (--device cuda;\n"
     "                      default: the launcher's local rank % GPUs)\n"
     "  --strategy S        ring (default), allgather or ulysses (heads % C == 0)\n"
@@ -235,6 +238,7 @@ static int parse_args(int argc, char **argv, embed_args *a)
          .hi = RV_EMBED_MAX_PREFETCH},
         {.name = "--backend", .kind = RV_CLI_CUSTOM, .dst = &a->backend, .take = cli_take_backend},
         {.name = "--device", .kind = RV_CLI_DEVICE, .dst = &o->device},
+        {.name = "--precision", .kind = RV_CLI_PRECISION, .dst = &o->precision},
         {.name = "--gpu", .kind = RV_CLI_INT, .dst = &a->gpu, .lo = 0, .hi = 1023},
         {.name = "--strategy", .kind = RV_CLI_CUSTOM, .dst = &o->strategy,
          .take = cli_take_strategy},
@@ -378,6 +382,8 @@ static int embed_main(int argc, char **argv)
         rc = cli_fail(dst, CMD);
         goto end;
     }
+    if ((rc = cli_check_precision(CMD, a.o.device, a.o.precision)) != 0)
+        goto end;
     for (int i = 0; i < a.ninputs; i++)
         if ((rc = embed_inputs_add(a.inputs[i], &in, &n, &cap)) != 0)
             goto end;

@@ -97,6 +97,8 @@ static const char help_text[] =
     "                      cuda, full attention only)\n"
     "  --device D          cpu (default) or cuda: the blocks' forward and backward\n"
     "                      run on the GPU\n"
+    "  --precision P       auto (default: f32 on cpu, bf16 on cuda), f32 or bf16 (cpu:\n"
+    "                      AVX-512 BF16 or AMX; the GEMMs' and attention's operands)\n"
     "  --gpu N             the GPU of every rank of this process (--device cuda;\n"
     "                      default: the launcher's local rank % GPUs)\n"
     "  --strategy S        ring (default), allgather or ulysses (heads % N == 0)\n"
@@ -128,6 +130,7 @@ static const char help_text[] =
 
 typedef struct ft_args {
     const char *task, *manifest, *val, *model, *out, *log, *ckpt, *resume, *backend, *device;
+    rv_precision precision; /* --precision (auto: the device's own) */
     int cp, dp, dp_set, accum, threads, causal, no_cache, quiet, json, check_sync;
     int gpu; /* --gpu, or -1 */
     rv_span span;
@@ -169,6 +172,7 @@ static int parse_args(int argc, char **argv, ft_args *a)
         {.name = "--resume", .kind = RV_CLI_TEXT, .dst = &a->resume},
         {.name = "--backend", .kind = RV_CLI_CUSTOM, .dst = &a->backend, .take = cli_take_backend},
         {.name = "--device", .kind = RV_CLI_DEVICE, .dst = &a->device},
+        {.name = "--precision", .kind = RV_CLI_PRECISION, .dst = &a->precision},
         {.name = "--gpu", .kind = RV_CLI_INT, .dst = &a->gpu, .lo = 0, .hi = 1023},
         {.name = "--strategy", .kind = RV_CLI_CUSTOM, .dst = &a->strategy,
          .take = cli_take_strategy},
@@ -457,8 +461,12 @@ static int finetune_main(int argc, char **argv)
     set.dp = a.dp;
     set.gpu = a.gpu;
     set.cuda = strcmp(a.device, "cuda") == 0;
+    set.precision = a.precision;
     if ((st = cli_device_check(set.cuda)) != RV_OK) { /* before any work */
         rc = cli_fail(st, CMD);
+        goto end;
+    }
+    if ((rc = cli_check_precision(CMD, a.device, a.precision)) != 0) {
         goto end;
     }
     if (set.mpi) {

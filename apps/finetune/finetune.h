@@ -124,6 +124,7 @@ typedef struct ft_settings {
                                 messages over NCCL */
     int threads;             /* compute threads per rank */
     int cuda;                /* --device cuda: the blocks on a GPU */
+    rv_precision precision;  /* --precision: the blocks' backend's */
     int gpu;                 /* with cuda: this process's GPU under MPI; local: --gpu,
                                 or -1 (rank % GPUs) */
     rv_cp_strategy strategy;

@@ -118,6 +118,7 @@ static rv_status rank_setup(ft_rank *k)
     /* Local ranks: --gpu, else rank % GPUs; a process under MPI: its own GPU. */
     const int gpu = set->gpu >= 0 ? set->gpu : k->rank;
     if ((st = cli_backend_create(set->cuda, set->threads, gpu, &k->be)) != RV_OK ||
+        (st = rv_backend_set_precision(k->be, set->precision)) != RV_OK ||
         (st = rv_vit_new(cfg, &k->m)) != RV_OK || (st = rv_vit_new(cfg, &k->g)) != RV_OK ||
         (st = rv_train_head_new(cfg, set->task, set->classes.n, &k->h)) != RV_OK ||
         (st = rv_train_head_new(cfg, set->task, set->classes.n, &k->dh)) != RV_OK)

@@ -24,6 +24,8 @@ static rv_status resolve(const rv_vit_config *cfg, const rv_embed_opts *o, int s
         return rv_fail(RV_ERR_INVALID, "device '%s': known devices are cpu and cuda",
                        o->device ? o->device : "");
     r->device = strcmp(o->device, "cuda") == 0 ? "cuda" : "cpu";
+    if (rv_precision_check(r->device, o->precision) != RV_OK)
+        return RV_ERR_UNSUPPORTED; /* its message says why */
     if (rv_cp_strategy_check(o->strategy, cfg->heads, size) != RV_OK)
         return rv_fail(RV_ERR_INVALID, "the model's heads and the ranks: %s", rv_last_error());
     if (!embed_dtype_name(o->dtype))
@@ -74,6 +76,8 @@ static rv_status make_backends(rv_embed_job *j)
 {
     const int gpu = j->o.gpu >= 0 ? j->o.gpu : j->comm->world_rank;
     rv_status st = rv_backend_create(j->o.device, j->o.threads, gpu, &j->be);
+    if (st == RV_OK)
+        st = rv_backend_set_precision(j->be, j->o.precision);
     if (st == RV_OK && !rv_backend_is_host(j->be)) {
         if ((st = rv_vit_to_backend(j->m.model, j->be, &j->dev_weights)) == RV_OK)
             st = rv_backend_cpu_create(j->o.threads, &j->host);

@@ -26,13 +26,13 @@ struct rv_flat_encoder {
 };
 
 static const char *const open_keys[] = {"cp", "device", "strategy", "attention", "causal",
-                                        "threads", "seed", NULL};
+                                        "threads", "seed", "precision", NULL};
 
 rv_status rv_flat_encoder_open(const char *model, const char *opts_json, rv_flat_encoder **out)
 {
     json_t *o = NULL;
     rv_flat_encoder *e = NULL;
-    const char *device = "cpu", *strategy = "ring", *attention = "full";
+    const char *device = "cpu", *strategy = "ring", *attention = "full", *precision = "auto";
     int64_t cp = 1, threads = 0, seed = 0;
     rv_status st;
     *out = NULL;
@@ -48,7 +48,8 @@ rv_status rv_flat_encoder_open(const char *model, const char *opts_json, rv_flat
         (st = flat_opt_str(o, "attention", &attention)) != RV_OK ||
         (st = flat_opt_bool(o, "causal", &e->base.causal)) != RV_OK ||
         (st = flat_opt_int(o, "threads", 0, 4096, &threads)) != RV_OK ||
-        (st = flat_opt_int(o, "seed", 0, INT64_MAX, &seed)) != RV_OK)
+        (st = flat_opt_int(o, "seed", 0, INT64_MAX, &seed)) != RV_OK ||
+        (st = flat_opt_str(o, "precision", &precision)) != RV_OK)
         goto end;
     if (strcmp(device, "cpu") != 0 && strcmp(device, "cuda") != 0) {
         st = rv_fail(RV_ERR_INVALID, "option \"device\" wants \"cpu\" or \"cuda\", got \"%s\"",
@@ -59,6 +60,12 @@ rv_status rv_flat_encoder_open(const char *model, const char *opts_json, rv_flat
     e->base.device = e->device;
     /* The command's check, with its message, before anything is loaded. */
     if ((st = rv_backend_check(e->device)) != RV_OK)
+        goto end;
+    if (rv_precision_parse(precision, &e->base.precision) != RV_OK) {
+        st = rv_fail(RV_ERR_INVALID, "option \"precision\": %s", rv_last_error());
+        goto end;
+    }
+    if ((st = rv_precision_check(e->device, e->base.precision)) != RV_OK)
         goto end;
     if (rv_cp_strategy_parse(strategy, &e->base.strategy) != RV_OK) {
         st = rv_fail(RV_ERR_INVALID, "option \"strategy\": %s", rv_last_error());

@@ -65,7 +65,7 @@ t_version() {
     run_exe --version
     want_rc 0 && want_out '^ringvit [0-9]+\.[0-9]+\.[0-9]+$' &&
         want_out '^cuda: (no|backend built \(sm_[0-9,]+\), [0-9]+ devices?.*)$' && want_out '^mpi: (yes|no)$' && want_out '^media: (yes|no)' &&
-        want_out '^blas: ' && want_out '^threads: [1-9]' &&
+        want_out '^gemm: oneDNN [0-9]+\.[0-9]+\.[0-9]+, isa [a-z0-9_]+$' && want_out '^threads: [1-9]' &&
         want_out '^cpu kernels: (avx512|avx2|blas) \(best on this CPU: (avx512|avx2|blas)\)$'
 }
 # RINGVIT_CPU_KERNELS: the forced set is the one --version and a bench header name;
@@ -75,6 +75,29 @@ t_kernels_forced() {
     want_rc 0 && want_out '^cpu kernels: blas \(best' || return 1
     RINGVIT_CPU_KERNELS=blas run_exe bench attention --seq 64 --heads 2 --dim 32
     want_rc 0 && want_out '^# ringvit bench attention: backend cpu kernels blas,'
+}
+# RINGVIT_CPU_KERNELS=avx2: the backend as on an AVX2-only CPU, oneDNN capped at
+# AVX2 too (the bench's sgemm reference is the AVX2 rate) and bf16 refused.
+t_kernels_avx2() {
+    if ! grep -qw avx2 /proc/cpuinfo; then echo "  (kernels-avx2 skipped: this CPU lacks AVX2)"; return 0; fi
+    RINGVIT_CPU_KERNELS=avx2 run_exe --version
+    want_rc 0 && want_out '^gemm: oneDNN [0-9.]+, isa avx2$' && want_out '^cpu bf16: no \(' || return 1
+    RINGVIT_CPU_KERNELS=avx2 run_exe bench attention --seq 64 --heads 2 --dim 32 --precision bf16
+    want_rc 1 && want_err 'precision bf16: RINGVIT_CPU_KERNELS=avx2' || return 1
+    RINGVIT_CPU_KERNELS=avx2 run_exe bench attention --seq 64 --heads 2 --dim 32 --json
+    want_rc 0 && want_out '"gemm_isa": "avx2"'
+}
+# --precision: a bad name is a usage error; RINGVIT_CPU_BF16=0 refuses bf16 on any
+# CPU, before any work, with a message naming the variable.
+t_precision_refused() {
+    run_exe bench attention --seq 64 --heads 2 --dim 32 --precision fp8
+    want_rc 2 && want_err '--precision wants auto, f32 or bf16' || return 1
+    RINGVIT_CPU_BF16=0 run_exe bench attention --seq 64 --heads 2 --dim 32 --precision bf16
+    want_rc 1 && want_err 'precision bf16: turned off on the CPU by RINGVIT_CPU_BF16=0' || return 1
+    RINGVIT_CPU_BF16=0 run_exe bench encoder --seq 64 --precision bf16
+    want_rc 1 && want_err 'RINGVIT_CPU_BF16=0' || return 1
+    RINGVIT_CPU_BF16=0 run_exe --version
+    want_rc 0 && want_out '^cpu bf16: no \(precision bf16: turned off'
 }
 t_kernels_unknown() {
     RINGVIT_CPU_KERNELS=avx1024 run_exe bench attention --seq 64 --heads 2 --dim 32
@@ -321,6 +344,8 @@ check comm-json t_comm_json
 check comm-table t_comm_table
 check ring-json t_ring_json
 check ring-ulysses-heads t_ring_ulysses_heads
+check kernels-avx2 t_kernels_avx2
+check precision-refused t_precision_refused
 check probe-missing t_probe_missing
 check probe-no-file t_probe_no_file
 check frames-no-output t_frames_no_output

@@ -163,7 +163,7 @@ def attention(v):
 
 
 def encoder(cp_=1, device="cpu", strategy="ring", attention_="full", causal=False,
-            threads=None, seed=None):
+            threads=None, seed=None, precision="auto"):
     if device not in DEVICES:
         raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
     if strategy not in STRATEGIES:
@@ -174,10 +174,15 @@ def encoder(cp_=1, device="cpu", strategy="ring", attention_="full", causal=Fals
         o["threads"] = _int("threads", threads, 1, 1024)
     if seed is not None:
         o["seed"] = _int("seed", seed, 0, (1 << 63) - 1)
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if precision != "auto":
+        o["precision"] = precision
     return o
 
 
 DTYPES = ("f32", "f16", "bf16")
+PRECISIONS = ("auto", "f32", "bf16")
 
 
 def embed(segment=None, hop=None, tokens=False, dtype="f32", normalize=False):

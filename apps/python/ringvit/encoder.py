@@ -19,7 +19,7 @@ def _close_handle(h):
 
 class Encoder:
     """Encoder(model="tiny", cp=1, device="cpu", strategy="ring", attention="full",
-    *, causal=False, threads=None, seed=None)
+    *, causal=False, threads=None, seed=None, precision="auto")
 
     model: a model folder (Hugging Face layout), a weights file or a preset name
     ("tiny", "small", "base": random weights, seeded by seed). cp: ranks sharing
@@ -27,16 +27,19 @@ class Encoder:
     `ringvit embed --device cuda`; refused with ringvit.Error and the command's
     message where it cannot run: a build without CUDA, no GPU); strategy: "ring",
     "allgather" or "ulysses"; attention: "full", "window=S", "block=S" or "frame";
-    threads: compute threads in all, shared by the cp ranks (default every core).
+    threads: compute threads in all, shared by the cp ranks (default every core);
+    precision: "auto" (f32 on the CPU, bf16 on a GPU), "f32" or "bf16", as
+    `ringvit embed --precision` (bf16 on the CPU where it has AVX-512 BF16 or AMX,
+    refused with ringvit.Error elsewhere).
     Use as a context manager or call close()."""
 
     def __init__(self, model="tiny", cp=1, device="cpu", strategy="ring", attention="full", *,
-                 causal=False, threads=None, seed=None):
+                 causal=False, threads=None, seed=None, precision="auto"):
         self._h = None
         self._lock = threading.Lock()
         m = os.fsencode(_options.model(model))
         opts = _options.dumps(_options.encoder(cp, device, strategy, attention, causal,
-                                               threads, seed))
+                                               threads, seed, precision))
         self.model = model
         self.cp = cp
         lib = _lib.load()
