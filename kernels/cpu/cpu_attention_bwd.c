@@ -198,7 +198,8 @@ rv_status cpu_attn_bwd(rv_backend *be, const rv_attn_bwd_args *a)
             goto end;
     }
     const rv_attn_tile_ops *ops;
-    if ((ret = rv_attn_tiles_select(rv_backend_precision(be), &ops)) != RV_OK)
+    const rv_precision prec = cpu_is_bf16(be) ? RV_PRECISION_BF16 : RV_PRECISION_F32;
+    if ((ret = rv_attn_tiles_select(prec, &ops)) != RV_OK)
         goto end;
     if (ops->bwd) { /* the register-blocked kernels' backward (cpu_attn_tiles_isa.h) */
         ret = ops->bwd(be, a, a->mask.kind == RV_MASK_SPAN ? &pl.qt : NULL, &pl.kt);

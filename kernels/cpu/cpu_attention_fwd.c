@@ -317,7 +317,8 @@ rv_status cpu_attn_fwd(rv_backend *be, const rv_attn_fwd_args *a)
         return st;
 
     const rv_attn_tile_ops *ops;
-    if ((st = rv_attn_tiles_select(rv_backend_precision(be), &ops)) != RV_OK)
+    const rv_precision prec = cpu_is_bf16(be) ? RV_PRECISION_BF16 : RV_PRECISION_F32;
+    if ((st = rv_attn_tiles_select(prec, &ops)) != RV_OK)
         return st;
     const float scale2 = rv_attn_scale(a->scale, a->dim) * RV_LOG2E;
     const int qtiles = (a->sq + RV_FWD_BQ - 1) / RV_FWD_BQ;
