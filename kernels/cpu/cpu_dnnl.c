@@ -274,15 +274,6 @@ rv_status cpu_dnnl_matmul(const cpu_gemm_call *g)
     return st;
 }
 
-rv_status cpu_dnnl_sgemm(const cpu_gemm_call *g)
-{
-    isa_setup();
-    dnnl_status_t s = dnnl_sgemm(g->trans_a ? 'T' : 'N', g->trans_b ? 'T' : 'N', g->m, g->n,
-                                 g->k, g->alpha, g->a, g->lda, g->b, g->ldb, g->beta, g->c,
-                                 g->ldc);
-    return s == dnnl_success ? RV_OK : dnnl_fail(s, "sgemm", g);
-}
-
 void cpu_sgemm_serial(int trans_a, int trans_b, int m, int n, int k, float alpha,
                       const float *a, int lda, const float *b, int ldb, float beta, float *c,
                       int ldc)

@@ -1,7 +1,7 @@
 /* cpu_dnnl.h: the CPU backend's matrix products on oneDNN (cpu_dnnl.c): matmul
  * primitives made once per call shape and kept in a small cache, oneDNN's sgemm
- * where a primitive does not pay, and what oneDNN says of itself (version, the
- * instruction set it dispatches to). Internal to kernels/cpu.
+ * on the calling thread for the attention's BLAS paths, and what oneDNN says of
+ * itself (version, the instruction set it dispatches to). Internal to kernels/cpu.
  *
  * Threads: Debian's libdnnl runs on OpenMP and sizes every product's team from
  * omp_get_max_threads() of the calling thread, when the primitive is made and
@@ -38,8 +38,6 @@ typedef struct cpu_gemm_call {
 
 /* The call on a matmul primitive, from the cache or made (and kept) now. */
 rv_status cpu_dnnl_matmul(const cpu_gemm_call *g);
-/* The call on dnnl_sgemm (f32 only). */
-rv_status cpu_dnnl_sgemm(const cpu_gemm_call *g);
 /* An f32 product on the calling thread alone, for the attention's BLAS paths inside
  * the backend's parallel regions (valid arguments; no status). */
 void cpu_sgemm_serial(int trans_a, int trans_b, int m, int n, int k, float alpha,

@@ -1,10 +1,13 @@
 /* cpu_gemm.c: the CPU backend's matrix multiply on oneDNN (cpu_dnnl.c) and the
  * bias add that follows every linear layer.
  *
- * f32: a matmul primitive (cached per shape) for products of at least PRIM_MIN_M
- * rows and PRIM_MIN_FLOPS, oneDNN's sgemm below that, where making and looking up
- * a primitive costs more than it saves and sgemm's kernels for a few rows are
- * faster (measured: docs/benchmarks.md). bf16 (the backend's precision, cpu_ops.h):
+ * f32: a matmul primitive (cached per shape) for every product, small ones too:
+ * with oneDNN's sgemm below a size, a product split over more ranks (fewer rows
+ * each) crossed over to other kernels and rounded differently, enough that data-
+ * and context-parallel finetuning left the one-rank result's tolerance (cli_finetune
+ * dp2-cp2-equals-one-rank); on one kernel family the splits round alike. oneDNN's
+ * sgemm serves the attention's BLAS paths inside parallel regions
+ * (cpu_sgemm_serial). bf16 (the backend's precision, cpu_ops.h):
  * A and B rounded to bf16 into one scratch buffer, then a bf16 matmul primitive
  * with f32 accumulation into C, whatever the size, so every product of a bf16
  * backend rounds the same way.
@@ -25,9 +28,6 @@
 
 /* Below this many elements an OpenMP team costs more than it saves. */
 #define PAR_MIN_ELEMS (32 * 1024)
-/* f32 products with fewer rows, or fewer flops, run on sgemm. */
-#define PRIM_MIN_M 32
-#define PRIM_MIN_FLOPS (2.0 * 64 * 64 * 64)
 
 /* C = beta * C, for k == 0 or alpha == 0. beta == 0 writes zeros without reading C
  * (BLAS convention: C may hold garbage, even NaN, on entry). */
@@ -90,10 +90,8 @@ rv_status cpu_gemm(rv_backend *be, int trans_a, int trans_b, int m, int n, int k
     omp_set_num_threads(be->threads);
     if (cpu_is_bf16(be))
         st = gemm_bf16(&g);
-    else if (m >= PRIM_MIN_M && 2.0 * m * n * (double)k >= PRIM_MIN_FLOPS)
-        st = cpu_dnnl_matmul(&g);
     else
-        st = cpu_dnnl_sgemm(&g);
+        st = cpu_dnnl_matmul(&g);
     omp_set_num_threads(prev_threads);
     return st;
 }

@@ -1,6 +1,6 @@
 /* test_gemm_dnnl.c: the CPU backend's GEMM entry on oneDNN against a double
- * reference (tests/ref): sizes on both sides of the primitive/sgemm threshold
- * (kernels/cpu/cpu_gemm.c: 32 rows, 2 * 64^3 flops) with transposed and strided
+ * reference (tests/ref): small and large sizes (around 32 rows and 2 * 64^3 flops,
+ * where oneDNN's own kernel choice changes) with transposed and strided
  * operands, M = 1, N = 1, beta 0 over NaN and beta != 0; two runs compare
  * exactly; at bf16 against the double product of the bf16-rounded operands and
  * against the f32 product within the bf16 rounding bound; the bf16 refusal
