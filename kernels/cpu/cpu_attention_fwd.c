@@ -130,8 +130,14 @@ static void fwd_tile_step(const rv_attn_fwd_args *a, const rv_attn_tile_ops *ops
     const float *vp = kt.vp + (size_t)(j0 % RV_FWD_BK) * dpad;
     /* Rows in chunks of RV_FWD_ROWS: a chunk's scores stay in L1 from the product
      * through the softmax to P @ V (the whole tile's would be 512 KB, in L2). The
-     * rows are independent: the same results for any chunk size. */
-    const int chunk = ops == &rv_attn_tiles_blas ? bqp : RV_FWD_ROWS;
+     * rows are independent: the same results for any chunk size. AVX-512 only:
+     * the AVX2 kernels walk the key columns outermost and gain nothing, BLAS
+     * pays per call. */
+    int chunk = bqp;
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (ops == &rv_attn_tiles_avx512)
+        chunk = RV_FWD_ROWS;
+#endif
     for (int r0 = 0; r0 < bqp; r0 += chunk) {
         const int rows = bqp - r0 < chunk ? bqp - r0 : chunk;
         const int r1 = r0 + rows < bq ? r0 + rows : bq; /* rows past bq: padding */
