@@ -32,6 +32,12 @@
 #include "cpu_exp.h"
 #include "cpu_ops.h"
 
+/* Query rows of a forward tile taken through scores, softmax and P @ V together
+ * (a multiple of 8, the score kernels' row block). */
+#ifndef RV_FWD_ROWS
+#define RV_FWD_ROWS 16
+#endif
+
 /* Keys and values packed once per call for the tile kernels, shared by all threads:
  * every key tile's transpose is one contiguous (dim, BK) block, so a tile product
  * reads consecutive memory whatever the sequence length. */
@@ -123,27 +129,43 @@ static void fwd_tile_step(const rv_attn_fwd_args *a, const rv_attn_tile_ops *ops
     const int bqp = round_up(bq, 8), bkp = round_up(bk, 32);
     const float *ktp = kt.kt + j0 % RV_FWD_BK; /* span steps may start inside a tile */
     const float *vp = kt.vp + (size_t)(j0 % RV_FWD_BK) * dpad;
-    ops->qk(w->qp, d, ktp, RV_FWD_BK, bqp, bkp, w->s, bkp, w->tile);
-    for (int i = 0; i < bq; i++) {
-        float *s = w->s + (size_t)i * bkp;
-        int n;
-        if (span == SPAN_ALL) {
-            n = bk;
-        } else if (span == SPAN_SOME) {
-            n = rv_span_mask_row(&a->mask, i0 + i, j0, bk, s) > 0 ? bk : 0;
-        } else {
-            n = rv_mask_visible(&a->mask, a->sk, i0 + i) - j0;
-            n = n < 0 ? 0 : (n > bk ? bk : n);
+    /* Rows in chunks of RV_FWD_ROWS: a chunk's scores stay in L1 from the product
+     * through the softmax to P @ V (the whole tile's would be 512 KB, in L2). The
+     * rows are independent: the same results for any chunk size. AVX-512 only:
+     * the AVX2 kernels walk the key columns outermost and gain nothing, BLAS
+     * pays per call. */
+    int chunk = bqp;
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (ops == &rv_attn_tiles_avx512)
+        chunk = RV_FWD_ROWS;
+#endif
+    for (int r0 = 0; r0 < bqp; r0 += chunk) {
+        const int rows = bqp - r0 < chunk ? bqp - r0 : chunk;
+        const int r1 = r0 + rows < bq ? r0 + rows : bq; /* rows past bq: padding */
+        ops->qk(w->qp + (size_t)r0 * d, d, ktp, RV_FWD_BK, rows, bkp, w->s + (size_t)r0 * bkp,
+                bkp, w->tile);
+        for (int i = r0; i < r1; i++) {
+            float *s = w->s + (size_t)i * bkp;
+            int n;
+            if (span == SPAN_ALL) {
+                n = bk;
+            } else if (span == SPAN_SOME) {
+                n = rv_span_mask_row(&a->mask, i0 + i, j0, bk, s) > 0 ? bk : 0;
+            } else {
+                n = rv_mask_visible(&a->mask, a->sk, i0 + i) - j0;
+                n = n < 0 ? 0 : (n > bk ? bk : n);
+            }
+            w->seen[i] |= n > 0;
+            float corr = ops->softmax_row(s, n, bk, &w->m[i], &w->l[i]);
+            if (corr != 1.0f) {
+                float *acc = w->acc + (size_t)i * dpad;
+                for (int c = 0; c < d; c++)
+                    acc[c] *= corr;
+            }
         }
-        w->seen[i] |= n > 0;
-        float corr = ops->softmax_row(s, n, bk, &w->m[i], &w->l[i]);
-        if (corr != 1.0f) {
-            float *acc = w->acc + (size_t)i * dpad;
-            for (int c = 0; c < d; c++)
-                acc[c] *= corr;
-        }
+        ops->pv(w->s + (size_t)r0 * bkp, bkp, vp, dpad, bk, rows,
+                w->acc + (size_t)r0 * dpad, w->tile);
     }
-    ops->pv(w->s, bkp, vp, dpad, bk, bqp, w->acc, w->tile);
 }
 
 /* Normalised output and lse of the query tile. keep_unseen: rows that saw no key

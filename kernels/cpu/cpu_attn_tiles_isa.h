@@ -428,7 +428,7 @@ static float isa_softmax_row(float *s, int n, int bk, float *m, float *l)
         RV_VF t = ISA_CV(s + j) - vm;
         if (n - j < RV_VL)
             t = RV_VOP(select)(RV_VOP(lanes_below)(n - j), t, ninf);
-        RV_VF p = RV_VOP(exp2)(t);
+        RV_VF p = RV_VOP(exp2_nonpos)(t); /* t <= 0: s <= m_new, or NaN */
         ISA_V(s + j) = p;
         vsum += p;
     }

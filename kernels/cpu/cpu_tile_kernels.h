@@ -56,18 +56,37 @@ static inline __attribute__((always_inline)) void rv_qk_8x32(const float *qp, in
     RV_V16(s + 7 * lds) = a7, RV_V16(s + 7 * lds + 16) = b7;
 }
 
-/* s (rows, cols) = qp (rows, d) @ ktp (d, cols); rows % 8 == 0, cols % 32 == 0. */
-static inline void rv_qk_tile(const float *qp, int d, const float *ktp, int ldk, int rows,
-                              int cols, float *s, int lds)
+static inline __attribute__((always_inline)) void rv_qk_rows(const float *qp, int d,
+                                                             const float *ktp, int ldk,
+                                                             int rows, int cols, float *s,
+                                                             int lds)
 {
     for (int i = 0; i < rows; i += 8)
         for (int j = 0; j < cols; j += 32)
             rv_qk_8x32(qp + (size_t)i * d, d, ktp + j, ldk, s + (size_t)i * lds + j, lds);
 }
 
+/* s (rows, cols) = qp (rows, d) @ ktp (d, cols); rows % 8 == 0, cols % 32 == 0. The
+ * common head sizes get a copy with d known at compile time: the 8 query rows are
+ * then constant offsets from one pointer, where a run-time d leaves GCC short of
+ * registers and it reloads row pointers from the stack on every step. */
+static inline void rv_qk_tile(const float *qp, int d, const float *ktp, int ldk, int rows,
+                              int cols, float *s, int lds)
+{
+    if (d == 64)
+        rv_qk_rows(qp, 64, ktp, ldk, rows, cols, s, lds);
+    else if (d == 128)
+        rv_qk_rows(qp, 128, ktp, ldk, rows, cols, s, lds);
+    else
+        rv_qk_rows(qp, d, ktp, ldk, rows, cols, s, lds);
+}
+
 /* acc (4, 16*NV) += p (4, bk) @ vp (bk, 16*NV), for NV = 4, 2, 1 vectors. The
  * tile's products are summed from zero and then added to acc: two-level summation,
- * so rounding grows with the tile width, not with the whole key count. */
+ * so rounding grows with the tile width, not with the whole key count. Each value
+ * vector is held in a register (the empty asm) for its four rows: GCC otherwise
+ * folds the load into each of the four FMAs, and four loads per FMA group make the
+ * loop load-bound rather than FMA-bound. */
 #define RV_PV_KERNEL(NAME, NV)                                                            \
     static inline __attribute__((always_inline)) void NAME(                               \
         const float *p, int ldp, const float *vp, int ldv, int bk, float *acc, int lda)   \
@@ -81,6 +100,7 @@ static inline void rv_qk_tile(const float *qp, int d, const float *ktp, int ldk,
             float p0 = p[j], p1 = p[ldp + j], p2 = p[2 * ldp + j], p3 = p[3 * ldp + j];   \
             for (int v = 0; v < NV; v++) {                                                \
                 rv_v16 x = RV_CV16(vr + 16 * v);                                          \
+                __asm__("" : "+v"(x)); /* one load, not one per row (see above) */        \
                 c[0][v] += p0 * x, c[1][v] += p1 * x, c[2][v] += p2 * x,                  \
                     c[3][v] += p3 * x;                                                    \
             }                                                                             \

@@ -12,8 +12,11 @@
 
 /* P_exp2: 2^t for t <= 0, lane by lane, as rv_exp2_nonpos in cpu_exp.h: arguments at
  * or below -127 (-inf included) give exactly 0; NaN lanes give 0 and +inf lanes 1,
- * never a wild exponent. P_lanes_below(n): -1 in lanes [0, n), 0 elsewhere. */
+ * never a wild exponent. P_exp2_nonpos: the same for arguments known to be <= 0 or
+ * NaN (x - max of the row), one clamp fewer, the same bits. P_lanes_below(n): -1 in
+ * lanes [0, n), 0 elsewhere. */
 #define RV_VEC_ROW_OPS(P, VF, VI, L)                                                       \
+    typedef uint32_t P##_u __attribute__((vector_size(sizeof(VI)))); /* wrapping ints */   \
     static inline VF P##_splat(float x)                                                    \
     {                                                                                      \
         return (VF){0} + x;                                                                \
@@ -40,14 +43,15 @@
             s += v[l];                                                                     \
         return s;                                                                          \
     }                                                                                      \
-    static inline VF P##_exp2(VF t)                                                        \
+    static inline VF P##_exp2_core(VF t) /* t in [-127, 0] */                             \
     {                                                                                      \
-        const VF lo = P##_splat(-127.0f), shifter = P##_splat(12582912.0f);                \
-        t = P##_max(t, lo);                         /* NaN lanes become -127: 0 */         \
-        t = P##_select(t < (VF){0}, t, (VF){0});    /* +inf: 1 */                          \
-        VF r = (t + shifter) - shifter;                                                    \
+        const VF shifter = P##_splat(12582912.0f);                                         \
+        VF big = t + shifter; /* 1.5 * 2^23 + round(t): round(t) in the low bits */        \
+        VF r = big - shifter;                                                              \
         VF f = t - r;                                                                      \
-        VI e = (__builtin_convertvector(r, VI) + 127) << 23;                               \
+        /* (round(t) + 127) << 23 from the low bits of big, as the conversion of r         \
+         * gives it: the shift drops the 1.5 * 2^23, bit for bit the same exponent. */     \
+        P##_u e = ((P##_u)big << 23) + (127u << 23);                                       \
         VF p = P##_splat(1.5403530393381606e-4f);                                          \
         p = p * f + 1.3333558146428443e-3f;                                                \
         p = p * f + 9.6181291076284772e-3f;                                                \
@@ -56,6 +60,16 @@
         p = p * f + 6.9314718055994531e-1f;                                                \
         p = p * f + 1.0f;                                                                  \
         return p * (VF)e;                                                                  \
+    }                                                                                      \
+    static inline VF P##_exp2(VF t)                                                        \
+    {                                                                                      \
+        t = P##_max(t, P##_splat(-127.0f));         /* NaN lanes become -127: 0 */         \
+        t = P##_select(t < (VF){0}, t, (VF){0});    /* +inf: 1 */                          \
+        return P##_exp2_core(t);                                                           \
+    }                                                                                      \
+    static inline VF P##_exp2_nonpos(VF t)                                                 \
+    {                                                                                      \
+        return P##_exp2_core(P##_max(t, P##_splat(-127.0f))); /* NaN: 0 */                 \
     }                                                                                      \
     static inline VI P##_lanes_below(int n)                                                \
     {                                                                                      \
