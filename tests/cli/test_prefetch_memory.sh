@@ -8,8 +8,9 @@
 # tokens of a 1-layer, D 48 encoder cut from `ringvit init`'s tiny, so a slice S
 # is about 18 MiB and encodes in about half a second, two or three times its
 # decode) runs at --prefetch 0, 1 and 3 with one compute thread per rank; the
-# peak resident set of each run is measured from outside (getrusage of the
-# child, prefetch_memory.py). Checks:
+# peak resident set of each run is embed's own (the largest peak_rss_mb of its
+# --json lines: the peak of the work, not the exit's library teardown; the
+# `tokens` runs from outside, getrusage of the child: prefetch_memory.py). Checks:
 #   - every run embeds the 6 inputs, and the outputs of the three are identical
 #     byte for byte;
 #   - peak(N) - peak(0) <= N x S + N x decoder + worker + 2 MiB for N = 1 and
